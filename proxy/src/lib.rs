@@ -1,0 +1,32 @@
+//! The egress proxy of egress-sandbox: the single exit of every sandboxed run.
+//!
+//! One gate, many doors. Every way in — a `CONNECT` tunnel, an absolute-form plain HTTP
+//! request, a transparent TLS connection routed by SNI, a transparent HTTP connection routed
+//! by `Host`, a DNS query — turns what the client asked for into a [`target::Target`] and
+//! passes through the same decision pipeline in [`gate`], so the doors cannot disagree.
+//!
+//! # Layout
+//!
+//! - [`policy`]: the pure policy engine. YAML in, `decide(target, port) -> Decision` out;
+//!   no I/O, no async.
+//! - [`target`]: turns what a client asked for into a normalised host name or an IP address,
+//!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
+//! - [`floor`]: the private-address floor, a pure function over `IpAddr`.
+//! - [`resolve`]: the proxy's own resolver (hickory, never getaddrinfo) and `--resolve` pins.
+//! - [`audit`]: the audit record and its single writer.
+//! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
+//! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors.
+#![deny(unsafe_code)]
+
+pub mod audit;
+pub mod connect;
+pub mod dns;
+pub mod floor;
+pub mod gate;
+pub mod http;
+pub mod policy;
+pub mod resolve;
+pub mod server;
+pub mod sni;
+pub mod target;
+pub mod transparent;

@@ -1,0 +1,1 @@
+//! TODO(proxy helper): see issue 3.

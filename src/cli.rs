@@ -1,0 +1,167 @@
+//! The command line, exactly as INTERFACE.md describes it. Values that need more than a
+//! string-to-type conversion (policies, sizes, durations) are parsed and checked by the
+//! commands before anything is started.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "egress-sandbox",
+    version,
+    about = "Run untrusted code in a throwaway Docker container whose only way out is an allowlisting egress proxy"
+)]
+pub struct Cli {
+    /// More diagnostics on stderr (-v info, -vv debug). EGRESS_SANDBOX_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run COMMAND in a sandbox whose only way out is the proxy.
+    Run(RunArgs),
+    /// Check policy files, or ask what a policy does with a target.
+    Policy(PolicyArgs),
+    /// Run the proxy alone (also what runs inside the proxy container).
+    Proxy(ProxyArgs),
+    /// Read audit logs.
+    Audit(AuditArgs),
+    /// Remove networks and containers of runs that are gone.
+    Gc(GcArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Policy file (YAML); repeatable, policies merge.
+    #[arg(short, long = "policy", value_name = "FILE")]
+    pub policies: Vec<PathBuf>,
+    /// Allow HOST[:PORT] (port default 443); repeatable.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Sandbox image; default: the built-in base image (Debian, python3, curl).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Time limit, e.g. 500ms, 10s, 2m [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Memory limit, e.g. 256MiB [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPUs [default: 1].
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Process limit [default: 128].
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Size of the writable /tmp [default: 64MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub tmp: Option<String>,
+    /// Bytes of stdout+stderr relayed; the rest is dropped with a marker [default: 1MiB].
+    #[arg(long = "output-limit", value_name = "SIZE")]
+    pub output_limit: Option<String>,
+    /// Mount SRC at DST, read-only unless :rw; repeatable.
+    #[arg(long = "mount", value_name = "SRC:DST[:rw]")]
+    pub mounts: Vec<String>,
+    /// Set KEY=VALUE in the sandbox; nothing else from the host environment enters.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Working directory inside the sandbox.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Append this run's audit records (JSON lines) to FILE.
+    #[arg(long = "audit-log", value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Write a JSON run report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// The proxy uses IP for NAME instead of DNS; the floor still applies. Repeatable.
+    #[arg(long = "resolve", value_name = "NAME=IP")]
+    pub resolve: Vec<String>,
+    /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
+    #[arg(long = "egress-network", value_name = "NAME")]
+    pub egress_network: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub command: PolicyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate policy files: exit 0 when valid (warnings allowed), 1 otherwise.
+    Check {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Print what the policies decide for TARGET (host[:port] or URL): exit 0 allowed, 1 blocked.
+    Test {
+        #[arg(short, long = "policy", value_name = "FILE")]
+        policies: Vec<PathBuf>,
+        #[arg(long = "allow", value_name = "HOST[:PORT]")]
+        allow: Vec<String>,
+        #[arg(value_name = "TARGET")]
+        target: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Address of the explicit proxy listener (CONNECT and absolute-form HTTP).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Policy file; repeatable.
+    #[arg(short, long = "policy", value_name = "FILE")]
+    pub policies: Vec<PathBuf>,
+    /// Policy given inline as YAML text (how the run hands policies to its proxy container).
+    #[arg(long = "policy-yaml", value_name = "YAML", hide = true)]
+    pub policy_yaml: Vec<String>,
+    /// Allow HOST[:PORT]; repeatable.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Where audit records go: a file (appended) or - for stdout [default: -].
+    #[arg(long = "audit-log", value_name = "FILE|-", default_value = "-")]
+    pub audit_log: String,
+    /// Pin NAME to IP instead of resolving it; the floor still applies. Repeatable.
+    #[arg(long = "resolve", value_name = "NAME=IP")]
+    pub resolve: Vec<String>,
+    /// Address of the DNS responder (UDP and TCP).
+    #[arg(long = "dns-listen", value_name = "ADDR")]
+    pub dns_listen: Option<String>,
+    /// Address the DNS responder gives for allowed names [default: the --dns-listen address].
+    #[arg(long = "dns-answer", value_name = "IP")]
+    pub dns_answer: Option<String>,
+    /// Transparent listener (TLS routed by SNI, HTTP by Host); repeatable, e.g. 10.0.0.2:443.
+    #[arg(long = "transparent-listen", value_name = "ADDR")]
+    pub transparent_listen: Vec<String>,
+    /// Run id written into every audit record.
+    #[arg(long = "run-id", value_name = "ID")]
+    pub run_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(subcommand)]
+    pub command: AuditCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Refused attempts grouped by host, port and reason.
+    Summary {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {}

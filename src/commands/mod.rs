@@ -1,0 +1,8 @@
+//! One module per subcommand. Each `run` returns the process exit code; an `Err` is a
+//! set-up failure and exits 125.
+
+pub mod audit;
+pub mod gc;
+pub mod policy;
+pub mod proxy;
+pub mod run;

@@ -1,0 +1,17 @@
+//! egress-sandbox: run untrusted code in a throwaway Docker container whose only way out is
+//! an allowlisting egress proxy (the `egress-proxy` crate).
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command line (clap), exactly INTERFACE.md.
+//! - [`commands`]: one module per subcommand; each turns arguments into library calls.
+//! - [`sandbox`]: the run lifecycle on Docker — images, the per-run network, the proxy and
+//!   sandbox containers, teardown guards, `gc`.
+//! - [`report`]: the run report and the one-line summary.
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod commands;
+pub mod logging;
+pub mod report;
+pub mod sandbox;

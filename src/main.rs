@@ -1,0 +1,30 @@
+//! `egress-sandbox`: parse, set up diagnostics, dispatch. Everything else lives in the
+//! library (`src/lib.rs`) so agent frameworks can embed it.
+#![deny(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use egress_sandbox::cli::{Cli, Command};
+use egress_sandbox::commands;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    egress_sandbox::logging::init(cli.verbose);
+    let result = match cli.command {
+        Command::Run(args) => commands::run::run(args),
+        Command::Policy(args) => commands::policy::run(args),
+        Command::Proxy(args) => commands::proxy::run(args),
+        Command::Audit(args) => commands::audit::run(args),
+        Command::Gc(args) => commands::gc::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("egress-sandbox: error: {error:#}");
+            // 125: the sandbox (or the command) could not be set up; INTERFACE.md.
+            ExitCode::from(125)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! TODO(run helper): the run report and summary line.

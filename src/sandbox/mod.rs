@@ -1,0 +1,1 @@
+//! TODO(run helper): the run lifecycle on Docker.
