@@ -14,10 +14,9 @@ use bollard::query_parameters::{
     CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
 };
 use futures_util::TryStreamExt;
-use sha2::{Digest, Sha256};
 
 use super::elf::{ElfLinkage, elf_linkage};
-use super::hash_cache::sha256_cached;
+use super::hash_cache::{HashedFile, cached_sha256, read_and_remember};
 use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive};
 
 /// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
@@ -35,27 +34,43 @@ pub(super) async fn ensure(
     cache_dir: &Path,
     binary: &Path,
 ) -> Result<String, ImageError> {
-    let (sha256, _) = {
-        let (cache_dir, path) = (cache_dir.to_owned(), binary.to_owned());
-        blocking(move || sha256_cached(&cache_dir, &path))
-            .await?
-            .map_err(ImageError::io(format!(
-                "cannot read {}",
-                binary_display(binary)
-            )))?
-    };
-    let tag = tag_for(&sha256);
-    if image_exists(docker, &tag).await? {
-        stamp(cache_dir, &tag);
+    if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
         return Ok(tag);
     }
-
     let lock = lock_exclusive(cache_dir, "proxy-image.lock", || {}).await?;
-    let built = build(docker, binary).await?;
+    // Whoever held the lock may have just built it.
+    if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
+        return Ok(tag);
+    }
+    let built = build(docker, cache_dir, binary).await?;
     stamp(cache_dir, &built);
     drop(lock);
     remove_stale_images(docker, cache_dir, &built).await;
     Ok(built)
+}
+
+/// The fast path: the remembered hash of an unchanged binary names an image that exists.
+async fn existing_tag(
+    docker: &Docker,
+    cache_dir: &Path,
+    binary: &Path,
+) -> Result<Option<String>, ImageError> {
+    let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
+    let cached = blocking(move || cached_sha256(&dir, &path))
+        .await?
+        .map_err(ImageError::io(format!(
+            "cannot read {}",
+            binary_display(binary)
+        )))?;
+    let Some(sha256) = cached else {
+        return Ok(None);
+    };
+    let tag = tag_for(&sha256);
+    if !image_exists(docker, &tag).await? {
+        return Ok(None);
+    }
+    stamp(cache_dir, &tag);
+    Ok(Some(tag))
 }
 
 fn binary_display(path: &Path) -> String {
@@ -67,33 +82,22 @@ fn tag_for(sha256: &str) -> String {
 }
 
 /// Imports the binary as read now; the tag comes from these very bytes, so a binary replaced
-/// since it was hashed still gets an image whose tag matches its content.
-async fn build(docker: &Docker, binary: &Path) -> Result<String, ImageError> {
-    let path = binary.to_owned();
-    let (bytes, sha256) = blocking(move || -> Result<_, ImageError> {
-        match elf_linkage(&path).map_err(ImageError::io(format!(
-            "cannot read {}",
-            binary_display(&path)
-        )))? {
+/// since it was last hashed still gets an image whose tag matches its content.
+async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<String, ImageError> {
+    let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
+    let HashedFile { bytes, sha256 } = blocking(move || -> Result<_, ImageError> {
+        let unreadable = || ImageError::io(format!("cannot read {}", binary_display(&path)));
+        match elf_linkage(&path).map_err(unreadable())? {
             ElfLinkage::Static => {}
             ElfLinkage::Dynamic { interpreter } => {
                 return Err(ImageError::NotStatic { path, interpreter });
             }
             ElfLinkage::NotElf(reason) => return Err(ImageError::NotElf { path, reason }),
         }
-        let bytes = std::fs::read(&path).map_err(ImageError::io(format!(
-            "cannot read {}",
-            binary_display(&path)
-        )))?;
-        let sha256: String = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Ok((bytes, sha256))
+        read_and_remember(&dir, &path).map_err(unreadable())
     })
     .await??;
     let tag = tag_for(&sha256);
-    // Another process may have made it while we waited for the lock.
     if image_exists(docker, &tag).await? {
         return Ok(tag);
     }
@@ -101,6 +105,7 @@ async fn build(docker: &Docker, binary: &Path) -> Result<String, ImageError> {
     let started = std::time::Instant::now();
     let context = single_file_tar(BINARY_IN_IMAGE, &bytes)
         .map_err(ImageError::io("cannot assemble the proxy image archive"))?;
+    drop(bytes);
     let (repo, version) = tag.split_once(':').expect("tag_for makes repo:tag");
     let options = CreateImageOptionsBuilder::default()
         .from_src("-")
