@@ -36,6 +36,13 @@ pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, 
         return Ok(BASE_IMAGE.to_owned());
     }
     let debootstrap = find_debootstrap().ok_or(ImageError::DebootstrapMissing)?;
+    if !running_as_root() {
+        return Err(build_error(
+            "debootstrap must run as root, and it is needed once to build the default sandbox \
+             image: run egress-sandbox once as root (e.g. sudo egress-sandbox run -- true); the \
+             image is then there for every Docker user. Or pass --image with a local image",
+        ));
+    }
     let _lock = lock_exclusive(cache_dir, "base-image.lock", || {
         eprintln!(
             "egress-sandbox: waiting for another egress-sandbox process to finish building the base image"
@@ -59,6 +66,17 @@ fn find_debootstrap() -> Option<PathBuf> {
             fs::metadata(candidate)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// From /proc rather than `geteuid`, which would need `unsafe` or another crate.
+fn running_as_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
 }
 
 fn mirror() -> String {
@@ -91,7 +109,7 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
         log_path.display()
     )))?;
     eprintln!(
-        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~3 min) from {mirror}; log: {}",
+        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~1-3 min) from {mirror}; log: {}",
         log_path.display()
     );
 
@@ -104,8 +122,8 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
         }
         let last = last_meaningful_line(&log_path).unwrap_or_default();
         return Err(build_error(format!(
-            "debootstrap {status} ({last}); is {mirror} reachable (set {MIRROR_ENV} to another \
-             Debian mirror) and is this run as root? Full log: {}",
+            "debootstrap failed ({status}): {last}; check that {mirror} is reachable (set \
+             {MIRROR_ENV} to another Debian mirror); full log: {}",
             log_path.display()
         )));
     }
@@ -209,8 +227,14 @@ fn stage_of(line: &str) -> Option<&'static str> {
         "Retrieving" | "Validating" => "downloading packages",
         "Extracting" => "extracting packages",
         "Installing" => "installing core packages",
-        "Unpacking" => "unpacking packages",
-        "Configuring" => "configuring packages",
+        // Per-package "Unpacking foo..." lines stay in the stage their header started.
+        "Unpacking" | "Configuring" => match message.split_once(' ').map(|(_, rest)| rest) {
+            Some("required packages...") if word == "Unpacking" => "unpacking required packages",
+            Some("required packages...") => "configuring required packages",
+            Some("the base system...") if word == "Unpacking" => "unpacking the base system",
+            Some("the base system...") => "configuring the base system",
+            _ => return None,
+        },
         "Base" => "base system installed",
         _ => return None,
     })
@@ -325,6 +349,9 @@ mod tests {
             "I: Unpacking adduser...",
             "I: Configuring required packages...",
             "I: Configuring libc-bin...",
+            "I: Unpacking the base system...",
+            "I: Unpacking apt...",
+            "I: Configuring the base system...",
             "I: Base system installed successfully.",
             "W: some warning",
             "dpkg: warning: noise",
@@ -346,15 +373,25 @@ mod tests {
                 Some("downloading packages"),
                 Some("extracting packages"),
                 Some("installing core packages"),
-                Some("unpacking packages"),
-                Some("unpacking packages"),
-                Some("configuring packages"),
-                Some("configuring packages"),
+                Some("unpacking required packages"),
+                None,
+                Some("configuring required packages"),
+                None,
+                Some("unpacking the base system"),
+                None,
+                Some("configuring the base system"),
                 Some("base system installed"),
                 None,
                 None,
             ]
         );
+    }
+
+    #[test]
+    fn the_effective_uid_is_read_from_proc() {
+        // These tests run as root on the build machines; the point is that parsing works.
+        let uid = fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+        assert_eq!(running_as_root(), uid.unwrap() == 0);
     }
 
     #[test]

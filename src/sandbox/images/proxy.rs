@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use bollard::Docker;
+use bollard::models::ImageSummary;
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
 };
@@ -37,7 +38,12 @@ pub(super) async fn ensure(
     if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
         return Ok(tag);
     }
-    let lock = lock_exclusive(cache_dir, "proxy-image.lock", || {}).await?;
+    // Only saves duplicate work (concurrent imports of one binary are harmless: the last tag
+    // wins and the untagged loser is swept later), so an unusable cache dir must not stop us.
+    let lock = lock_exclusive(cache_dir, "proxy-image.lock", || {})
+        .await
+        .inspect_err(|error| tracing::debug!(%error, "building the proxy image without a lock"))
+        .ok();
     // Whoever held the lock may have just built it.
     if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
         return Ok(tag);
@@ -193,28 +199,9 @@ async fn remove_stale_images(docker: &Docker, cache_dir: &Path, current: &str) {
         }
     };
     let now = SystemTime::now();
-    let recent = |time: SystemTime| {
-        now.duration_since(time).is_ok_and(|age| age < SWEEP_GRACE) || time > now
-    };
     for image in images {
-        let created = SystemTime::UNIX_EPOCH + Duration::from_secs(image.created.max(0) as u64);
-        let ours: Vec<&String> = image
-            .repo_tags
-            .iter()
-            .filter(|t| t.starts_with(PROXY_REPOSITORY) && t.as_str() != current)
-            .collect();
-        // An untagged leftover of a concurrent import is addressed by id.
-        let names: Vec<String> = if image.repo_tags.iter().all(|t| t == "<none>:<none>") {
-            vec![image.id.clone()]
-        } else if ours.len() == image.repo_tags.len() {
-            ours.into_iter().cloned().collect()
-        } else {
-            continue;
-        };
-        for name in names {
-            if recent(last_handed_out(cache_dir, &name).unwrap_or(created)) || recent(created) {
-                continue;
-            }
+        let stale = stale_names(&image, current, now, |tag| last_handed_out(cache_dir, tag));
+        for name in stale {
             let options = RemoveImageOptionsBuilder::default()
                 .force(false)
                 .noprune(false)
@@ -229,6 +216,45 @@ async fn remove_stale_images(docker: &Docker, cache_dir: &Path, current: &str) {
             }
         }
     }
+}
+
+/// The names (tags, or the id of an untagged leftover) under which `image` may be removed:
+/// none if it carries `current` or a tag that is not ours, or if it was created or handed
+/// out within [`SWEEP_GRACE`] of `now`.
+fn stale_names(
+    image: &ImageSummary,
+    current: &str,
+    now: SystemTime,
+    handed_out: impl Fn(&str) -> Option<SystemTime>,
+) -> Vec<String> {
+    let recent = |time: SystemTime| {
+        now.duration_since(time)
+            .map_or(true, |age| age < SWEEP_GRACE)
+    };
+    let created = SystemTime::UNIX_EPOCH + Duration::from_secs(image.created.max(0) as u64);
+    if recent(created) {
+        return Vec::new();
+    }
+    let tags: Vec<&String> = image
+        .repo_tags
+        .iter()
+        .filter(|t| *t != "<none>:<none>")
+        .collect();
+    if tags.is_empty() {
+        // The loser of two concurrent imports of the same binary ends up untagged.
+        return vec![image.id.clone()];
+    }
+    let ours = |tag: &str| {
+        tag.strip_prefix(PROXY_REPOSITORY)
+            .is_some_and(|t| t.starts_with(':'))
+    };
+    if tags.iter().any(|t| t.as_str() == current || !ours(t)) {
+        return Vec::new();
+    }
+    if tags.iter().any(|t| handed_out(t).is_some_and(recent)) {
+        return Vec::new();
+    }
+    tags.into_iter().cloned().collect()
 }
 
 async fn blocking<T: Send + 'static>(
@@ -267,6 +293,68 @@ mod tests {
         assert_eq!(content, b"\x7fELF...");
         drop(entry);
         assert!(entries.next().is_none());
+    }
+
+    fn image(tags: &[&str], age: Duration) -> ImageSummary {
+        let created = SystemTime::now() - age;
+        ImageSummary {
+            id: "sha256:0123".into(),
+            repo_tags: tags.iter().map(|t| t.to_string()).collect(),
+            created: created
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64,
+            ..Default::default()
+        }
+    }
+
+    const CURRENT: &str = "egress-sandbox-proxy:1111111111111111";
+    const OLD: &str = "egress-sandbox-proxy:2222222222222222";
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn an_old_image_of_another_binary_is_stale() {
+        let now = SystemTime::now();
+        let never = |_: &str| None;
+        assert_eq!(
+            stale_names(&image(&[OLD], 2 * HOUR), CURRENT, now, never),
+            [OLD]
+        );
+        let long_ago = |_: &str| Some(now - 2 * HOUR);
+        assert_eq!(
+            stale_names(&image(&[OLD], 2 * HOUR), CURRENT, now, long_ago),
+            [OLD]
+        );
+    }
+
+    #[test]
+    fn recent_current_and_foreign_images_are_kept() {
+        let now = SystemTime::now();
+        let never = |_: &str| None;
+        assert!(
+            stale_names(&image(&[OLD], Duration::from_secs(60)), CURRENT, now, never).is_empty()
+        );
+        assert!(stale_names(&image(&[CURRENT], 2 * HOUR), CURRENT, now, never).is_empty());
+        let mixed = image(&[OLD, "someone/else:latest"], 2 * HOUR);
+        assert!(stale_names(&mixed, CURRENT, now, never).is_empty());
+        let lookalike = image(&["egress-sandbox-proxy-fork:1"], 2 * HOUR);
+        assert!(stale_names(&lookalike, CURRENT, now, never).is_empty());
+        let just_used = |_: &str| Some(now - Duration::from_secs(60));
+        assert!(stale_names(&image(&[OLD], 2 * HOUR), CURRENT, now, just_used).is_empty());
+    }
+
+    #[test]
+    fn an_untagged_leftover_is_removed_by_id() {
+        let now = SystemTime::now();
+        let leftover = image(&["<none>:<none>"], 2 * HOUR);
+        assert_eq!(
+            stale_names(&leftover, CURRENT, now, |_| None),
+            ["sha256:0123"]
+        );
+        assert_eq!(
+            stale_names(&image(&[], 2 * HOUR), CURRENT, now, |_| None),
+            ["sha256:0123"]
+        );
     }
 
     #[test]
