@@ -115,12 +115,12 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
 
     let status = run_debootstrap(debootstrap, rootfs.path(), &mirror, &mut log).await?;
     if !status.success() {
+        let last = last_meaningful_line(&log_path).unwrap_or_default();
         // debootstrap's own detailed log dies with the rootfs; keep it in ours.
         if let Ok(details) = fs::read(rootfs.path().join("debootstrap/debootstrap.log")) {
             let _ = writeln!(log, "---- debootstrap/debootstrap.log ----");
             let _ = log.write_all(&details);
         }
-        let last = last_meaningful_line(&log_path).unwrap_or_default();
         return Err(build_error(format!(
             "debootstrap failed ({status}): {last}; check that {mirror} is reachable (set \
              {MIRROR_ENV} to another Debian mirror); full log: {}",
@@ -200,12 +200,21 @@ async fn run_debootstrap(
         .map_err(ImageError::io("waiting for debootstrap failed"))
 }
 
+/// Reads to the end even past bytes that are not UTF-8: a pipe left undrained would block
+/// debootstrap.
 fn forward_lines(pipe: impl AsyncRead + Unpin + Send + 'static, to: mpsc::Sender<String>) {
     tokio::spawn(async move {
-        let mut reader = BufReader::new(pipe).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            if to.send(line).await.is_err() {
-                break;
+        let mut reader = BufReader::new(pipe);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                    // The receiver only goes away with the build; keep draining regardless.
+                    let _ = to.send(text).await;
+                }
             }
         }
     });
