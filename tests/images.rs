@@ -14,7 +14,7 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use egress_sandbox::sandbox::images::{
     BASE_IMAGE, ImageError, PROXY_REPOSITORY, ensure_base_image, ensure_proxy_image,
-    require_local_image,
+    require_local_image, sweep_images,
 };
 
 const BINARY: &str = env!("CARGO_BIN_EXE_egress-sandbox");
@@ -215,4 +215,16 @@ async fn the_base_image_runs_python_and_curl_as_nobody() {
             .map(String::as_str),
         Some("base")
     );
+}
+
+#[tokio::test]
+async fn the_sweep_keeps_the_images_in_use() {
+    let docker = docker().await;
+    let proxy = ensure_proxy_image(&docker, Path::new(BINARY))
+        .await
+        .unwrap();
+    let base = ensure_base_image(&docker).await.unwrap();
+    sweep_images(&docker).await;
+    require_local_image(&docker, &proxy).await.unwrap();
+    require_local_image(&docker, &base).await.unwrap();
 }

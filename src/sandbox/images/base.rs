@@ -19,7 +19,7 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::rootfs::{RootfsDir, prepare_for_image};
-use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive};
+use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
 
 /// The tag of the default sandbox image.
 pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-1";
@@ -43,7 +43,7 @@ pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, 
              image is then there for every Docker user. Or pass --image with a local image",
         ));
     }
-    let _lock = lock_exclusive(cache_dir, "base-image.lock", || {
+    let lock = lock_exclusive(cache_dir, "base-image.lock", || {
         eprintln!(
             "egress-sandbox: waiting for another egress-sandbox process to finish building the base image"
         );
@@ -53,6 +53,8 @@ pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, 
         return Ok(BASE_IMAGE.to_owned());
     }
     build(docker, cache_dir, &debootstrap).await?;
+    drop(lock);
+    sweep::remove_leftover_images(docker, cache_dir, None).await;
     Ok(BASE_IMAGE.to_owned())
 }
 

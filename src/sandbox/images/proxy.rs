@@ -7,28 +7,22 @@
 //! builder at all.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bollard::Docker;
-use bollard::models::ImageSummary;
-use bollard::query_parameters::{
-    CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
-};
+use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::TryStreamExt;
 
 use super::elf::{ElfLinkage, elf_linkage};
 use super::hash_cache::{HashedFile, cached_sha256, read_and_remember};
-use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive};
+use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
 
 /// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
 pub const PROXY_REPOSITORY: &str = "egress-sandbox-proxy";
 /// Where the binary sits in the image.
 const BINARY_IN_IMAGE: &str = "egress-sandbox";
-/// Per-image "last handed out" stamps, see [`remove_stale_images`].
+/// Per-image "last handed out" stamps, see [`super::sweep`].
 const STAMP_DIR: &str = "proxy-images";
-/// An image handed out this recently may be about to start a container (a run may first spend
-/// minutes building the base image), so it is never swept.
-const SWEEP_GRACE: Duration = Duration::from_secs(30 * 60);
 
 pub(super) async fn ensure(
     docker: &Docker,
@@ -51,7 +45,7 @@ pub(super) async fn ensure(
     let built = build(docker, cache_dir, binary).await?;
     stamp(cache_dir, &built);
     drop(lock);
-    remove_stale_images(docker, cache_dir, &built).await;
+    sweep::remove_leftover_images(docker, cache_dir, Some(&built)).await;
     Ok(built)
 }
 
@@ -154,7 +148,7 @@ fn single_file_tar(name: &str, content: &[u8]) -> std::io::Result<Vec<u8>> {
     archive.into_inner()
 }
 
-/// Remembers when this tag was last handed out, for [`remove_stale_images`] of other
+/// Remembers when this tag was last handed out, for the [`super::sweep`] of other
 /// processes. Best effort.
 fn stamp(cache_dir: &Path, tag: &str) {
     let dir = cache_dir.join(STAMP_DIR);
@@ -173,88 +167,9 @@ fn stamp(cache_dir: &Path, tag: &str) {
     }
 }
 
-fn last_handed_out(cache_dir: &Path, tag: &str) -> Option<SystemTime> {
+pub(super) fn last_handed_out(cache_dir: &Path, tag: &str) -> Option<SystemTime> {
     let file = cache_dir.join(STAMP_DIR).join(tag.replace(':', "_"));
     std::fs::metadata(file).and_then(|m| m.modified()).ok()
-}
-
-/// Removes proxy images of older binaries so development rebuilds do not pile up. Keeps
-/// `current`, anything a container still uses (removal without force is refused for those),
-/// and anything handed out or created within [`SWEEP_GRACE`], since another process (another
-/// checkout, another version) may be about to start it. Never fails the caller.
-async fn remove_stale_images(docker: &Docker, cache_dir: &Path, current: &str) {
-    let filters = std::collections::HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{IMAGE_LABEL}=proxy")],
-    )]);
-    let options = ListImagesOptionsBuilder::default()
-        .all(false)
-        .filters(&filters)
-        .build();
-    let images = match docker.list_images(Some(options)).await {
-        Ok(images) => images,
-        Err(error) => {
-            tracing::debug!(%error, "could not list old proxy images");
-            return;
-        }
-    };
-    let now = SystemTime::now();
-    for image in images {
-        let stale = stale_names(&image, current, now, |tag| last_handed_out(cache_dir, tag));
-        for name in stale {
-            let options = RemoveImageOptionsBuilder::default()
-                .force(false)
-                .noprune(false)
-                .build();
-            match docker.remove_image(&name, Some(options), None).await {
-                Ok(_) => {
-                    tracing::debug!(image = %name, "removed an old proxy image");
-                    let stamp = cache_dir.join(STAMP_DIR).join(name.replace(':', "_"));
-                    let _ = std::fs::remove_file(stamp);
-                }
-                Err(error) => tracing::debug!(image = %name, %error, "kept an old proxy image"),
-            }
-        }
-    }
-}
-
-/// The names (tags, or the id of an untagged leftover) under which `image` may be removed:
-/// none if it carries `current` or a tag that is not ours, or if it was created or handed
-/// out within [`SWEEP_GRACE`] of `now`.
-fn stale_names(
-    image: &ImageSummary,
-    current: &str,
-    now: SystemTime,
-    handed_out: impl Fn(&str) -> Option<SystemTime>,
-) -> Vec<String> {
-    let recent = |time: SystemTime| {
-        now.duration_since(time)
-            .map_or(true, |age| age < SWEEP_GRACE)
-    };
-    let created = SystemTime::UNIX_EPOCH + Duration::from_secs(image.created.max(0) as u64);
-    if recent(created) {
-        return Vec::new();
-    }
-    let tags: Vec<&String> = image
-        .repo_tags
-        .iter()
-        .filter(|t| *t != "<none>:<none>")
-        .collect();
-    if tags.is_empty() {
-        // The loser of two concurrent imports of the same binary ends up untagged.
-        return vec![image.id.clone()];
-    }
-    let ours = |tag: &str| {
-        tag.strip_prefix(PROXY_REPOSITORY)
-            .is_some_and(|t| t.starts_with(':'))
-    };
-    if tags.iter().any(|t| t.as_str() == current || !ours(t)) {
-        return Vec::new();
-    }
-    if tags.iter().any(|t| handed_out(t).is_some_and(recent)) {
-        return Vec::new();
-    }
-    tags.into_iter().cloned().collect()
 }
 
 async fn blocking<T: Send + 'static>(
@@ -269,6 +184,7 @@ async fn blocking<T: Send + 'static>(
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::time::Duration;
 
     #[test]
     fn the_tag_is_the_repository_and_16_hex_digits() {
@@ -293,68 +209,6 @@ mod tests {
         assert_eq!(content, b"\x7fELF...");
         drop(entry);
         assert!(entries.next().is_none());
-    }
-
-    fn image(tags: &[&str], age: Duration) -> ImageSummary {
-        let created = SystemTime::now() - age;
-        ImageSummary {
-            id: "sha256:0123".into(),
-            repo_tags: tags.iter().map(|t| t.to_string()).collect(),
-            created: created
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap()
-                .as_secs() as i64,
-            ..Default::default()
-        }
-    }
-
-    const CURRENT: &str = "egress-sandbox-proxy:1111111111111111";
-    const OLD: &str = "egress-sandbox-proxy:2222222222222222";
-    const HOUR: Duration = Duration::from_secs(3600);
-
-    #[test]
-    fn an_old_image_of_another_binary_is_stale() {
-        let now = SystemTime::now();
-        let never = |_: &str| None;
-        assert_eq!(
-            stale_names(&image(&[OLD], 2 * HOUR), CURRENT, now, never),
-            [OLD]
-        );
-        let long_ago = |_: &str| Some(now - 2 * HOUR);
-        assert_eq!(
-            stale_names(&image(&[OLD], 2 * HOUR), CURRENT, now, long_ago),
-            [OLD]
-        );
-    }
-
-    #[test]
-    fn recent_current_and_foreign_images_are_kept() {
-        let now = SystemTime::now();
-        let never = |_: &str| None;
-        assert!(
-            stale_names(&image(&[OLD], Duration::from_secs(60)), CURRENT, now, never).is_empty()
-        );
-        assert!(stale_names(&image(&[CURRENT], 2 * HOUR), CURRENT, now, never).is_empty());
-        let mixed = image(&[OLD, "someone/else:latest"], 2 * HOUR);
-        assert!(stale_names(&mixed, CURRENT, now, never).is_empty());
-        let lookalike = image(&["egress-sandbox-proxy-fork:1"], 2 * HOUR);
-        assert!(stale_names(&lookalike, CURRENT, now, never).is_empty());
-        let just_used = |_: &str| Some(now - Duration::from_secs(60));
-        assert!(stale_names(&image(&[OLD], 2 * HOUR), CURRENT, now, just_used).is_empty());
-    }
-
-    #[test]
-    fn an_untagged_leftover_is_removed_by_id() {
-        let now = SystemTime::now();
-        let leftover = image(&["<none>:<none>"], 2 * HOUR);
-        assert_eq!(
-            stale_names(&leftover, CURRENT, now, |_| None),
-            ["sha256:0123"]
-        );
-        assert_eq!(
-            stale_names(&image(&[], 2 * HOUR), CURRENT, now, |_| None),
-            ["sha256:0123"]
-        );
     }
 
     #[test]
