@@ -130,6 +130,21 @@ struct Best<'a> {
 }
 
 impl<'a> Best<'a> {
+    /// Best rule regardless of port (for DNS: a name allowed on some port).
+    fn consider_any_port(&mut self, rules: &'a [IndexedRule], rank: u8) {
+        for rule in rules {
+            let better = match self.hit {
+                None => true,
+                Some((best, best_rank)) => {
+                    rank < best_rank || (rank == best_rank && rule.order < best.order)
+                }
+            };
+            if better {
+                self.hit = Some((rule, rank));
+            }
+        }
+    }
+
     fn consider(&mut self, rules: &'a [IndexedRule], port: Option<u16>, rank: u8) {
         for rule in rules {
             let port_ok = match port {
@@ -310,6 +325,30 @@ impl PolicySet {
 
     /// For the DNS responder: is the name allowed on any port (and not denied)?
     pub fn decide_name(&self, name: &HostName) -> Decision {
+        // One walk without allocating: the common case (no port-specific deny rule on this
+        // name) is decided here.
+        let mut deny_all = Best::default();
+        let mut best_allow = Best::default();
+        let mut port_specific_deny = false;
+        self.walk(name.as_str(), |rules, exact| {
+            let rank = u8::from(!exact);
+            let (allow, deny) = if exact {
+                (&rules.allow_exact, &rules.deny_exact)
+            } else {
+                (&rules.allow_wildcard, &rules.deny_wildcard)
+            };
+            deny_all.consider(deny, None, rank);
+            port_specific_deny |= deny.iter().any(|rule| rule.ports != PortSet::Any);
+            best_allow.consider_any_port(allow, rank);
+        });
+        if let Some((deny, _)) = deny_all.hit {
+            return block(Reason::Denied, Some(&deny.rule));
+        }
+        match best_allow.hit {
+            None => return self.refuse(Reason::NotAllowed, None),
+            Some((rule, _)) if !port_specific_deny => return allow(&rule.rule),
+            Some(_) => {}
+        }
         let mut candidates: Vec<(&IndexedRule, u8)> = Vec::new();
         let mut denies: Vec<&IndexedRule> = Vec::new();
         self.walk(name.as_str(), |rules, exact| {
@@ -322,13 +361,6 @@ impl PolicySet {
             candidates.extend(allow.iter().map(|rule| (rule, rank)));
             denies.extend(deny.iter());
         });
-        if let Some(deny) = denies
-            .iter()
-            .filter(|deny| deny.ports == PortSet::Any)
-            .min_by_key(|deny| deny.order)
-        {
-            return block(Reason::Denied, Some(&deny.rule));
-        }
         // Allowed when some allow rule matches on a port no port-specific deny rule takes.
         candidates.sort_by_key(|(rule, rank)| (*rank, rule.order));
         let denied = |port: u16| denies.iter().find(|deny| deny.ports.contains(port));
