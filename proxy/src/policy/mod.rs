@@ -157,7 +157,7 @@ pub enum SniCheck {
 }
 
 /// `tls:` section of a policy (extension of the schema): which CONNECT ports must carry TLS
-/// whose SNI equals the CONNECT host, and how strictly. Defaults: ports [443], Strict.
+/// whose SNI equals the CONNECT host, and how strictly. Defaults: ports `[443]`, Strict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
     pub ports: Vec<u16>,
