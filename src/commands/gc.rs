@@ -1,4 +1,5 @@
-//! `egress-sandbox gc`: remove the containers and networks of runs whose owner is gone.
+//! `egress-sandbox gc`: remove the containers and networks of runs whose owner is gone,
+//! and images of this tool that nothing can use any more.
 
 use std::process::ExitCode;
 
@@ -6,6 +7,7 @@ use anyhow::Context;
 
 use crate::sandbox::docker::Engine;
 use crate::sandbox::gc::sweep;
+use crate::sandbox::images::sweep_images;
 
 pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     let crate::cli::GcArgs {} = args;
@@ -13,9 +15,11 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let swept = runtime.block_on(async {
+    let (swept, images) = runtime.block_on(async {
         let engine = Engine::connect().await?;
-        anyhow::Ok(sweep(&engine).await?)
+        let swept = sweep(&engine).await?;
+        let images = sweep_images(engine.docker()).await;
+        anyhow::Ok((swept, images))
     })?;
     for object in &swept {
         match &object.error {
@@ -29,7 +33,10 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    if swept.is_empty() {
+    if images > 0 {
+        println!("removed {images} stale egress-sandbox image(s)");
+    }
+    if swept.is_empty() && images == 0 {
         eprintln!("egress-sandbox: nothing to remove");
     }
     Ok(ExitCode::SUCCESS)
