@@ -195,11 +195,12 @@ impl Engine {
                 Ok(()) => return Ok(()),
                 Err(error) if is_not_found(&error) => return Ok(()),
                 Err(error)
-                    if attempt < 20
+                    if attempt < 40
                         && server_message(&error)
                             .is_some_and(|message| message.contains("active endpoints")) =>
                 {
                     attempt += 1;
+                    // The endpoint goes once its container has fully stopped: poll closely.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(error) => return Err(error),

@@ -294,8 +294,7 @@ impl Run<'_> {
             }
         };
         // The sandbox is gone: stop the proxy so it writes its last records, and remove
-        // the sandbox meanwhile. A network whose containers have stopped can be removed
-        // before them, so once the proxy is down, its container and the network go at once.
+        // the sandbox meanwhile; then the proxy container and the network.
         let remove_sandbox = async {
             match engine.remove_container(sandbox).await {
                 Ok(()) => self.teardown.forget_container(sandbox),
@@ -304,10 +303,12 @@ impl Run<'_> {
         };
         let stop_proxy_then_remove = async {
             let tally = self.stop_proxy(proxy).await;
-            let (proxy_removed, network_removed) = tokio::join!(
-                engine.remove_container(&self.names.proxy),
-                engine.remove_network(&self.names.network)
-            );
+            // One after the other: removing the network while the proxy's endpoint is
+            // still there only fails and retries, which loads the engine.
+            let proxy_removed = engine.remove_container(&self.names.proxy).await;
+            tracing::debug!("proxy container removed");
+            let network_removed = engine.remove_network(&self.names.network).await;
+            tracing::debug!("run network removed");
             match proxy_removed {
                 Ok(()) => self.teardown.forget_container(&self.names.proxy),
                 Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
@@ -540,7 +541,9 @@ impl Run<'_> {
         if let Err(error) = self.engine.kill_container(name, "SIGTERM").await {
             tracing::debug!(%error, "cannot signal the proxy");
         }
+        tracing::debug!("proxy signalled");
         if let Ok(joined) = tokio::time::timeout(PROXY_STOP_TIMEOUT, &mut proxy.records).await {
+            tracing::debug!("proxy output ended");
             return joined.unwrap_or_default();
         }
         tracing::warn!("the proxy did not stop in time; killing it");
