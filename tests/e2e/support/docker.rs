@@ -227,15 +227,16 @@ pub fn host_address() -> Ipv4Addr {
     }
 }
 
-/// docker0's address (the gateway of Docker's default `bridge` network).
+/// docker0's address (the host side of Docker's default bridge), read from the interface.
 pub fn docker0_address() -> Ipv4Addr {
-    docker_ok(&[
-        "network",
-        "inspect",
-        "-f",
-        "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
-        "bridge",
-    ])
-    .parse()
-    .expect("docker0 has an IPv4 gateway")
+    let output = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "dev", "docker0"])
+        .output()
+        .expect("the ip command runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_whitespace()
+        .skip_while(|field| *field != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("docker0 has no IPv4 address: {text}"))
 }
