@@ -27,7 +27,7 @@ fn seed_check_keeps_the_secret_refuses_the_call_and_stops_the_loop() {
     let run = Run::new(&network)
         .policy(&gateway_policy("seed", network.gateway, &[443], &[]))
         .resolve("test.example.org", network.gateway)
-        .timeout("3s")
+        .timeout("5s")
         .caller_env("EGRESS_TEST_SECRET", &secret)
         .run(&["python3", "-c", SEED_PROGRAM]);
 
