@@ -1,1 +1,4 @@
-//! TODO(run helper): the run lifecycle on Docker.
+//! The run lifecycle on Docker: images, the per-run network, the proxy and sandbox
+//! containers, teardown guards, `gc`.
+
+pub mod images;

@@ -1,0 +1,172 @@
+//! The images a run needs, made on this machine, never pulled (there may be no registry).
+//!
+//! - The **proxy image** is `FROM scratch` plus this tool's own static binary, imported
+//!   through the Docker API and tagged by the binary's content hash, so a rebuilt binary gets
+//!   a new image and an unchanged one costs a `stat` and an image inspect per run.
+//! - The **base image** (Debian bookworm minbase, python3, curl, ca-certificates) is built
+//!   once with debootstrap and imported; a file lock keeps concurrent first runs from
+//!   building it twice.
+//! - `--image` is checked to exist locally; nothing is pulled.
+//!
+//! Everything that is cached on disk (hashes, locks, the build log) lives in
+//! [`cache_dir`].
+
+mod base;
+mod elf;
+mod hash_cache;
+mod proxy;
+mod rootfs;
+
+use std::fs::{File, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+
+pub use base::{BASE_IMAGE, MIRROR_ENV};
+pub use elf::{ElfLinkage, elf_linkage};
+pub use proxy::PROXY_REPOSITORY;
+
+/// Label key on every image this module makes; the value says which (`proxy` or `base`).
+pub const IMAGE_LABEL: &str = "egress-sandbox.image";
+
+/// Why an image could not be provided. Each message says what was wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error(
+        "image {image} not found locally: egress-sandbox never pulls images; check `docker images`, \
+         build or load it on this machine (docker build, docker load), then pass its local name to --image"
+    )]
+    Missing { image: String },
+    #[error(
+        "{} is dynamically linked (it needs {interpreter}), so it cannot run in the FROM-scratch \
+         proxy image; use a static build: `cargo build --release` inside the egress-sandbox \
+         workspace makes one (its .cargo/config.toml sets +crt-static for x86_64-unknown-linux-gnu), \
+         a build made elsewhere needs RUSTFLAGS='-C target-feature=+crt-static' and an explicit \
+         --target",
+        path.display()
+    )]
+    NotStatic { path: PathBuf, interpreter: String },
+    #[error(
+        "{} is not an executable ELF binary ({reason}); the proxy image is made from the static \
+         egress-sandbox binary itself",
+        path.display()
+    )]
+    NotElf { path: PathBuf, reason: String },
+    #[error(
+        "debootstrap is not installed; it is needed once, to build the default sandbox image: \
+         apt-get install -y debootstrap (or pass --image with a local image)"
+    )]
+    DebootstrapMissing,
+    #[error("building the image {image} failed: {message}")]
+    Build { image: String, message: String },
+    #[error(
+        "a Docker API request failed (is the Docker daemon running, and DOCKER_HOST right if set?)"
+    )]
+    Docker(#[from] DockerError),
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ImageError {
+    fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> Self {
+        let context = context.into();
+        move |source| Self::Io { context, source }
+    }
+}
+
+/// The proxy image for `binary` (normally this very executable); returns its tag,
+/// `egress-sandbox-proxy:<first 16 hex of sha256>`. Builds it when missing.
+pub async fn ensure_proxy_image(docker: &Docker, binary: &Path) -> Result<String, ImageError> {
+    proxy::ensure(docker, &cache_dir(), binary).await
+}
+
+/// The default sandbox image; returns its tag ([`BASE_IMAGE`]). The first call on a machine
+/// builds it (a few minutes, progress on stderr); concurrent callers wait for that build.
+pub async fn ensure_base_image(docker: &Docker) -> Result<String, ImageError> {
+    base::ensure(docker, &cache_dir()).await
+}
+
+/// For `--image`: Ok if `image` exists in the local engine, [`ImageError::Missing`] otherwise.
+pub async fn require_local_image(docker: &Docker, image: &str) -> Result<(), ImageError> {
+    if image_exists(docker, image).await? {
+        Ok(())
+    } else {
+        Err(ImageError::Missing {
+            image: image.to_owned(),
+        })
+    }
+}
+
+/// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else a directory under
+/// the system temp dir. Created on first write, not here.
+pub fn cache_dir() -> PathBuf {
+    let from_env = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(xdg) = from_env("XDG_CACHE_HOME") {
+        xdg.join("egress-sandbox")
+    } else if let Some(home) = from_env("HOME") {
+        home.join(".cache").join("egress-sandbox")
+    } else {
+        std::env::temp_dir().join("egress-sandbox-cache")
+    }
+}
+
+async fn image_exists(docker: &Docker, image: &str) -> Result<bool, ImageError> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(true),
+        Err(DockerError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// An exclusive lock on `<cache_dir>/<name>`, held until the returned file is dropped. The
+/// kernel releases it if the process dies, so a crashed build never blocks the next one.
+/// `on_wait` runs once if another process holds the lock.
+async fn lock_exclusive(
+    cache_dir: &Path,
+    name: &str,
+    on_wait: impl FnOnce() + Send + 'static,
+) -> Result<File, ImageError> {
+    let path = cache_dir.join(name);
+    let dir = cache_dir.to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(ImageError::io(format!(
+            "cannot create the cache directory {}",
+            dir.display()
+        )))?;
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(ImageError::io(format!(
+                "cannot open the lock file {}",
+                path.display()
+            )))?;
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) => on_wait(),
+            Err(TryLockError::Error(source)) => {
+                return Err(ImageError::io(format!("cannot lock {}", path.display()))(
+                    source,
+                ));
+            }
+        }
+        file.lock()
+            .map_err(ImageError::io(format!("cannot lock {}", path.display())))?;
+        Ok(file)
+    })
+    .await
+    .map_err(|join| ImageError::io("the lock task failed")(io::Error::other(join)))?
+}

@@ -1,0 +1,376 @@
+//! The default sandbox image: Debian bookworm minbase with python3, curl and
+//! ca-certificates, made with debootstrap on this machine and imported through the Docker API
+//! (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-1`) so a
+//! changed recipe gets a new image instead of silently reusing the old one.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Instant;
+
+use bollard::Docker;
+use bollard::query_parameters::{CreateImageOptionsBuilder, RemoveImageOptionsBuilder};
+use bytes::BytesMut;
+use futures_util::TryStreamExt;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use super::rootfs::{RootfsDir, prepare_for_image};
+use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive};
+
+/// The tag of the default sandbox image.
+pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-1";
+/// Overrides the Debian mirror debootstrap downloads from.
+pub const MIRROR_ENV: &str = "EGRESS_SANDBOX_DEBIAN_MIRROR";
+const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
+const SUITE: &str = "bookworm";
+const PACKAGES: &str = "python3,curl,ca-certificates";
+const LOG_FILE: &str = "base-image-build.log";
+const ROOTFS_PREFIX: &str = "base-rootfs.";
+
+pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, ImageError> {
+    if image_exists(docker, BASE_IMAGE).await? {
+        return Ok(BASE_IMAGE.to_owned());
+    }
+    let debootstrap = find_debootstrap().ok_or(ImageError::DebootstrapMissing)?;
+    let _lock = lock_exclusive(cache_dir, "base-image.lock", || {
+        eprintln!(
+            "egress-sandbox: waiting for another egress-sandbox process to finish building the base image"
+        );
+    })
+    .await?;
+    if image_exists(docker, BASE_IMAGE).await? {
+        return Ok(BASE_IMAGE.to_owned());
+    }
+    build(docker, cache_dir, &debootstrap).await?;
+    Ok(BASE_IMAGE.to_owned())
+}
+
+/// `debootstrap` lives in /usr/sbin, which is often not on a non-root user's PATH.
+fn find_debootstrap() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join("debootstrap"))
+        .find(|candidate| {
+            fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+fn mirror() -> String {
+    std::env::var(MIRROR_ENV)
+        .ok()
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or(DEFAULT_MIRROR.into())
+}
+
+fn build_error(message: impl Into<String>) -> ImageError {
+    ImageError::Build {
+        image: BASE_IMAGE.to_owned(),
+        message: message.into(),
+    }
+}
+
+async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<(), ImageError> {
+    let started = Instant::now();
+    let mirror = mirror();
+    let log_path = cache_dir.join(LOG_FILE);
+    // We hold the lock, so any rootfs left here is from a build that was killed.
+    remove_leftover_rootfs(cache_dir);
+    let rootfs =
+        RootfsDir::create(cache_dir.join(format!("{ROOTFS_PREFIX}{}", std::process::id())))
+            .map_err(ImageError::io(
+                "cannot create a directory for the base image root filesystem",
+            ))?;
+    let mut log = fs::File::create(&log_path).map_err(ImageError::io(format!(
+        "cannot create the build log {}",
+        log_path.display()
+    )))?;
+    eprintln!(
+        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~3 min) from {mirror}; log: {}",
+        log_path.display()
+    );
+
+    let status = run_debootstrap(debootstrap, rootfs.path(), &mirror, &mut log).await?;
+    if !status.success() {
+        // debootstrap's own detailed log dies with the rootfs; keep it in ours.
+        if let Ok(details) = fs::read(rootfs.path().join("debootstrap/debootstrap.log")) {
+            let _ = writeln!(log, "---- debootstrap/debootstrap.log ----");
+            let _ = log.write_all(&details);
+        }
+        let last = last_meaningful_line(&log_path).unwrap_or_default();
+        return Err(build_error(format!(
+            "debootstrap {status} ({last}); is {mirror} reachable (set {MIRROR_ENV} to another \
+             Debian mirror) and is this run as root? Full log: {}",
+            log_path.display()
+        )));
+    }
+
+    progress("trimming the root filesystem");
+    let root = rootfs.path().to_owned();
+    tokio::task::spawn_blocking(move || prepare_for_image(&root))
+        .await
+        .map_err(|join| build_error(format!("the trimming task failed: {join}")))?
+        .map_err(ImageError::io(
+            "cannot prepare the base image root filesystem",
+        ))?;
+
+    progress("importing into Docker");
+    import(docker, rootfs.path()).await?;
+    drop(rootfs);
+    let elapsed = started.elapsed();
+    eprintln!(
+        "egress-sandbox: base image {BASE_IMAGE} ready after {}m{:02}s",
+        elapsed.as_secs() / 60,
+        elapsed.as_secs() % 60
+    );
+    Ok(())
+}
+
+fn progress(stage: &str) {
+    eprintln!("egress-sandbox: building the base image: {stage}");
+}
+
+/// Runs debootstrap with its full output going to `log` and one progress line per stage
+/// to stderr. Killed if the caller gives up (future dropped).
+async fn run_debootstrap(
+    debootstrap: &Path,
+    target: &Path,
+    mirror: &str,
+    log: &mut fs::File,
+) -> Result<ExitStatus, ImageError> {
+    let mut child = Command::new(debootstrap)
+        .arg("--variant=minbase")
+        .arg(format!("--include={PACKAGES}"))
+        .arg(SUITE)
+        .arg(target)
+        .arg(mirror)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(ImageError::io(format!(
+            "cannot start {}",
+            debootstrap.display()
+        )))?;
+    let (lines_tx, mut lines) = mpsc::channel::<String>(64);
+    forward_lines(
+        child.stdout.take().expect("stdout is piped"),
+        lines_tx.clone(),
+    );
+    forward_lines(child.stderr.take().expect("stderr is piped"), lines_tx);
+    let mut stage = None;
+    while let Some(line) = lines.recv().await {
+        let _ = writeln!(log, "{line}");
+        if let Some(next) = stage_of(&line)
+            && stage != Some(next)
+        {
+            stage = Some(next);
+            progress(next);
+        }
+    }
+    child
+        .wait()
+        .await
+        .map_err(ImageError::io("waiting for debootstrap failed"))
+}
+
+fn forward_lines(pipe: impl AsyncRead + Unpin + Send + 'static, to: mpsc::Sender<String>) {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            if to.send(line).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// The stage a debootstrap `I:` line belongs to; None for lines that do not start a stage.
+fn stage_of(line: &str) -> Option<&'static str> {
+    let message = line.strip_prefix("I: ")?;
+    let word = message.split_whitespace().next()?;
+    Some(match word {
+        "Retrieving" | "Validating"
+            if message.contains("Release") || message.contains("Packages") =>
+        {
+            "fetching the package index"
+        }
+        "Checking" if message.contains("component") => "resolving dependencies",
+        "Checking" | "Valid" => "fetching the package index",
+        "Resolving" | "Found" => "resolving dependencies",
+        "Retrieving" | "Validating" => "downloading packages",
+        "Extracting" => "extracting packages",
+        "Installing" => "installing core packages",
+        "Unpacking" => "unpacking packages",
+        "Configuring" => "configuring packages",
+        "Base" => "base system installed",
+        _ => return None,
+    })
+}
+
+/// The last `E:` line of the log, else its last non-empty line: the one a user needs to see.
+fn last_meaningful_line(log_path: &Path) -> Option<String> {
+    let text = fs::read_to_string(log_path).ok()?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("E: "))
+        .or(lines.last())
+        .map(|l| l.chars().take(300).collect())
+}
+
+fn remove_leftover_rootfs(cache_dir: &Path) {
+    let Ok(entries) = fs::read_dir(cache_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(ROOTFS_PREFIX)
+        {
+            drop(RootfsDir::adopt(entry.path()));
+        }
+    }
+}
+
+/// Streams the root filesystem as a tar made by the system `tar` (which keeps owners, modes,
+/// hard links and symlinks exactly) into an image import, then tags it.
+async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
+    let mut tar = Command::new("tar")
+        .args(["--numeric-owner", "-C"])
+        .arg(rootfs)
+        .args(["-cf", "-", "."])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(ImageError::io("cannot start tar to archive the base image"))?;
+    let stdout = tar.stdout.take().expect("stdout is piped");
+    let mut stderr = tar.stderr.take().expect("stderr is piped");
+    let body = futures_util::stream::try_unfold(stdout, |mut out| async move {
+        let mut chunk = BytesMut::with_capacity(256 * 1024);
+        let read = out.read_buf(&mut chunk).await?;
+        Ok::<_, io::Error>((read > 0).then(|| (chunk.freeze(), out)))
+    });
+    let (repo, tag) = BASE_IMAGE.split_once(':').expect("BASE_IMAGE is repo:tag");
+    let options = CreateImageOptionsBuilder::default()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag)
+        .message("egress-sandbox base: debootstrap --variant=minbase bookworm + python3, curl, ca-certificates")
+        .changes(vec![
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            "ENV LANG=C.UTF-8".into(),
+            r#"CMD ["/bin/sh"]"#.into(),
+            format!("LABEL {IMAGE_LABEL}=base"),
+        ])
+        .build();
+    let imported = docker
+        .create_image(Some(options), Some(bollard::body_try_stream(body)), None)
+        .try_collect::<Vec<_>>()
+        .await;
+    let mut tar_errors = String::new();
+    let _ = stderr.read_to_string(&mut tar_errors).await;
+    let tar_status = tar
+        .wait()
+        .await
+        .map_err(ImageError::io("waiting for tar failed"))?;
+    if let Err(error) = imported {
+        return Err(build_error(format!(
+            "the image import was refused: {error}"
+        )));
+    }
+    if !tar_status.success() {
+        // The archive was incomplete: do not leave an image that looks finished.
+        let options = RemoveImageOptionsBuilder::default().force(true).build();
+        let _ = docker.remove_image(BASE_IMAGE, Some(options), None).await;
+        return Err(build_error(format!(
+            "tar {tar_status} while archiving the root filesystem: {}",
+            tar_errors.trim()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debootstrap_lines_map_to_a_few_stages() {
+        let stages: Vec<_> = [
+            "I: Retrieving InRelease ",
+            "I: Checking Release signature",
+            "I: Retrieving Packages ",
+            "I: Validating Packages ",
+            "I: Resolving dependencies of required packages...",
+            "I: Found additional required dependencies: libzstd1 ",
+            "I: Checking component main on http://deb.debian.org/debian...",
+            "I: Retrieving adduser 3.134",
+            "I: Validating adduser 3.134",
+            "I: Extracting adduser...",
+            "I: Installing core packages...",
+            "I: Unpacking required packages...",
+            "I: Unpacking adduser...",
+            "I: Configuring required packages...",
+            "I: Configuring libc-bin...",
+            "I: Base system installed successfully.",
+            "W: some warning",
+            "dpkg: warning: noise",
+        ]
+        .iter()
+        .map(|l| stage_of(l))
+        .collect();
+        assert_eq!(
+            stages,
+            [
+                Some("fetching the package index"),
+                Some("fetching the package index"),
+                Some("fetching the package index"),
+                Some("fetching the package index"),
+                Some("resolving dependencies"),
+                Some("resolving dependencies"),
+                Some("resolving dependencies"),
+                Some("downloading packages"),
+                Some("downloading packages"),
+                Some("extracting packages"),
+                Some("installing core packages"),
+                Some("unpacking packages"),
+                Some("unpacking packages"),
+                Some("configuring packages"),
+                Some("configuring packages"),
+                Some("base system installed"),
+                None,
+                None,
+            ]
+        );
+    }
+
+    #[test]
+    fn the_error_line_is_preferred_over_the_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        fs::write(
+            &log,
+            "I: Retrieving InRelease\nE: Failed getting release file x\nnoise\n\n",
+        )
+        .unwrap();
+        assert_eq!(
+            last_meaningful_line(&log).unwrap(),
+            "E: Failed getting release file x"
+        );
+        fs::write(&log, "I: one\nlast words\n").unwrap();
+        assert_eq!(last_meaningful_line(&log).unwrap(), "last words");
+    }
+}
