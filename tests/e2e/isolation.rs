@@ -83,8 +83,8 @@ fn dns_lookup_of_a_fresh_name_never_leaves_the_run() {
     let name = format!("leak-{}.example.test", random_hex());
     let program = format!(
         "import socket\n\
-         try:\n    print('RESOLVED', socket.getaddrinfo('{name}', 443), flush=True)\n\
-         except Exception as error:\n    print('NOT-RESOLVED', error, flush=True)\n"
+         try:\n    print('LOOKUP-ANSWERED', socket.getaddrinfo('{name}', 443), flush=True)\n\
+         except Exception as error:\n    print('LOOKUP-FAILED', error, flush=True)\n"
     );
     let mut command: Vec<&str> = WITHOUT_PROXY_VARIABLES.to_vec();
     command.extend(["python3", "-c", &program]);
@@ -96,7 +96,7 @@ fn dns_lookup_of_a_fresh_name_never_leaves_the_run() {
 
     run.assert_code(0);
     assert!(
-        run.stdout.contains("NOT-RESOLVED") && !run.stdout.contains("RESOLVED ["),
+        run.stdout.contains("LOOKUP-FAILED") && !run.stdout.contains("LOOKUP-ANSWERED"),
         "the fresh name resolved\n{}",
         run.describe()
     );
