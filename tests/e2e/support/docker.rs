@@ -109,7 +109,7 @@ impl Leftovers {
     }
 
     /// Removes them by force: cleanup after a failure has been detected, never a fix.
-    fn remove(&self) {
+    pub fn remove(&self) {
         for container in &self.containers {
             docker(&["rm", "-f", container]);
         }

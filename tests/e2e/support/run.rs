@@ -13,15 +13,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::docker::{self, TestNetwork};
+use super::docker::TestNetwork;
 
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_egress-sandbox");
-/// The default sandbox image the tool builds on first use (api-run.md).
-const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-1";
 /// How long a run may take before the test kills it and fails: catches hangs, never timings.
 pub const HANG_BOUND: Duration = Duration::from_secs(120);
-/// Building the base image (debootstrap) takes minutes the first time.
+/// Building the images (debootstrap for the base image) takes minutes the first time.
 const IMAGE_BUILD_BOUND: Duration = Duration::from_secs(30 * 60);
 /// Output kept per stream; the rest is only counted (a run that fails to cap its output
 /// must not exhaust the test's memory).
@@ -121,7 +119,7 @@ impl Run {
 
     /// Starts the run with `program` (after `--`) as the sandboxed command.
     pub fn spawn(mut self, program: &[&str]) -> RunningRun {
-        ensure_base_image(&self.network);
+        warm_up(&self.network);
         self.command.arg("--").args(program);
         let mut child = self
             .command
@@ -151,14 +149,13 @@ impl Run {
     }
 }
 
-/// Builds the base image once per test process if it is missing, with a bound that fits
-/// debootstrap, so that the first real run of the suite is not mistaken for a hang.
-fn ensure_base_image(network: &str) {
+/// One trivial run per test process before the real ones, with a bound that fits image
+/// builds: the first run after a new binary builds the proxy image from it, and the very
+/// first one builds the base image (debootstrap, minutes). Hang bounds of the real runs
+/// then measure runs, not image builds.
+fn warm_up(network: &str) {
     static READY: OnceLock<()> = OnceLock::new();
     READY.get_or_init(|| {
-        if docker::docker(&["image", "inspect", BASE_IMAGE]).0 {
-            return;
-        }
         let mut command = binary();
         command
             .args(["run", "--egress-network", network, "--", "true"])
@@ -167,14 +164,13 @@ fn ensure_base_image(network: &str) {
             .stderr(Stdio::inherit());
         let mut child = command.spawn().expect("start egress-sandbox");
         let status = wait_bounded(&mut child, IMAGE_BUILD_BOUND, || {});
-        assert!(
-            status.success(),
-            "warm-up run (base image build) failed: {status}"
-        );
+        assert!(status.success(), "warm-up run failed: {status}");
     });
 }
 
-/// Waits for `child`, calling `tick` between polls; kills it and panics after `bound`.
+/// Waits for `child`, calling `tick` between polls. After `bound` it is stopped (SIGTERM,
+/// then SIGKILL), whatever it owns in Docker is removed so later tests start clean, and the
+/// test fails.
 fn wait_bounded(child: &mut Child, bound: Duration, mut tick: impl FnMut()) -> ExitStatus {
     let deadline = Instant::now() + bound;
     loop {
@@ -183,15 +179,32 @@ fn wait_bounded(child: &mut Child, bound: Duration, mut tick: impl FnMut()) -> E
             return status;
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_hung(child);
             panic!(
-                "egress-sandbox (pid {}) did not finish within {bound:?}: killed",
+                "egress-sandbox (pid {}) did not finish within {bound:?}: stopped",
                 child.id()
             );
         }
         thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// How long a hung run gets to tear down after SIGTERM before it is killed.
+const TERM_GRACE: Duration = Duration::from_secs(20);
+
+fn stop_hung(child: &mut Child) {
+    let pid = child.id();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let deadline = Instant::now() + TERM_GRACE;
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let (owned, _) = super::docker::objects_owned_by(pid);
+    owned.remove();
 }
 
 /// One output stream, read live by a thread; kept up to [`CAPTURE_LIMIT`], all bytes counted.
@@ -255,7 +268,7 @@ impl RunningRun {
                 );
             }
             if self.started.elapsed() > self.hang_bound {
-                let _ = self.child.kill();
+                stop_hung(&mut self.child);
                 panic!("run did not print {needle:?} within {:?}", self.hang_bound);
             }
             thread::sleep(Duration::from_millis(50));
