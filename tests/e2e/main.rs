@@ -21,4 +21,5 @@ mod hardening;
 mod isolation;
 mod reach;
 mod seed;
+mod setup_errors;
 mod teardown;

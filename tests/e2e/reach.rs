@@ -44,8 +44,9 @@ fn allowed_host_is_reachable_through_https_proxy_and_http_proxy() {
         );
         assert_eq!(upstream.requests().len(), 1, "{}", run.describe());
     }
-    assert!(https.requests()[0].starts_with("GET /secure "));
-    assert!(http.requests()[0].starts_with("GET /plain "));
+    assert!(https.requests()[0].head.starts_with("GET /secure "));
+    assert_eq!(https.requests()[0].sni.as_deref(), Some("upstream.test"));
+    assert!(http.requests()[0].head.starts_with("GET /plain "));
     let allowed = |kind: &str, port: u16| {
         !run.audit_where(|record| {
             record["kind"] == kind
@@ -106,6 +107,7 @@ fn allowed_host_is_reachable_transparently_without_proxy_variables() {
         );
         assert_eq!(upstream.requests().len(), 1, "{}", run.describe());
     }
+    assert_eq!(https.requests()[0].sni.as_deref(), Some("upstream.test"));
     let allowed = |port: u16, kind: Option<&str>| {
         !run.audit_where(|record| {
             record["host"] == "upstream.test"
@@ -123,6 +125,52 @@ fn allowed_host_is_reachable_transparently_without_proxy_variables() {
             && record["decision"] == "allowed")
             .is_empty(),
         "the DNS answer for upstream.test is not in the audit log\n{}",
+        run.describe()
+    );
+    run.assert_nothing_left();
+}
+
+#[test]
+fn tunnel_to_an_allowed_host_carrying_another_name_is_refused() {
+    let network = TestNetwork::create();
+    // On :443, where the proxy checks the ClientHello of every CONNECT tunnel.
+    let upstream = Upstream::https(
+        (network.gateway, 443),
+        &["upstream.test", "front.test"],
+        &format!("tls-{}", random_hex()),
+    );
+    // Domain fronting: CONNECT names the allowed host, the TLS ClientHello another one.
+    let script = "curl -sSk --max-time 20 https://upstream.test/control; echo; \
+                  curl -sSk --max-time 20 --connect-to front.test:443:upstream.test:443 \
+                  https://front.test/fronted && echo FRONTED; true";
+
+    let run = Run::new(&network)
+        .policy(&gateway_policy("sni", network.gateway, &[443], &[]))
+        .allow("upstream.test")
+        .resolve("upstream.test", network.gateway)
+        .resolve("front.test", network.gateway)
+        .timeout("60s")
+        .run(&["sh", "-c", script]);
+
+    run.assert_code(0);
+    assert!(
+        run.stdout.contains(&upstream.body),
+        "the control request failed\n{}",
+        run.describe()
+    );
+    let requests = upstream.requests();
+    assert!(
+        requests.len() == 1 && requests[0].head.starts_with("GET /control "),
+        "the upstream served {requests:?}\n{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("FRONTED"), "{}", run.describe());
+    assert!(
+        !run.audit_where(|record| record["host"] == "upstream.test"
+            && record["decision"] == "blocked"
+            && record["reason"] == "sni_mismatch")
+            .is_empty(),
+        "no sni_mismatch record\n{}",
         run.describe()
     );
     run.assert_nothing_left();

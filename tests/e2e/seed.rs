@@ -1,7 +1,11 @@
 //! The seed check from the design, verbatim in spirit: code that prints its environment,
 //! reads /etc/hostname, calls https://test.example.org and loops forever.
 
-use crate::support::{Canary, Run, TestNetwork, gateway_policy, random_hex};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::support::docker::docker;
+use crate::support::{Canary, Run, TestNetwork, gateway_policy, objects_owned_by, random_hex};
 
 const SEED_PROGRAM: &str = r#"
 import os, sys, urllib.request
@@ -24,12 +28,28 @@ fn seed_check_keeps_the_secret_refuses_the_call_and_stops_the_loop() {
     let canary = Canary::bind((network.gateway, 443));
     let secret = format!("s3cr3t-{}", random_hex());
 
-    let run = Run::new(&network)
+    let running = Run::new(&network)
         .policy(&gateway_policy("seed", network.gateway, &[443], &[]))
         .resolve("test.example.org", network.gateway)
         .timeout("5s")
         .caller_env("EGRESS_TEST_SECRET", &secret)
-        .run(&["python3", "-c", SEED_PROGRAM]);
+        .spawn(&["python3", "-c", SEED_PROGRAM]);
+    // While it runs, the configuration of both containers (env, command, labels) as Docker
+    // holds it: the secret must not be there either.
+    let pid = running.pid;
+    let mut inspected = BTreeMap::new();
+    let mut last_look = Instant::now();
+    let run = running.wait_with(|| {
+        if inspected.len() == 2 || last_look.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        last_look = Instant::now();
+        for container in objects_owned_by(pid).0.containers {
+            if let (true, config, _) = docker(&["inspect", &container]) {
+                inspected.entry(container).or_insert(config);
+            }
+        }
+    });
 
     run.assert_code(124);
     assert!(
@@ -52,6 +72,18 @@ fn seed_check_keeps_the_secret_refuses_the_call_and_stops_the_loop() {
         assert!(
             !text.contains("EGRESS_TEST_SECRET"),
             "the secret's variable name leaked into {place}"
+        );
+    }
+    assert_eq!(
+        inspected.len(),
+        2,
+        "could not inspect the proxy and sandbox containers during the run: {:?}",
+        inspected.keys()
+    );
+    for (container, config) in &inspected {
+        assert!(
+            !config.contains(&secret),
+            "the secret is in the configuration of {container}"
         );
     }
     let host_hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();

@@ -81,11 +81,20 @@ impl Drop for Canary {
     }
 }
 
-/// A site: answers every HTTP/1.1 request with 200 and `body`, and records each request head.
+/// One request an upstream served.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The request line and headers.
+    pub head: String,
+    /// The server name the client sent in its TLS ClientHello (HTTPS upstreams).
+    pub sni: Option<String>,
+}
+
+/// A site: answers every HTTP/1.1 request with 200 and `body`, and records each request.
 pub struct Upstream {
     pub addr: SocketAddr,
     pub body: String,
-    requests: Arc<Mutex<Vec<String>>>,
+    requests: Arc<Mutex<Vec<Request>>>,
     task: AbortHandle,
 }
 
@@ -118,10 +127,11 @@ impl Upstream {
                         match tls {
                             Some(acceptor) => {
                                 if let Ok(stream) = acceptor.accept(stream).await {
-                                    serve(stream, &record, &response).await;
+                                    let sni = stream.get_ref().1.server_name().map(str::to_owned);
+                                    serve(stream, sni, &record, &response).await;
                                 }
                             }
-                            None => serve(stream, &record, &response).await,
+                            None => serve(stream, None, &record, &response).await,
                         }
                     });
                 }
@@ -135,8 +145,8 @@ impl Upstream {
         }
     }
 
-    /// Heads of every request served so far.
-    pub fn requests(&self) -> Vec<String> {
+    /// Every request served so far.
+    pub fn requests(&self) -> Vec<Request> {
         self.requests.lock().expect("upstream lock").clone()
     }
 
@@ -154,7 +164,8 @@ impl Drop for Upstream {
 /// Reads one request head (bounded in bytes and time), records it, answers, closes.
 async fn serve(
     mut stream: impl AsyncRead + AsyncWrite + Unpin,
-    record: &Mutex<Vec<String>>,
+    sni: Option<String>,
+    record: &Mutex<Vec<Request>>,
     response: &str,
 ) {
     let mut head = Vec::new();
@@ -176,10 +187,10 @@ async fn serve(
     ) {
         return;
     }
-    record
-        .lock()
-        .expect("upstream lock")
-        .push(String::from_utf8_lossy(&head).into_owned());
+    record.lock().expect("upstream lock").push(Request {
+        head: String::from_utf8_lossy(&head).into_owned(),
+        sni,
+    });
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
