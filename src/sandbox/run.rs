@@ -157,6 +157,7 @@ pub async fn run_until(
     };
     let owner = Owner::current().map_err(RunError::Owner)?;
     let engine = Engine::connect().await?;
+    tracing::debug!(host = engine.host(), "connected to the Docker engine");
     let names = RunNames::generate();
     let teardown = Teardown::new(engine.clone(), &names.id);
     let run = Run {
@@ -171,6 +172,7 @@ pub async fn run_until(
         .go(&proxy_binary, audit_log, sinks, &mut interrupt)
         .await;
     let failures = teardown.run().await;
+    tracing::debug!("teardown done");
     let mut outcome = result?;
     outcome.teardown_errors = failures;
     Ok(outcome)
@@ -225,6 +227,7 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the sandbox"))?;
         let started = Instant::now();
+        tracing::debug!("sandbox started");
         let relay = tokio::spawn(output::relay(
             sandbox_output,
             sinks,
@@ -239,6 +242,7 @@ impl Run<'_> {
             signal = interrupt.as_mut() => End::Interrupted(signal),
         };
         let duration = started.elapsed();
+        tracing::debug!("sandbox ended");
         if !matches!(end, End::Exited(_)) {
             // The container, not a process: a double-forked child that ignores SIGTERM dies too.
             if let Err(error) = engine.kill_container(sandbox, "SIGKILL").await {
@@ -269,6 +273,7 @@ impl Run<'_> {
         // the sandbox meanwhile.
         let (tally, removed) =
             tokio::join!(self.stop_proxy(proxy), engine.remove_container(sandbox));
+        tracing::debug!("proxy stopped, sandbox removed");
         if let Err(error) = removed {
             tracing::debug!(%error, "sandbox removal failed; teardown retries");
         }
@@ -329,6 +334,7 @@ impl Run<'_> {
                 .map_err(RunError::from)
             },
         )?;
+        tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
         let (proxy, sandbox_output) = tokio::try_join!(
             self.start_proxy(&proxy_image, &egress, subnet, audit_log),
             self.create_sandbox(&image, subnet),
@@ -376,7 +382,10 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
-            Ok(Ok(Ok(()))) => Ok(proxy),
+            Ok(Ok(Ok(()))) => {
+                tracing::debug!("proxy ready");
+                Ok(proxy)
+            }
             Ok(Ok(Err(not_ready))) => Err(RunError::ProxyNotReady {
                 detail: not_ready.detail,
             }),
