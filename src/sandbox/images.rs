@@ -16,6 +16,7 @@ mod elf;
 mod hash_cache;
 mod proxy;
 mod rootfs;
+mod sweep;
 
 use std::fs::{File, TryLockError};
 use std::io;
@@ -101,6 +102,14 @@ pub async fn require_local_image(docker: &Docker, image: &str) -> Result<(), Ima
             image: image.to_owned(),
         })
     }
+}
+
+/// Removes images this tool made that nothing can use any more: proxy images of other
+/// binaries not handed out for 30 minutes, and untagged leftovers of concurrent builds.
+/// Never fails (images in use are kept); returns how many were removed. For `gc`; image
+/// builds also run it.
+pub async fn sweep_images(docker: &Docker) -> usize {
+    sweep::remove_leftover_images(docker, &cache_dir(), None).await
 }
 
 /// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else a directory under

@@ -19,7 +19,7 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::rootfs::{RootfsDir, prepare_for_image};
-use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive};
+use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
 
 /// The tag of the default sandbox image.
 pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-1";
@@ -36,7 +36,14 @@ pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, 
         return Ok(BASE_IMAGE.to_owned());
     }
     let debootstrap = find_debootstrap().ok_or(ImageError::DebootstrapMissing)?;
-    let _lock = lock_exclusive(cache_dir, "base-image.lock", || {
+    if !running_as_root() {
+        return Err(build_error(
+            "debootstrap must run as root, and it is needed once to build the default sandbox \
+             image: run egress-sandbox once as root (e.g. sudo egress-sandbox run -- true); the \
+             image is then there for every Docker user. Or pass --image with a local image",
+        ));
+    }
+    let lock = lock_exclusive(cache_dir, "base-image.lock", || {
         eprintln!(
             "egress-sandbox: waiting for another egress-sandbox process to finish building the base image"
         );
@@ -46,6 +53,8 @@ pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, 
         return Ok(BASE_IMAGE.to_owned());
     }
     build(docker, cache_dir, &debootstrap).await?;
+    drop(lock);
+    sweep::remove_leftover_images(docker, cache_dir, None).await;
     Ok(BASE_IMAGE.to_owned())
 }
 
@@ -59,6 +68,17 @@ fn find_debootstrap() -> Option<PathBuf> {
             fs::metadata(candidate)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// From /proc rather than `geteuid`, which would need `unsafe` or another crate.
+fn running_as_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
 }
 
 fn mirror() -> String {
@@ -91,21 +111,21 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
         log_path.display()
     )))?;
     eprintln!(
-        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~3 min) from {mirror}; log: {}",
+        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~1-3 min) from {mirror}; log: {}",
         log_path.display()
     );
 
     let status = run_debootstrap(debootstrap, rootfs.path(), &mirror, &mut log).await?;
     if !status.success() {
+        let last = last_meaningful_line(&log_path).unwrap_or_default();
         // debootstrap's own detailed log dies with the rootfs; keep it in ours.
         if let Ok(details) = fs::read(rootfs.path().join("debootstrap/debootstrap.log")) {
             let _ = writeln!(log, "---- debootstrap/debootstrap.log ----");
             let _ = log.write_all(&details);
         }
-        let last = last_meaningful_line(&log_path).unwrap_or_default();
         return Err(build_error(format!(
-            "debootstrap {status} ({last}); is {mirror} reachable (set {MIRROR_ENV} to another \
-             Debian mirror) and is this run as root? Full log: {}",
+            "debootstrap failed ({status}): {last}; check that {mirror} is reachable (set \
+             {MIRROR_ENV} to another Debian mirror); full log: {}",
             log_path.display()
         )));
     }
@@ -182,12 +202,21 @@ async fn run_debootstrap(
         .map_err(ImageError::io("waiting for debootstrap failed"))
 }
 
+/// Reads to the end even past bytes that are not UTF-8: a pipe left undrained would block
+/// debootstrap.
 fn forward_lines(pipe: impl AsyncRead + Unpin + Send + 'static, to: mpsc::Sender<String>) {
     tokio::spawn(async move {
-        let mut reader = BufReader::new(pipe).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            if to.send(line).await.is_err() {
-                break;
+        let mut reader = BufReader::new(pipe);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                    // The receiver only goes away with the build; keep draining regardless.
+                    let _ = to.send(text).await;
+                }
             }
         }
     });
@@ -209,8 +238,14 @@ fn stage_of(line: &str) -> Option<&'static str> {
         "Retrieving" | "Validating" => "downloading packages",
         "Extracting" => "extracting packages",
         "Installing" => "installing core packages",
-        "Unpacking" => "unpacking packages",
-        "Configuring" => "configuring packages",
+        // Per-package "Unpacking foo..." lines stay in the stage their header started.
+        "Unpacking" | "Configuring" => match message.split_once(' ').map(|(_, rest)| rest) {
+            Some("required packages...") if word == "Unpacking" => "unpacking required packages",
+            Some("required packages...") => "configuring required packages",
+            Some("the base system...") if word == "Unpacking" => "unpacking the base system",
+            Some("the base system...") => "configuring the base system",
+            _ => return None,
+        },
         "Base" => "base system installed",
         _ => return None,
     })
@@ -325,6 +360,9 @@ mod tests {
             "I: Unpacking adduser...",
             "I: Configuring required packages...",
             "I: Configuring libc-bin...",
+            "I: Unpacking the base system...",
+            "I: Unpacking apt...",
+            "I: Configuring the base system...",
             "I: Base system installed successfully.",
             "W: some warning",
             "dpkg: warning: noise",
@@ -346,15 +384,25 @@ mod tests {
                 Some("downloading packages"),
                 Some("extracting packages"),
                 Some("installing core packages"),
-                Some("unpacking packages"),
-                Some("unpacking packages"),
-                Some("configuring packages"),
-                Some("configuring packages"),
+                Some("unpacking required packages"),
+                None,
+                Some("configuring required packages"),
+                None,
+                Some("unpacking the base system"),
+                None,
+                Some("configuring the base system"),
                 Some("base system installed"),
                 None,
                 None,
             ]
         );
+    }
+
+    #[test]
+    fn the_effective_uid_is_read_from_proc() {
+        // These tests run as root on the build machines; the point is that parsing works.
+        let uid = fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+        assert_eq!(running_as_root(), uid.unwrap() == 0);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! The cache file is small JSON, rewritten atomically (temp file + rename); a lost update
 //! between concurrent writers only costs a re-hash.
 
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::fs;
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -44,18 +44,32 @@ impl FileIdentity {
     }
 }
 
-/// Lowercase hex sha256 of the file at `path`, from `cache_dir` when the file is unchanged.
-/// Returns whether it was a cache hit, so callers (and tests) can tell.
-pub fn sha256_cached(cache_dir: &Path, path: &Path) -> io::Result<(String, bool)> {
+/// The sha256 (lowercase hex) remembered for the file at `path`, if the file is unchanged
+/// since it was hashed: one `stat` and one small read.
+pub fn cached_sha256(cache_dir: &Path, path: &Path) -> io::Result<Option<String>> {
     let identity = FileIdentity::of(path)?;
-    let cache_file = cache_dir.join(CACHE_FILE);
-    let mut entries = read_entries(&cache_file);
-    if let Some(entry) = entries.iter().find(|e| e.identity == identity) {
-        return Ok((entry.sha256.clone(), true));
-    }
-    let sha256 = sha256_file(&identity.path)?;
-    // The file changed while we hashed it: the hash is still returned but not remembered.
+    let entries = read_entries(&cache_dir.join(CACHE_FILE));
+    Ok(entries
+        .into_iter()
+        .find(|e| e.identity == identity)
+        .map(|e| e.sha256))
+}
+
+/// The file's bytes as read now and their sha256.
+pub struct HashedFile {
+    pub bytes: Vec<u8>,
+    pub sha256: String,
+}
+
+/// Reads and hashes the file, and remembers the hash for its identity unless the file
+/// changed while it was read (then the hash is still right for the returned bytes).
+pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile> {
+    let identity = FileIdentity::of(path)?;
+    let bytes = fs::read(&identity.path)?;
+    let sha256 = sha256_hex(&bytes);
     if FileIdentity::of(path)? == identity {
+        let cache_file = cache_dir.join(CACHE_FILE);
+        let mut entries = read_entries(&cache_file);
         entries.retain(|e| e.identity.path != identity.path);
         entries.push(Entry {
             identity,
@@ -67,7 +81,14 @@ pub fn sha256_cached(cache_dir: &Path, path: &Path) -> io::Result<(String, bool)
             tracing::debug!(%error, file = %cache_file.display(), "could not save the hash cache");
         }
     }
-    Ok((sha256, false))
+    Ok(HashedFile { bytes, sha256 })
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A missing or unreadable cache is an empty cache, never an error.
@@ -87,53 +108,39 @@ fn write_entries(cache_dir: &Path, cache_file: &Path, entries: &[Entry]) -> io::
     })
 }
 
-pub fn sha256_file(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match file.read(&mut buf)? {
-            0 => break,
-            n => hasher.update(&buf[..n]),
-        }
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::time::{Duration, SystemTime};
 
     const SHA256_HELLO: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
 
     #[test]
-    fn first_call_hashes_second_call_hits_the_cache() {
+    fn a_hash_is_remembered_once_read() {
         let dir = tempfile::tempdir().unwrap();
         let binary = dir.path().join("bin");
         fs::write(&binary, "hello").unwrap();
         let cache = dir.path().join("cache");
+        assert_eq!(cached_sha256(&cache, &binary).unwrap(), None);
+        let hashed = read_and_remember(&cache, &binary).unwrap();
         assert_eq!(
-            sha256_cached(&cache, &binary).unwrap(),
-            (SHA256_HELLO.into(), false)
+            (hashed.bytes.as_slice(), hashed.sha256.as_str()),
+            (&b"hello"[..], SHA256_HELLO)
         );
         assert_eq!(
-            sha256_cached(&cache, &binary).unwrap(),
-            (SHA256_HELLO.into(), true)
+            cached_sha256(&cache, &binary).unwrap().as_deref(),
+            Some(SHA256_HELLO)
         );
     }
 
     #[test]
-    fn a_changed_file_is_rehashed() {
+    fn a_changed_file_is_not_answered_from_the_cache() {
         let dir = tempfile::tempdir().unwrap();
         let binary = dir.path().join("bin");
         let cache = dir.path().join("cache");
         fs::write(&binary, "hello").unwrap();
-        sha256_cached(&cache, &binary).unwrap();
+        read_and_remember(&cache, &binary).unwrap();
         // Same size, different content, mtime forced to differ even on coarse clocks.
         fs::write(&binary, "world").unwrap();
         let later = SystemTime::now() + Duration::from_secs(5);
@@ -143,10 +150,13 @@ mod tests {
             .unwrap()
             .set_modified(later)
             .unwrap();
-        let (hash, hit) = sha256_cached(&cache, &binary).unwrap();
-        assert!(!hit);
-        assert_eq!(hash, sha256_file(&binary).unwrap());
-        assert_ne!(hash, SHA256_HELLO);
+        assert_eq!(cached_sha256(&cache, &binary).unwrap(), None);
+        let hashed = read_and_remember(&cache, &binary).unwrap();
+        assert_eq!(hashed.sha256, sha256_hex(b"world"));
+        assert_eq!(
+            cached_sha256(&cache, &binary).unwrap(),
+            Some(sha256_hex(b"world"))
+        );
     }
 
     #[test]
@@ -157,10 +167,10 @@ mod tests {
         let cache = dir.path().join("cache");
         fs::write(&binary, "hello").unwrap();
         std::os::unix::fs::symlink(&binary, &link).unwrap();
-        sha256_cached(&cache, &binary).unwrap();
+        read_and_remember(&cache, &binary).unwrap();
         assert_eq!(
-            sha256_cached(&cache, &link).unwrap(),
-            (SHA256_HELLO.into(), true)
+            cached_sha256(&cache, &link).unwrap().as_deref(),
+            Some(SHA256_HELLO)
         );
     }
 
@@ -172,14 +182,18 @@ mod tests {
         fs::create_dir_all(&cache).unwrap();
         fs::write(cache.join(CACHE_FILE), "{not json").unwrap();
         fs::write(&binary, "hello").unwrap();
+        assert_eq!(cached_sha256(&cache, &binary).unwrap(), None);
+        read_and_remember(&cache, &binary).unwrap();
         assert_eq!(
-            sha256_cached(&cache, &binary).unwrap(),
-            (SHA256_HELLO.into(), false)
+            cached_sha256(&cache, &binary).unwrap().as_deref(),
+            Some(SHA256_HELLO)
         );
-        assert_eq!(
-            sha256_cached(&cache, &binary).unwrap(),
-            (SHA256_HELLO.into(), true)
-        );
+    }
+
+    #[test]
+    fn a_missing_binary_is_an_error_not_a_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(cached_sha256(dir.path(), &dir.path().join("absent")).is_err());
     }
 
     #[test]
@@ -189,7 +203,7 @@ mod tests {
         for i in 0..MAX_ENTRIES + 5 {
             let binary = dir.path().join(format!("bin{i}"));
             fs::write(&binary, format!("content {i}")).unwrap();
-            sha256_cached(&cache, &binary).unwrap();
+            read_and_remember(&cache, &binary).unwrap();
         }
         assert_eq!(read_entries(&cache.join(CACHE_FILE)).len(), MAX_ENTRIES);
     }

@@ -7,55 +7,70 @@
 //! builder at all.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bollard::Docker;
-use bollard::query_parameters::{
-    CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
-};
+use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::TryStreamExt;
-use sha2::{Digest, Sha256};
 
 use super::elf::{ElfLinkage, elf_linkage};
-use super::hash_cache::sha256_cached;
-use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive};
+use super::hash_cache::{HashedFile, cached_sha256, read_and_remember};
+use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
 
 /// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
 pub const PROXY_REPOSITORY: &str = "egress-sandbox-proxy";
 /// Where the binary sits in the image.
 const BINARY_IN_IMAGE: &str = "egress-sandbox";
-/// Per-image "last handed out" stamps, see [`remove_stale_images`].
+/// Per-image "last handed out" stamps, see [`super::sweep`].
 const STAMP_DIR: &str = "proxy-images";
-/// An image handed out this recently may be about to start a container (a run may first spend
-/// minutes building the base image), so it is never swept.
-const SWEEP_GRACE: Duration = Duration::from_secs(30 * 60);
 
 pub(super) async fn ensure(
     docker: &Docker,
     cache_dir: &Path,
     binary: &Path,
 ) -> Result<String, ImageError> {
-    let (sha256, _) = {
-        let (cache_dir, path) = (cache_dir.to_owned(), binary.to_owned());
-        blocking(move || sha256_cached(&cache_dir, &path))
-            .await?
-            .map_err(ImageError::io(format!(
-                "cannot read {}",
-                binary_display(binary)
-            )))?
-    };
-    let tag = tag_for(&sha256);
-    if image_exists(docker, &tag).await? {
-        stamp(cache_dir, &tag);
+    if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
         return Ok(tag);
     }
-
-    let lock = lock_exclusive(cache_dir, "proxy-image.lock", || {}).await?;
-    let built = build(docker, binary).await?;
+    // Only saves duplicate work (concurrent imports of one binary are harmless: the last tag
+    // wins and the untagged loser is swept later), so an unusable cache dir must not stop us.
+    let lock = lock_exclusive(cache_dir, "proxy-image.lock", || {})
+        .await
+        .inspect_err(|error| tracing::debug!(%error, "building the proxy image without a lock"))
+        .ok();
+    // Whoever held the lock may have just built it.
+    if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
+        return Ok(tag);
+    }
+    let built = build(docker, cache_dir, binary).await?;
     stamp(cache_dir, &built);
     drop(lock);
-    remove_stale_images(docker, cache_dir, &built).await;
+    sweep::remove_leftover_images(docker, cache_dir, Some(&built)).await;
     Ok(built)
+}
+
+/// The fast path: the remembered hash of an unchanged binary names an image that exists.
+async fn existing_tag(
+    docker: &Docker,
+    cache_dir: &Path,
+    binary: &Path,
+) -> Result<Option<String>, ImageError> {
+    let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
+    let cached = blocking(move || cached_sha256(&dir, &path))
+        .await?
+        .map_err(ImageError::io(format!(
+            "cannot read {}",
+            binary_display(binary)
+        )))?;
+    let Some(sha256) = cached else {
+        return Ok(None);
+    };
+    let tag = tag_for(&sha256);
+    if !image_exists(docker, &tag).await? {
+        return Ok(None);
+    }
+    stamp(cache_dir, &tag);
+    Ok(Some(tag))
 }
 
 fn binary_display(path: &Path) -> String {
@@ -67,33 +82,22 @@ fn tag_for(sha256: &str) -> String {
 }
 
 /// Imports the binary as read now; the tag comes from these very bytes, so a binary replaced
-/// since it was hashed still gets an image whose tag matches its content.
-async fn build(docker: &Docker, binary: &Path) -> Result<String, ImageError> {
-    let path = binary.to_owned();
-    let (bytes, sha256) = blocking(move || -> Result<_, ImageError> {
-        match elf_linkage(&path).map_err(ImageError::io(format!(
-            "cannot read {}",
-            binary_display(&path)
-        )))? {
+/// since it was last hashed still gets an image whose tag matches its content.
+async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<String, ImageError> {
+    let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
+    let HashedFile { bytes, sha256 } = blocking(move || -> Result<_, ImageError> {
+        let unreadable = || ImageError::io(format!("cannot read {}", binary_display(&path)));
+        match elf_linkage(&path).map_err(unreadable())? {
             ElfLinkage::Static => {}
             ElfLinkage::Dynamic { interpreter } => {
                 return Err(ImageError::NotStatic { path, interpreter });
             }
             ElfLinkage::NotElf(reason) => return Err(ImageError::NotElf { path, reason }),
         }
-        let bytes = std::fs::read(&path).map_err(ImageError::io(format!(
-            "cannot read {}",
-            binary_display(&path)
-        )))?;
-        let sha256: String = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Ok((bytes, sha256))
+        read_and_remember(&dir, &path).map_err(unreadable())
     })
     .await??;
     let tag = tag_for(&sha256);
-    // Another process may have made it while we waited for the lock.
     if image_exists(docker, &tag).await? {
         return Ok(tag);
     }
@@ -101,6 +105,7 @@ async fn build(docker: &Docker, binary: &Path) -> Result<String, ImageError> {
     let started = std::time::Instant::now();
     let context = single_file_tar(BINARY_IN_IMAGE, &bytes)
         .map_err(ImageError::io("cannot assemble the proxy image archive"))?;
+    drop(bytes);
     let (repo, version) = tag.split_once(':').expect("tag_for makes repo:tag");
     let options = CreateImageOptionsBuilder::default()
         .from_src("-")
@@ -143,7 +148,7 @@ fn single_file_tar(name: &str, content: &[u8]) -> std::io::Result<Vec<u8>> {
     archive.into_inner()
 }
 
-/// Remembers when this tag was last handed out, for [`remove_stale_images`] of other
+/// Remembers when this tag was last handed out, for the [`super::sweep`] of other
 /// processes. Best effort.
 fn stamp(cache_dir: &Path, tag: &str) {
     let dir = cache_dir.join(STAMP_DIR);
@@ -162,68 +167,9 @@ fn stamp(cache_dir: &Path, tag: &str) {
     }
 }
 
-fn last_handed_out(cache_dir: &Path, tag: &str) -> Option<SystemTime> {
+pub(super) fn last_handed_out(cache_dir: &Path, tag: &str) -> Option<SystemTime> {
     let file = cache_dir.join(STAMP_DIR).join(tag.replace(':', "_"));
     std::fs::metadata(file).and_then(|m| m.modified()).ok()
-}
-
-/// Removes proxy images of older binaries so development rebuilds do not pile up. Keeps
-/// `current`, anything a container still uses (removal without force is refused for those),
-/// and anything handed out or created within [`SWEEP_GRACE`], since another process (another
-/// checkout, another version) may be about to start it. Never fails the caller.
-async fn remove_stale_images(docker: &Docker, cache_dir: &Path, current: &str) {
-    let filters = std::collections::HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{IMAGE_LABEL}=proxy")],
-    )]);
-    let options = ListImagesOptionsBuilder::default()
-        .all(false)
-        .filters(&filters)
-        .build();
-    let images = match docker.list_images(Some(options)).await {
-        Ok(images) => images,
-        Err(error) => {
-            tracing::debug!(%error, "could not list old proxy images");
-            return;
-        }
-    };
-    let now = SystemTime::now();
-    let recent = |time: SystemTime| {
-        now.duration_since(time).is_ok_and(|age| age < SWEEP_GRACE) || time > now
-    };
-    for image in images {
-        let created = SystemTime::UNIX_EPOCH + Duration::from_secs(image.created.max(0) as u64);
-        let ours: Vec<&String> = image
-            .repo_tags
-            .iter()
-            .filter(|t| t.starts_with(PROXY_REPOSITORY) && t.as_str() != current)
-            .collect();
-        // An untagged leftover of a concurrent import is addressed by id.
-        let names: Vec<String> = if image.repo_tags.iter().all(|t| t == "<none>:<none>") {
-            vec![image.id.clone()]
-        } else if ours.len() == image.repo_tags.len() {
-            ours.into_iter().cloned().collect()
-        } else {
-            continue;
-        };
-        for name in names {
-            if recent(last_handed_out(cache_dir, &name).unwrap_or(created)) || recent(created) {
-                continue;
-            }
-            let options = RemoveImageOptionsBuilder::default()
-                .force(false)
-                .noprune(false)
-                .build();
-            match docker.remove_image(&name, Some(options), None).await {
-                Ok(_) => {
-                    tracing::debug!(image = %name, "removed an old proxy image");
-                    let stamp = cache_dir.join(STAMP_DIR).join(name.replace(':', "_"));
-                    let _ = std::fs::remove_file(stamp);
-                }
-                Err(error) => tracing::debug!(image = %name, %error, "kept an old proxy image"),
-            }
-        }
-    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -238,6 +184,7 @@ async fn blocking<T: Send + 'static>(
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::time::Duration;
 
     #[test]
     fn the_tag_is_the_repository_and_16_hex_digits() {
