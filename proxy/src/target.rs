@@ -135,7 +135,7 @@ impl Target {
             let inner = inner.strip_suffix(']').ok_or(TargetError::BadIpv6)?;
             return parse_ipv6(inner).map(canonical_ip);
         }
-        if raw.contains(':') {
+        if looks_like_ipv6(raw) {
             return parse_ipv6(raw).map(canonical_ip);
         }
         let ascii = to_ascii_lowercase_host(raw)?;
@@ -227,6 +227,17 @@ fn escape_for_message(raw: &str) -> String {
         .take(16)
         .flat_map(char::escape_default)
         .collect()
+}
+
+/// Unbracketed IPv6 as in an SNI-less DNS question or `policy test ::1`: hex digits,
+/// colons and dots (embedded IPv4), optionally a `%zone` (refused later). Anything else with
+/// a colon goes on as a name and is refused there with the colon's position.
+fn looks_like_ipv6(raw: &str) -> bool {
+    let address = raw.split('%').next().unwrap_or(raw);
+    address.contains(':')
+        && address
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
 }
 
 fn parse_ipv6(inner: &str) -> Result<Target, TargetError> {
