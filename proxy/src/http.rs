@@ -159,21 +159,27 @@ impl ClientConnection {
         let (target, port) = match self.request_target(&request) {
             Ok(found) => found,
             Err((raw, reason, detail)) => {
-                let refusal =
-                    self.shared
-                        .gate
-                        .refuse_request(&mut attempt, raw.as_bytes(), reason, detail);
+                let refusal = self
+                    .shared
+                    .gate
+                    .refuse_request(&mut attempt, &raw, reason, detail);
                 return refusal_response(&refusal);
             }
         };
         if let Err((reason, detail)) = check_request_shape(&request) {
             attempt.host = target.to_string();
             attempt.port = Some(port);
-            let refusal = self.shared.gate.refuse_request(&mut attempt, b"", reason, detail);
+            let refusal = self
+                .shared
+                .gate
+                .refuse_request(&mut attempt, b"", reason, detail);
             return refusal_response(&refusal);
         }
         let up = Arc::new(AtomicU64::new(0));
-        match self.forward(request, &target, port, &mut attempt, &up).await {
+        match self
+            .forward(request, &target, port, &mut attempt, &up)
+            .await
+        {
             Ok(response) => counted_response(response, attempt, up),
             Err(refusal) => refusal_response(&refusal),
         }
@@ -185,23 +191,23 @@ impl ClientConnection {
     fn request_target(
         &self,
         request: &Request<Incoming>,
-    ) -> Result<(Target, u16), (String, Reason, &'static str)> {
+    ) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
         let uri = request.uri();
-        let (authority, default_port) = match (self.door, uri.scheme_str()) {
+        let (authority, default_port): (Vec<u8>, u16) = match (self.door, uri.scheme_str()) {
             (_, Some(scheme)) if scheme.eq_ignore_ascii_case("http") => {
                 let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
-                (authority.to_owned(), 80)
+                (authority.as_bytes().to_vec(), 80)
             }
             (_, Some(_)) => {
                 return Err((
-                    uri.to_string(),
+                    uri.to_string().into_bytes(),
                     Reason::Unsupported,
                     "only http:// URLs can be proxied; use CONNECT for https",
                 ));
             }
             (Door::Explicit, None) => {
                 return Err((
-                    uri.to_string(),
+                    uri.to_string().into_bytes(),
                     Reason::BadRequest,
                     "a proxy request needs an absolute URL (http://host/path)",
                 ));
@@ -210,14 +216,11 @@ impl ClientConnection {
                 let host = request.headers().get_all(header::HOST);
                 let mut values = host.iter();
                 match (values.next(), values.next()) {
-                    (Some(value), None) => (
-                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                        port,
-                    ),
+                    (Some(value), None) => (value.as_bytes().to_vec(), port),
                     (first, _) => {
                         let raw = first.map(|v| v.as_bytes().to_vec()).unwrap_or_default();
                         return Err((
-                            String::from_utf8_lossy(&raw).into_owned(),
+                            raw,
                             Reason::BadRequest,
                             "the request needs exactly one Host header",
                         ));
@@ -225,15 +228,20 @@ impl ClientConnection {
                 }
             }
         };
-        if authority.contains('@') {
+        let Ok(text) = std::str::from_utf8(&authority) else {
+            return Err((authority, Reason::BadRequest, "the host is not valid"));
+        };
+        if text.contains('@') {
             return Err((
                 authority,
                 Reason::BadRequest,
                 "user information in URLs is refused",
             ));
         }
-        Target::parse_authority(&authority, Some(default_port))
-            .map_err(|_| (authority, Reason::BadRequest, "the host is not valid"))
+        match Target::parse_authority(text, Some(default_port)) {
+            Ok(found) => Ok(found),
+            Err(_) => Err((authority, Reason::BadRequest, "the host is not valid")),
+        }
     }
 
     /// Sends the request to the target through the gate and returns the upstream's response.
@@ -260,7 +268,9 @@ impl ClientConnection {
                 upstream
             }
             None => {
-                let stream = gate.connect_decided(attempt, target, port, &decision).await?;
+                let stream = gate
+                    .connect_decided(attempt, target, port, &decision)
+                    .await?;
                 let addr = attempt.addr.expect("a connected attempt has its address");
                 let (sender, connection) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -293,11 +303,11 @@ impl ClientConnection {
 /// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the
 /// connection would no longer be HTTP/1 requests we can judge one by one.
 fn check_request_shape(request: &Request<Incoming>) -> Result<(), (Reason, &'static str)> {
-    let upgrade_h2c = request
-        .headers()
-        .get_all(header::UPGRADE)
-        .iter()
-        .any(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase().contains("h2c"));
+    let upgrade_h2c = request.headers().get_all(header::UPGRADE).iter().any(|v| {
+        String::from_utf8_lossy(v.as_bytes())
+            .to_ascii_lowercase()
+            .contains("h2c")
+    });
     if upgrade_h2c || request.headers().contains_key("http2-settings") {
         return Err((Reason::Unsupported, "h2c upgrades are not supported"));
     }
