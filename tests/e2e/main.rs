@@ -20,6 +20,7 @@ mod concurrency;
 mod hardening;
 mod isolation;
 mod reach;
+mod report_mode;
 mod seed;
 mod setup_errors;
 mod teardown;

@@ -24,17 +24,27 @@ fn started_run(network: &TestNetwork) -> (RunningRun, String) {
     (running, run_id)
 }
 
-#[test]
-fn sigterm_mid_run_tears_down_and_exits() {
+/// Interrupts a run with `signal` and checks it tears down, reports and exits with `code`.
+fn interrupted_run_tears_down(signal: &str, code: i32) {
     let network = TestNetwork::create();
     let (running, run_id) = started_run(&network);
-    running.signal("TERM");
+    running.signal(signal);
     let run = running.wait();
 
-    run.assert_code(143);
+    run.assert_code(code);
     assert_eq!(run.report()["status"], "interrupted", "{}", run.describe());
     assert_eq!(run.run_id(), run_id);
     run.assert_nothing_left();
+}
+
+#[test]
+fn sigterm_mid_run_tears_down_and_exits_143() {
+    interrupted_run_tears_down("TERM", 143);
+}
+
+#[test]
+fn sigint_mid_run_tears_down_and_exits_130() {
+    interrupted_run_tears_down("INT", 130);
 }
 
 #[test]
