@@ -19,14 +19,27 @@ fn assert_refused_before_running(run: &Finished, why: &str) {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// Several at once: a run that fails its image check while its network is being created
+/// must still remove that network.
 #[test]
 fn missing_image_exits_125_and_leaves_nothing() {
+    const RUNS: usize = 8;
     let network = TestNetwork::create();
     let image = format!("egress-e2e-missing-{}:none", random_hex());
-    let run = Run::new(&network)
-        .option("--image", &image)
-        .run(&["echo", "SHOULD-NOT-RUN"]);
-    assert_refused_before_running(&run, &image);
+    let running: Vec<_> = (0..RUNS)
+        .map(|_| {
+            Run::new(&network)
+                .option("--image", &image)
+                .spawn(&["echo", "SHOULD-NOT-RUN"])
+        })
+        .collect();
+    let finished: Vec<Finished> = running.into_iter().map(|run| run.wait()).collect();
+    // A create request already sent when the run gave up completes in the daemon anyway;
+    // give it a moment to show up before looking.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    for run in &finished {
+        assert_refused_before_running(run, &image);
+    }
 }
 
 #[test]
