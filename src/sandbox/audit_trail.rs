@@ -78,7 +78,7 @@ where
             Ok(LogOutput::StdErr { message }) => {
                 reader.keep_stderr(&message);
                 for line in stderr.push(&message) {
-                    tracing::info!("proxy: {}", String::from_utf8_lossy(&line));
+                    tracing::info!("proxy: {}", without_ansi(&String::from_utf8_lossy(&line)));
                 }
             }
             Ok(LogOutput::StdIn { .. }) => {}
@@ -153,6 +153,26 @@ impl Reader {
     }
 }
 
+/// The proxy's diagnostics without terminal colour sequences (`ESC [ … letter`).
+fn without_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
 fn is_ready_line(line: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(line)
         .is_ok_and(|value| value.get("ready") == Some(&serde_json::Value::Bool(true)))
@@ -200,6 +220,14 @@ impl LineBuffer {
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn colour_sequences_are_dropped() {
+        assert_eq!(
+            without_ansi("\u{1b}[2mts\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m x"),
+            "ts  WARN x"
+        );
+    }
 
     #[test]
     fn lines_are_reassembled_across_frames() {

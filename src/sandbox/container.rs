@@ -208,7 +208,19 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
     host
 }
 
-/// The sandbox container: on the run network at `.3`, nothing else.
+/// Where the gate binary appears in the sandbox (read-only bind mount).
+pub const GATE_PATH: &str = "/.egress-sandbox/gate";
+
+/// The `sandbox-gate` in front of the command: the static egress-sandbox binary at `binary`
+/// (on the engine's host) and the image's own entrypoint, which the command follows.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    pub binary: std::path::PathBuf,
+    pub image_entrypoint: Vec<String>,
+}
+
+/// The sandbox container: on the run network at `.3`, nothing else. With a gate, the
+/// command waits for one byte on stdin before it runs (see `commands::sandbox_gate`).
 pub fn sandbox_body(
     spec: &RunSpec,
     image: &str,
@@ -216,22 +228,45 @@ pub fn sandbox_body(
     subnet: RunSubnet,
     hostname: &str,
     labels: &HashMap<String, String>,
+    gate: Option<&Gate>,
 ) -> ContainerCreateBody {
+    let mut host = sandbox_host_config(spec, network, subnet);
+    let (entrypoint, cmd) = match gate {
+        Some(gate) => {
+            host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
+                target: Some(GATE_PATH.into()),
+                source: Some(gate.binary.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..DockerMount::default()
+            });
+            // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD` should.
+            let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into(), "--".into()];
+            entrypoint.extend(gate.image_entrypoint.iter().cloned());
+            entrypoint.extend(spec.command.iter().cloned());
+            (Some(entrypoint), None)
+        }
+        None => (None, Some(spec.command.clone())),
+    };
+    let gated = gate.is_some();
     ContainerCreateBody {
         image: Some(image.to_string()),
-        cmd: Some(spec.command.clone()),
+        entrypoint,
+        cmd,
         hostname: Some(hostname.to_string()),
         user: Some(NOBODY.into()),
         env: Some(sandbox_env(spec, subnet)),
         working_dir: spec.workdir.clone(),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        attach_stdin: Some(false),
-        open_stdin: Some(false),
+        // The gate's go signal; closed after it, so the command's stdin is at EOF.
+        attach_stdin: Some(gated),
+        open_stdin: Some(gated),
+        stdin_once: Some(gated),
         tty: Some(false),
         network_disabled: Some(false),
         labels: Some(labels.clone()),
-        host_config: Some(sandbox_host_config(spec, network, subnet)),
+        host_config: Some(host),
         networking_config: Some(endpoint(network, subnet.sandbox())),
         ..ContainerCreateBody::default()
     }
@@ -265,7 +300,10 @@ mod tests {
             subnet(),
             "sandbox-1",
             &HashMap::new(),
+            None,
         );
+        assert_eq!(body.cmd, Some(spec().command));
+        assert_eq!(body.open_stdin, Some(false));
         assert_eq!(body.user.as_deref(), Some("65534:65534"));
         let host = body.host_config.unwrap();
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
@@ -292,6 +330,43 @@ mod tests {
             .ipv4_address
             .clone();
         assert_eq!(ip.as_deref(), Some("10.213.0.11"));
+    }
+
+    #[test]
+    fn gate_goes_in_front_of_the_image_entrypoint_and_the_command() {
+        let gate = Gate {
+            binary: "/usr/local/bin/egress-sandbox".into(),
+            image_entrypoint: vec!["/entry".into()],
+        };
+        let body = sandbox_body(
+            &spec(),
+            "img",
+            "net",
+            subnet(),
+            "h",
+            &HashMap::new(),
+            Some(&gate),
+        );
+        assert_eq!(
+            body.entrypoint.unwrap(),
+            [
+                GATE_PATH,
+                "sandbox-gate",
+                "--",
+                "/entry",
+                "python3",
+                "-c",
+                "print(1)"
+            ]
+        );
+        assert_eq!(body.cmd, None);
+        assert_eq!(body.stdin_once, Some(true));
+        let mounts = body.host_config.unwrap().mounts.unwrap();
+        let mount = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some(GATE_PATH))
+            .unwrap();
+        assert_eq!(mount.read_only, Some(true));
     }
 
     #[test]

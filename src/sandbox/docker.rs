@@ -23,6 +23,9 @@ use futures_util::{Stream, StreamExt};
 
 pub use bollard::container::LogOutput;
 
+/// A writer to a container's stdin.
+pub type StdinWriter = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
 /// A container's output as Docker frames it (stdout and stderr chunks).
 pub type OutputFrames =
     std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
@@ -122,6 +125,21 @@ impl Engine {
         &self.host
     }
 
+    /// Whether the engine runs on this machine (a Unix socket), so host paths are its paths.
+    pub fn is_local(&self) -> bool {
+        self.host.starts_with("unix://")
+    }
+
+    /// The entrypoint an image declares (empty if none), so a command can be put behind
+    /// our own entrypoint without losing it.
+    pub async fn image_entrypoint(&self, image: &str) -> Result<Vec<String>, BollardError> {
+        let inspect = self.docker.inspect_image(image).await?;
+        Ok(inspect
+            .config
+            .and_then(|config| config.entrypoint)
+            .unwrap_or_default())
+    }
+
     // ---- networks ----
 
     pub async fn create_network(
@@ -214,6 +232,25 @@ impl Engine {
             .attach_container(container, Some(options))
             .await?;
         Ok(attached.output)
+    }
+
+    /// As [`attach_output`](Self::attach_output), plus a writer to the container's stdin.
+    pub async fn attach_with_stdin(
+        &self,
+        container: &str,
+    ) -> Result<(OutputFrames, StdinWriter), BollardError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(container, Some(options))
+            .await?;
+        Ok((attached.output, attached.input))
     }
 
     pub async fn start_container(&self, container: &str) -> Result<(), BollardError> {

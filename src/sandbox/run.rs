@@ -22,8 +22,8 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, ProxyOutput};
-use super::container::{proxy_body, sandbox_body};
-use super::docker::{Engine, EngineError, OutputFrames};
+use super::container::{Gate, proxy_body, sandbox_body};
+use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
@@ -109,6 +109,11 @@ pub enum RunError {
     ProxyNotReady { detail: String },
     #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
     ProxyReadyTimeout,
+    #[error("cannot signal the sandbox's gate: {source}")]
+    Gate {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: PathBuf,
@@ -171,7 +176,12 @@ pub async fn run_until(
     let result = run
         .go(&proxy_binary, audit_log, sinks, &mut interrupt)
         .await;
-    let failures = teardown.run().await;
+    // Only a set-up that was cut short (an error in one branch drops the others, or an
+    // interrupt) can have a create request in flight whose object we never heard of.
+    let cut_short = result.as_ref().map_or(true, |outcome| {
+        outcome.duration.is_zero() && outcome.status == RunStatus::Interrupted
+    });
+    let failures = teardown.run(cut_short).await;
     tracing::debug!("teardown done");
     let mut outcome = result?;
     outcome.teardown_errors = failures;
@@ -191,6 +201,9 @@ struct Prepared {
     image: String,
     proxy: ProxyOutput,
     sandbox_output: OutputFrames,
+    /// The started sandbox's stdin, where its gate waits for the go signal; `None` when
+    /// the sandbox is not gated and not started yet.
+    gate: Option<StdinWriter>,
 }
 
 enum End {
@@ -218,14 +231,25 @@ impl Run<'_> {
             image,
             proxy,
             sandbox_output,
+            gate,
         } = prepared;
         let engine = self.engine;
         let sandbox = self.names.sandbox.as_str();
 
-        engine
-            .start_container(sandbox)
-            .await
-            .map_err(docker_step("start the sandbox"))?;
+        match gate {
+            // Already started behind the gate: the proxy is ready, let the command run.
+            Some(mut go) => {
+                use tokio::io::AsyncWriteExt;
+                go.write_all(b"\n")
+                    .await
+                    .and(go.shutdown().await)
+                    .map_err(|source| RunError::Gate { source })?;
+            }
+            None => engine
+                .start_container(sandbox)
+                .await
+                .map_err(docker_step("start the sandbox"))?,
+        }
         let started = Instant::now();
         tracing::debug!("sandbox started");
         let relay = tokio::spawn(output::relay(
@@ -300,22 +324,29 @@ impl Run<'_> {
     ) -> Result<Prepared, RunError> {
         let engine = self.engine;
         let docker = engine.docker();
-        let (proxy_image, image, egress, subnet) = tokio::try_join!(
+        let gated = engine.is_local();
+        let (proxy_image, (image, entrypoint), egress, subnet) = tokio::try_join!(
             async {
                 images::ensure_proxy_image(docker, proxy_binary)
                     .await
                     .map_err(RunError::from)
             },
             async {
-                match &self.spec.image {
+                let image = match &self.spec.image {
                     Some(image) => images::require_local_image(docker, image)
                         .await
-                        .map(|()| image.clone())
-                        .map_err(RunError::from),
-                    None => images::ensure_base_image(docker)
+                        .map(|()| image.clone())?,
+                    None => images::ensure_base_image(docker).await?,
+                };
+                let entrypoint = if gated {
+                    engine
+                        .image_entrypoint(&image)
                         .await
-                        .map_err(RunError::from),
-                }
+                        .map_err(docker_step(format!("inspect the image {image}")))?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, RunError>((image, entrypoint))
             },
             async {
                 network::egress_network(engine, self.spec.egress_network.as_deref())
@@ -335,14 +366,19 @@ impl Run<'_> {
             },
         )?;
         tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
-        let (proxy, sandbox_output) = tokio::try_join!(
+        let gate = gated.then(|| Gate {
+            binary: proxy_binary.to_path_buf(),
+            image_entrypoint: entrypoint,
+        });
+        let (proxy, (sandbox_output, gate)) = tokio::try_join!(
             self.start_proxy(&proxy_image, &egress, subnet, audit_log),
-            self.create_sandbox(&image, subnet),
+            self.create_sandbox(&image, subnet, gate.as_ref()),
         )?;
         Ok(Prepared {
             image,
             proxy,
             sandbox_output,
+            gate,
         })
     }
 
@@ -368,10 +404,12 @@ impl Run<'_> {
             .create_container(name, body)
             .await
             .map_err(docker_step("create the proxy container"))?;
+        tracing::debug!("proxy created");
         engine
             .connect_network(egress, name, EndpointSettings::default())
             .await
             .map_err(docker_step("connect the proxy to the egress network"))?;
+        tracing::debug!("proxy connected to the egress network");
         let frames = engine
             .attach_output(name)
             .await
@@ -381,6 +419,7 @@ impl Run<'_> {
             .start_container(name)
             .await
             .map_err(docker_step("start the proxy"))?;
+        tracing::debug!("proxy started");
         match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
             Ok(Ok(Ok(()))) => {
                 tracing::debug!("proxy ready");
@@ -396,11 +435,14 @@ impl Run<'_> {
         }
     }
 
+    /// Creates the sandbox and attaches to it; with a gate, also starts it (the command
+    /// waits behind the gate) and returns the gate's stdin.
     async fn create_sandbox(
         &self,
         image: &str,
         subnet: RunSubnet,
-    ) -> Result<OutputFrames, RunError> {
+        gate: Option<&Gate>,
+    ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = self.engine;
         let name = self.names.sandbox.as_str();
         let body = sandbox_body(
@@ -410,16 +452,29 @@ impl Run<'_> {
             subnet,
             &random_hostname(),
             &self.labels,
+            gate,
         );
         self.teardown.track_container(name);
         engine
             .create_container(name, body)
             .await
             .map_err(docker_step("create the sandbox container"))?;
-        engine
-            .attach_output(name)
+        if gate.is_none() {
+            let output = engine
+                .attach_output(name)
+                .await
+                .map_err(docker_step("attach to the sandbox"))?;
+            return Ok((output, None));
+        }
+        let (output, stdin) = engine
+            .attach_with_stdin(name)
             .await
-            .map_err(docker_step("attach to the sandbox"))
+            .map_err(docker_step("attach to the sandbox"))?;
+        engine
+            .start_container(name)
+            .await
+            .map_err(docker_step("start the sandbox"))?;
+        Ok((output, Some(stdin)))
     }
 
     /// The wait answer, or the inspected exit code if the wait itself failed.

@@ -46,15 +46,15 @@ impl Teardown {
         self.objects.lock().expect("teardown lock").network = Some(name.to_string());
     }
 
-    /// Removes everything registered (and anything else labelled with this run). Returns
-    /// what could not be removed, as messages for the user.
-    pub async fn run(&self) -> Vec<String> {
+    /// Removes everything registered and, with `sweep`, anything else labelled with this
+    /// run. Returns what could not be removed, as messages for the user.
+    pub async fn run(&self, sweep: bool) -> Vec<String> {
         let objects = std::mem::take(&mut *self.objects.lock().expect("teardown lock"));
-        remove_all(&self.engine, &self.run_id, objects).await
+        remove_all(&self.engine, &self.run_id, objects, sweep).await
     }
 }
 
-async fn remove_all(engine: &Engine, run_id: &str, objects: Objects) -> Vec<String> {
+async fn remove_all(engine: &Engine, run_id: &str, objects: Objects, sweep: bool) -> Vec<String> {
     let mut failures = Vec::new();
     let removals = objects
         .containers
@@ -68,7 +68,12 @@ async fn remove_all(engine: &Engine, run_id: &str, objects: Objects) -> Vec<Stri
     // Containers a cancelled create request still made, found by label.
     let label = format!("{RUN_LABEL}={run_id}");
     let filters = HashMap::from([("label", vec![label.as_str()])]);
-    if let Ok(stragglers) = engine.list_containers(&filters).await {
+    let stragglers = if sweep {
+        engine.list_containers(&filters).await.ok()
+    } else {
+        None
+    };
+    if let Some(stragglers) = stragglers {
         for container in stragglers {
             if let Some(id) = container.id
                 && let Err(error) = engine.remove_container(&id).await
@@ -105,7 +110,7 @@ impl Drop for Teardown {
             runtime.block_on(async move {
                 match tokio::time::timeout(Duration::from_secs(30), async {
                     let engine = Engine::connect().await.map_err(|e| vec![e.to_string()])?;
-                    Ok::<_, Vec<String>>(remove_all(&engine, &run_id, objects).await)
+                    Ok::<_, Vec<String>>(remove_all(&engine, &run_id, objects, true).await)
                 })
                 .await
                 {
