@@ -138,21 +138,20 @@ impl Target {
         if looks_like_ipv6(raw) {
             return parse_ipv6(raw).map(canonical_ip);
         }
-        let ascii = to_ascii_lowercase_host(raw)?;
-        let host = match ascii.strip_suffix('.') {
-            Some(stripped) => stripped,
-            None => ascii.as_str(),
-        };
+        let mut host = to_ascii_lowercase_host(raw)?;
+        if host.ends_with('.') {
+            host.pop();
+        }
         if host.is_empty() {
             return Err(TargetError::Empty);
         }
-        if ends_in_number(host) {
-            return parse_ipv4_any(host)
+        if ends_in_number(&host) {
+            return parse_ipv4_any(&host)
                 .map(|ip| Target::Ip(IpAddr::V4(ip)))
                 .ok_or(TargetError::NumericNotAddress);
         }
-        validate_name(host)?;
-        Ok(Target::Name(HostName(host.to_owned())))
+        validate_name(&host)?;
+        Ok(Target::Name(HostName(host)))
     }
 
     /// "host:port" as in CONNECT or a Host header; `default_port` used when no port is given

@@ -66,6 +66,7 @@ fn parser_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
         strict_booleans: true,
+        reject_unsupported_tags: true,
         with_snippet: false,
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: Some(MAX_POLICY_BYTES),

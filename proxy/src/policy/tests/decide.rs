@@ -309,3 +309,21 @@ fn policy_set_is_shareable() {
     fn assert_shareable<T: Clone + Send + Sync + 'static>() {}
     assert_shareable::<PolicySet>();
 }
+
+#[test]
+fn lookups_skip_only_label_counts_no_rule_has() {
+    let set = set(
+        "version: 1\nallow:\n  - host: \"*.b.c\"\n  - host: \"*.d.e.f.g\"\n  - host: x.y\ndeny:\n  - host: \"*.q.b.c\"\n",
+    );
+    assert!(allowed(&set, "a.b.c", 443));
+    assert!(allowed(&set, "z.z.z.z.z.z.z.z.b.c", 443));
+    assert!(allowed(&set, "a.d.e.f.g", 443));
+    assert!(allowed(&set, "x.y", 443));
+    assert!(!allowed(&set, "a.x.y", 443));
+    assert_eq!(decide(&set, "p.q.b.c", 443).1, Reason::Denied);
+    assert_eq!(decide(&set, "q.b.c", 443).1, Reason::Rule);
+    // The longest possible name: 127 one-letter labels.
+    let longest = vec!["a"; 125].join(".") + ".b.c";
+    assert_eq!(longest.len(), 253);
+    assert!(allowed(&set, &longest, 443));
+}

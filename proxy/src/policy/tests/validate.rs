@@ -27,6 +27,17 @@ fn positions_of_yaml_errors() {
 }
 
 #[test]
+fn nested_duplicates_tags_and_documents_are_errors() {
+    assert_eq!(
+        error("version: 1\nallow:\n  - host: a.com\n    host: b.com\n"),
+        "test.yaml:4:5: error: YAML: duplicate mapping key: host"
+    );
+    assert!(error("version: 1\nallow:\n  - host: !secret a.com\n").starts_with("test.yaml:3:"));
+    assert!(error("version: 1\n---\nversion: 1\n").starts_with("test.yaml:"));
+    assert!(error("- version: 1\n").starts_with("test.yaml:1:1: error: YAML: "));
+}
+
+#[test]
 fn version_is_required_and_must_be_1() {
     assert_eq!(error(""), "test.yaml:1:1: error: missing `version: 1`");
     assert_eq!(
