@@ -174,6 +174,7 @@ fn huge_output_is_capped_with_a_marker_and_the_caller_stays_small() {
 
     run.assert_code(0);
     let context = run.describe();
+    eprintln!("egress-sandbox peak resident memory while relaying 100 MB: {peak_kb} kB");
     assert!(peak_kb > 0, "never measured the caller's memory");
     assert!(
         peak_kb < 100 * 1024,
