@@ -117,7 +117,7 @@ impl fmt::Display for Target {
 
 impl Target {
     /// A bare host as a client gave it (CONNECT host part, URI host, SNI, DNS qname):
-    /// "API.Example.com.", "bücher.de", "127.1", "2852039166", "0x7f000001", "[::1]", "::1".
+    /// `API.Example.com.`, `bücher.de`, `127.1`, `2852039166`, `0x7f000001`, `[::1]`, `::1`.
     ///
     /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) become the IPv4 address they carry, so
     /// `cidr` rules and the floor see one spelling of each IPv4 destination.

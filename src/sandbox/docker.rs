@@ -218,6 +218,16 @@ impl Engine {
         Ok(self.docker.create_container(Some(options), body).await?.id)
     }
 
+    /// As [`create_container`](Self::create_container), owning its arguments, for a task
+    /// that must finish even if its caller goes away.
+    pub async fn create_container_owned(
+        self,
+        name: String,
+        body: ContainerCreateBody,
+    ) -> Result<String, BollardError> {
+        self.create_container(&name, body).await
+    }
+
     /// stdout and stderr of a container, from now on, as a stream of frames. Attach before
     /// start so that nothing is missed; the stream ends when the container stops.
     pub async fn attach_output(&self, container: &str) -> Result<OutputFrames, BollardError> {

@@ -133,14 +133,14 @@ fn run_network_request(
     }
 }
 
-/// Creates the run network `name` on a free /29 of `pool`. `track` is called with the name
-/// before each create request, so a teardown removes the network even if the answer is lost.
+/// Creates the run network `name` on a free /29 of `pool`, retrying when a concurrent run
+/// took the same one. Owned arguments: it runs to completion as a task of its own (see
+/// `Teardown::complete`).
 pub async fn create_run_network(
-    engine: &Engine,
+    engine: Engine,
     pool: Ipv4Net,
-    name: &str,
-    labels: &HashMap<String, String>,
-    track: impl Fn(&str),
+    name: String,
+    labels: HashMap<String, String>,
 ) -> Result<RunSubnet, NetworkError> {
     let slots = 1usize << (RUN_PREFIX - pool.prefix_len());
     let mut start = rand::rng().random_range(0..slots);
@@ -152,9 +152,8 @@ pub async fn create_run_network(
         let subnet = pick_subnet(pool, &used, start)
             .map(|subnet| RunSubnet { subnet })
             .ok_or(NetworkError::PoolExhausted { pool })?;
-        track(name);
         match engine
-            .create_network(run_network_request(name, subnet, labels))
+            .create_network(run_network_request(&name, subnet, &labels))
             .await
         {
             Ok(_) => return Ok(subnet),
@@ -167,10 +166,7 @@ pub async fn create_run_network(
                 start = rand::rng().random_range(0..slots);
             }
             Err(source) => {
-                return Err(NetworkError::Create {
-                    name: name.to_string(),
-                    source,
-                });
+                return Err(NetworkError::Create { name, source });
             }
         }
     }

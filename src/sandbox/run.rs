@@ -294,13 +294,32 @@ impl Run<'_> {
             }
         };
         // The sandbox is gone: stop the proxy so it writes its last records, and remove
-        // the sandbox meanwhile.
-        let (tally, removed) =
-            tokio::join!(self.stop_proxy(proxy), engine.remove_container(sandbox));
-        tracing::debug!("proxy stopped, sandbox removed");
-        if let Err(error) = removed {
-            tracing::debug!(%error, "sandbox removal failed; teardown retries");
-        }
+        // the sandbox meanwhile. A network whose containers have stopped can be removed
+        // before them, so once the proxy is down, its container and the network go at once.
+        let remove_sandbox = async {
+            match engine.remove_container(sandbox).await {
+                Ok(()) => self.teardown.forget_container(sandbox),
+                Err(error) => tracing::debug!(%error, "sandbox removal failed; teardown retries"),
+            }
+        };
+        let stop_proxy_then_remove = async {
+            let tally = self.stop_proxy(proxy).await;
+            let (proxy_removed, network_removed) = tokio::join!(
+                engine.remove_container(&self.names.proxy),
+                engine.remove_network(&self.names.network)
+            );
+            match proxy_removed {
+                Ok(()) => self.teardown.forget_container(&self.names.proxy),
+                Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
+            }
+            match network_removed {
+                Ok(()) => self.teardown.forget_network(),
+                Err(error) => tracing::debug!(%error, "network removal failed; teardown retries"),
+            }
+            tally
+        };
+        let (tally, ()) = tokio::join!(stop_proxy_then_remove, remove_sandbox);
+        tracing::debug!("proxy stopped, containers and network removed");
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
             status,
@@ -354,15 +373,16 @@ impl Run<'_> {
                     .map_err(RunError::from)
             },
             async {
-                network::create_run_network(
-                    engine,
-                    self.spec.subnet_pool,
-                    &self.names.network,
-                    &self.labels,
-                    |name| self.teardown.track_network(name),
-                )
-                .await
-                .map_err(RunError::from)
+                self.teardown.track_network(&self.names.network);
+                self.teardown
+                    .complete(network::create_run_network(
+                        engine.clone(),
+                        self.spec.subnet_pool,
+                        self.names.network.clone(),
+                        self.labels.clone(),
+                    ))
+                    .await
+                    .map_err(RunError::from)
             },
         )?;
         tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
@@ -400,8 +420,12 @@ impl Run<'_> {
             &self.labels,
         );
         self.teardown.track_container(name);
-        engine
-            .create_container(name, body)
+        self.teardown
+            .complete(
+                engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
@@ -455,8 +479,12 @@ impl Run<'_> {
             gate,
         );
         self.teardown.track_container(name);
-        engine
-            .create_container(name, body)
+        self.teardown
+            .complete(
+                engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
             .await
             .map_err(docker_step("create the sandbox container"))?;
         if gate.is_none() {

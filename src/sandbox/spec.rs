@@ -587,7 +587,18 @@ pub fn format_size(bytes: u64) -> String {
 }
 
 /// Paths where a mount would break the sandbox's own set-up.
-const RESERVED_TARGETS: &[&str] = &["/", "/tmp", "/proc", "/sys", "/dev", "/etc/resolv.conf"];
+const RESERVED_TARGETS: &[&str] = &[
+    "/",
+    "/tmp",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/hostname",
+    // Where the sandbox's start gate lives (container::GATE_PATH).
+    "/.egress-sandbox",
+];
 
 fn check_mount(source: &Path, target: &str, writable: bool) -> Result<Mount, SpecError> {
     let shown = format!("{}:{target}", source.display());
@@ -619,7 +630,10 @@ fn check_mount(source: &Path, target: &str, writable: bool) -> Result<Mount, Spe
     } else {
         normalized
     };
-    if RESERVED_TARGETS.contains(&normalized) || normalized.contains(',') {
+    if RESERVED_TARGETS.contains(&normalized)
+        || normalized.starts_with("/.egress-sandbox/")
+        || normalized.contains(',')
+    {
         return Err(invalid(
             "--mount",
             &shown,

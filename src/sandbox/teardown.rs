@@ -1,18 +1,27 @@
 //! Owns every Docker object of a run and removes them on every path.
 //!
 //! Objects are registered by name *before* the create request goes out: removing a name
-//! that never came to exist is success, while a create whose answer was lost (cancelled,
-//! interrupted) would otherwise leak. [`Teardown::run`] removes containers, then the
-//! network, then sweeps by run label for anything a cancelled request still made. If a
+//! that never came to exist is success. A create request that is dropped half-way (a
+//! sibling step failed, Ctrl-C) may still be carried out by the engine after we removed
+//! the name, so creations run through [`Teardown::complete`]: as tasks of their own that
+//! finish even when their caller is gone, and that [`Teardown::run`] waits for before it
+//! removes anything. It removes containers, then the network. If a
 //! `Teardown` is dropped without having run (a panic, a dropped future), `Drop` does the
 //! same work on a thread of its own before returning, so nothing outlives the process.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
 use super::docker::Engine;
 use super::labels::RUN_LABEL;
+
+/// How long teardown waits for creations still in flight (each is one API request).
+const PENDING_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct Objects {
@@ -24,6 +33,8 @@ pub struct Teardown {
     engine: Engine,
     run_id: String,
     objects: Mutex<Objects>,
+    /// Creation tasks; awaited before removal so nothing is created after it.
+    pending: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Teardown {
@@ -32,7 +43,22 @@ impl Teardown {
             engine,
             run_id: run_id.to_string(),
             objects: Mutex::new(Objects::default()),
+            pending: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Runs `creation` to completion as a task of its own, even if the caller stops
+    /// waiting for it, and returns its result.
+    pub async fn complete<T>(&self, creation: impl Future<Output = T> + Send + 'static) -> T
+    where
+        T: Send + 'static,
+    {
+        let (done, result) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let _ = done.send(creation.await);
+        });
+        self.pending.lock().expect("teardown lock").push(task);
+        result.await.expect("a creation task does not panic")
     }
 
     pub fn track_container(&self, name: &str) {
@@ -46,9 +72,29 @@ impl Teardown {
         self.objects.lock().expect("teardown lock").network = Some(name.to_string());
     }
 
+    /// `name` has been removed already; nothing left to do for it.
+    pub fn forget_container(&self, name: &str) {
+        self.objects
+            .lock()
+            .expect("teardown lock")
+            .containers
+            .retain(|known| known != name);
+    }
+
+    /// The network has been removed already.
+    pub fn forget_network(&self) {
+        self.objects.lock().expect("teardown lock").network = None;
+    }
+
     /// Removes everything registered and, with `sweep`, anything else labelled with this
     /// run. Returns what could not be removed, as messages for the user.
     pub async fn run(&self, sweep: bool) -> Vec<String> {
+        let pending = std::mem::take(&mut *self.pending.lock().expect("teardown lock"));
+        let settled =
+            tokio::time::timeout(PENDING_TIMEOUT, futures_util::future::join_all(pending));
+        if settled.await.is_err() {
+            tracing::warn!("a Docker create request did not finish; removing what exists");
+        }
         let objects = std::mem::take(&mut *self.objects.lock().expect("teardown lock"));
         remove_all(&self.engine, &self.run_id, objects, sweep).await
     }

@@ -309,7 +309,7 @@ impl PolicySet {
     /// An Allow names the covering `cidr` allow rule if there is one, else no rule.
     pub fn check_address(&self, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical(addr);
-        if let Some(deny) = find_cidr(&self.index.deny_cidrs, addr, port) {
+        if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));
         }
         let exempting = find_cidr(&self.index.allow_cidrs, addr, port);
@@ -385,7 +385,7 @@ impl PolicySet {
     }
 
     fn decide_ip(&self, addr: IpAddr, port: u16) -> Decision {
-        if let Some(deny) = find_cidr(&self.index.deny_cidrs, addr, port) {
+        if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));
         }
         if let Some(rule) = find_cidr(&self.index.allow_cidrs, addr, port) {
@@ -479,6 +479,29 @@ fn block(reason: Reason, rule: Option<&RuleRef>) -> Decision {
         verdict: Verdict::Block,
         reason,
         rule: rule.cloned(),
+    }
+}
+
+/// The deny cidr rule refusing `addr`: matched on the address and, for IPv6 forms that
+/// carry an IPv4 address (NAT64, 6to4, compatible, Teredo …), on that IPv4 address too —
+/// a deny rule holds for every spelling of the address it names.
+fn find_deny_cidr(rules: &[CidrRule], addr: IpAddr, port: u16) -> Option<&IndexedRule> {
+    if rules.is_empty() {
+        return None;
+    }
+    let direct = find_cidr(rules, addr, port);
+    let embedded = match addr {
+        IpAddr::V6(v6) => floor::embedded_ipv4_of(v6).and_then(|carried| {
+            carried
+                .iter()
+                .filter_map(|&v4| find_cidr(rules, IpAddr::V4(v4), port))
+                .min_by_key(|rule| rule.order)
+        }),
+        IpAddr::V4(_) => None,
+    };
+    match (direct, embedded) {
+        (Some(a), Some(b)) => Some(if b.order < a.order { b } else { a }),
+        (a, b) => a.or(b),
     }
 }
 

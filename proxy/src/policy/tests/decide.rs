@@ -327,3 +327,26 @@ fn lookups_skip_only_label_counts_no_rule_has() {
     assert_eq!(longest.len(), 253);
     assert!(allowed(&set, &longest, 443));
 }
+
+#[test]
+fn deny_cidrs_hold_for_ipv4_embedded_in_ipv6() {
+    let set = set(
+        "version: 1\nname: t\nallow:\n  - cidr: 64:ff9b::/96\n  - cidr: 2002::/16\n  - cidr: 2001::/32\n  - cidr: ::/96\ndeny:\n  - cidr: 93.184.216.34/32\n",
+    );
+    for spelling in [
+        "[64:ff9b::5db8:d822]",
+        "[2002:5db8:d822::1]",
+        "[::93.184.216.34]",
+        "[::ffff:93.184.216.34]",
+        "[2001:0:808:808::a247:27dd]",
+    ] {
+        assert_eq!(
+            decide(&set, spelling, 443),
+            (Verdict::Block, Reason::Denied, Some("t:deny[0]".into())),
+            "{spelling}"
+        );
+        let addr = spelling.trim_matches(['[', ']']);
+        assert_eq!(address(&set, addr, 443).1, Reason::Denied, "{addr}");
+    }
+    assert_eq!(decide(&set, "[64:ff9b::5db8:d823]", 443).0, Verdict::Allow);
+}
