@@ -10,8 +10,31 @@
 //! ```
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
-//! about six times a bare `docker run` (DESIGN.md). Every object is registered with the
-//! [`Teardown`] before it is created and removed before [`run`] returns, on every path.
+//! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
+//! started alongside the proxy, its command held back by a gate until the proxy is ready
+//! (`commands::sandbox_gate`). Every object is registered with the [`Teardown`] before it
+//! is created and removed before [`run`] returns, on every path.
+//!
+//! Embedding it (an agent framework, say):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use egress_sandbox::sandbox::{OutputSinks, RunSpec, RunStatus, run};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let spec = RunSpec::builder(["python3", "-c", "print('hello')"])
+//!     .allow("api.openai.com")
+//!     .timeout(Duration::from_secs(20))
+//!     .build()?; // policies and limits checked here, before Docker is touched
+//! let outcome = run(spec, OutputSinks::stdio()).await?;
+//! if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
+//!     for group in &outcome.blocked {
+//!         eprintln!("refused: {}", group.describe());
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fs::File;
 use std::future::Future;
