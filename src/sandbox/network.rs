@@ -147,8 +147,13 @@ pub async fn create_run_network(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let networks = engine.list_networks(&HashMap::new()).await?;
-        let used = used_subnets(&networks);
+        // The first try skips the listing: a random /29 of a big pool is almost always
+        // free, and the engine refuses an overlapping one anyway ("Pool overlaps").
+        let used = if attempt == 1 {
+            Vec::new()
+        } else {
+            used_subnets(&engine.list_networks(&HashMap::new()).await?)
+        };
         let subnet = pick_subnet(pool, &used, start)
             .map(|subnet| RunSubnet { subnet })
             .ok_or(NetworkError::PoolExhausted { pool })?;

@@ -326,12 +326,21 @@ impl Run<'_> {
         };
         let stop_proxy_then_remove = async {
             let tally = self.stop_proxy(proxy).await;
-            // One after the other: removing the network while the proxy's endpoint is
-            // still there only fails and retries, which loads the engine.
-            let proxy_removed = engine.remove_container(&self.names.proxy).await;
-            tracing::debug!("proxy container removed");
-            let network_removed = engine.remove_network(&self.names.network).await;
-            tracing::debug!("run network removed");
+            // Once the engine reports the proxy stopped, its endpoints are released: the
+            // network can go at the same time as the container (a network whose containers
+            // have stopped can be removed before them). Removing it earlier would only fail
+            // and retry, which loads the engine.
+            if let Err(_elapsed) =
+                tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(&self.names.proxy))
+                    .await
+            {
+                tracing::debug!("the proxy container did not report its stop in time");
+            }
+            let (proxy_removed, network_removed) = tokio::join!(
+                engine.remove_container(&self.names.proxy),
+                engine.remove_network(&self.names.network)
+            );
+            tracing::debug!("proxy container and run network removed");
             match proxy_removed {
                 Ok(()) => self.teardown.forget_container(&self.names.proxy),
                 Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
