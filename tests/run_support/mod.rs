@@ -151,11 +151,18 @@ pub fn remove_leftovers(container: &str, network: &str) {
         .output();
 }
 
-/// An image that exists locally for `docker create`, whatever the machine has built.
+/// An image that exists locally for `docker create`, whatever the machine has built;
+/// not a proxy image, which `gc` may sweep as stale while a test uses it.
 pub fn any_local_image() -> String {
-    docker(&["images", "--format", "{{.Repository}}:{{.Tag}}"])
+    let images = docker(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+    let usable: Vec<&str> = images
         .lines()
-        .find(|name| !name.contains("<none>"))
+        .filter(|name| !name.contains("<none>"))
+        .collect();
+    usable
+        .iter()
+        .find(|name| !name.starts_with("egress-sandbox-proxy:"))
+        .or_else(|| usable.first())
         .expect("at least one local image")
         .to_string()
 }
