@@ -117,7 +117,7 @@ impl fmt::Display for Target {
 
 impl Target {
     /// A bare host as a client gave it (CONNECT host part, URI host, SNI, DNS qname):
-    /// "API.Example.com.", "bücher.de", "127.1", "2852039166", "0x7f000001", "[::1]", "::1".
+    /// `API.Example.com.`, `bücher.de`, `127.1`, `2852039166`, `0x7f000001`, `[::1]`, `::1`.
     ///
     /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) become the IPv4 address they carry, so
     /// `cidr` rules and the floor see one spelling of each IPv4 destination.
@@ -135,24 +135,23 @@ impl Target {
             let inner = inner.strip_suffix(']').ok_or(TargetError::BadIpv6)?;
             return parse_ipv6(inner).map(canonical_ip);
         }
-        if raw.contains(':') {
+        if looks_like_ipv6(raw) {
             return parse_ipv6(raw).map(canonical_ip);
         }
-        let ascii = to_ascii_lowercase_host(raw)?;
-        let host = match ascii.strip_suffix('.') {
-            Some(stripped) => stripped,
-            None => ascii.as_str(),
-        };
+        let mut host = to_ascii_lowercase_host(raw)?;
+        if host.ends_with('.') {
+            host.pop();
+        }
         if host.is_empty() {
             return Err(TargetError::Empty);
         }
-        if ends_in_number(host) {
-            return parse_ipv4_any(host)
+        if ends_in_number(&host) {
+            return parse_ipv4_any(&host)
                 .map(|ip| Target::Ip(IpAddr::V4(ip)))
                 .ok_or(TargetError::NumericNotAddress);
         }
-        validate_name(host)?;
-        Ok(Target::Name(HostName(host.to_owned())))
+        validate_name(&host)?;
+        Ok(Target::Name(HostName(host)))
     }
 
     /// "host:port" as in CONNECT or a Host header; `default_port` used when no port is given
@@ -227,6 +226,17 @@ fn escape_for_message(raw: &str) -> String {
         .take(16)
         .flat_map(char::escape_default)
         .collect()
+}
+
+/// Unbracketed IPv6 as in an SNI-less DNS question or `policy test ::1`: hex digits,
+/// colons and dots (embedded IPv4), optionally a `%zone` (refused later). Anything else with
+/// a colon goes on as a name and is refused there with the colon's position.
+fn looks_like_ipv6(raw: &str) -> bool {
+    let address = raw.split('%').next().unwrap_or(raw);
+    address.contains(':')
+        && address
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
 }
 
 fn parse_ipv6(inner: &str) -> Result<Target, TargetError> {

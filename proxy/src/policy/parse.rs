@@ -66,6 +66,7 @@ fn parser_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
         strict_booleans: true,
+        reject_unsupported_tags: true,
         with_snippet: false,
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: Some(MAX_POLICY_BYTES),
@@ -146,6 +147,9 @@ impl Policy {
             .map_err(|error| PolicyError::single(yaml_error(file, &error)))?;
         let mut findings = Findings::new(file);
         let policy = build(&mut findings, raw);
+        let by_position = |d: &Diagnostic| (d.line, d.column);
+        findings.errors.sort_by_key(by_position);
+        findings.warnings.sort_by_key(by_position);
         if findings.errors.is_empty() {
             Ok((policy, findings.warnings))
         } else {
@@ -187,12 +191,34 @@ fn yaml_error(file: &str, error: &serde_saphyr::Error) -> Diagnostic {
         .filter(|&(line, column)| line > 0 && column > 0)
         .unwrap_or((1, 1));
     let mut message = error.without_snippet().to_string();
-    if let Some(cut) = message.rfind(" at line ") {
+    if let Some(cut) = message.find(" (defined at line ") {
+        // Reached through an alias: say where the anchor is.
+        message.truncate(cut);
+        if let Some(locations) = error.locations() {
+            let (line, column) = position(&locations.defined_location);
+            message.push_str(&format!(
+                " (through an alias of the anchor at {line}:{column})"
+            ));
+        }
+    } else if let Some(cut) = message.rfind(" at line ")
+        && message[cut + " at line ".len()..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b',' || b == b' ' || b.is_ascii_lowercase())
+    {
         message.truncate(cut);
     }
     let message = message
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
-        .replace("expected string scalar", "expected a single value here");
+        .replace("expected string scalar", "expected a single value here")
+        .replace("budget breached: ", "parser budget exceeded: ")
+        .replace(
+            "expected mapping start",
+            "expected a mapping (`key: value` lines, e.g. `host: api.example.com`) here",
+        )
+        .replace(
+            "expected sequence start",
+            "expected a list (`- item` lines, or `[a, b]`) here",
+        );
     let message = message.lines().next().unwrap_or_default().to_owned();
     Diagnostic::error(file, line, column, format!("YAML: {message}"))
 }
@@ -434,15 +460,26 @@ pub(crate) fn parse_port(raw: &str) -> Result<u16, String> {
 /// with host bits set (`10.0.0.1/8`) is refused: it usually means a typo in either half.
 fn parse_cidr(raw: &str) -> Result<ipnet::IpNet, String> {
     let raw = raw.trim();
-    let net = if raw.contains('/') {
-        raw.parse::<ipnet::IpNet>().map_err(|_| {
-            format!("`{raw}` is not a CIDR block (e.g. `203.0.113.0/24` or `2001:db8::/32`)")
-        })?
-    } else {
-        let addr = raw.parse::<std::net::IpAddr>().map_err(|_| {
-            format!("`{raw}` is not a CIDR block (e.g. `203.0.113.0/24` or `2001:db8::/32`)")
-        })?;
-        ipnet::IpNet::from(addr)
+    let not_cidr =
+        || format!("`{raw}` is not a CIDR block (e.g. `203.0.113.0/24` or `2001:db8::/32`)");
+    let (address, prefix) = match raw.split_once('/') {
+        Some((address, prefix)) => (address, Some(prefix)),
+        None => (raw, None),
+    };
+    // std's parser refuses leading zeros (`010.0.0.0`, octal to inet_aton): ambiguous.
+    let address: std::net::IpAddr = address.parse().map_err(|_| not_cidr())?;
+    let net = match prefix {
+        None => ipnet::IpNet::from(address),
+        Some(prefix) => {
+            if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit())
+            {
+                return Err(not_cidr());
+            }
+            let len: u8 = prefix.parse().map_err(|_| not_cidr())?;
+            ipnet::IpNet::new(address, len).map_err(|_| {
+                format!("`{raw}`: the prefix length /{len} is too long for this address")
+            })?
+        }
     };
     if net.trunc() != net {
         return Err(format!(
