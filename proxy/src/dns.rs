@@ -23,7 +23,7 @@ const ANSWER_TTL: u32 = 30;
 /// Largest UDP payload we announce in EDNS answers (the usual safe value).
 const EDNS_PAYLOAD: u16 = 1232;
 
-/// Answers one query message. `None` = drop it (too short to even carry an id).
+/// Answers one query message. `None` = drop it (too short to carry an id, or not a query).
 pub fn respond(
     query: &[u8],
     client: SocketAddr,
@@ -45,6 +45,10 @@ pub fn respond(
                 .ok();
         }
     };
+    if request.metadata.message_type != MessageType::Query {
+        // Never answer an answer: two responders could bounce errors at each other forever.
+        return None;
+    }
     let mut response = Message::response(request.metadata.id, request.metadata.op_code);
     response.metadata.recursion_desired = request.metadata.recursion_desired;
     response.metadata.recursion_available = true;
@@ -67,9 +71,6 @@ fn answer_query(
     policy: &PolicySet,
     answer: Ipv4Addr,
 ) -> ResponseCode {
-    if request.metadata.message_type != MessageType::Query {
-        return ResponseCode::FormErr;
-    }
     let [query] = request.queries.as_slice() else {
         return ResponseCode::FormErr;
     };

@@ -16,7 +16,7 @@
 //! - [`audit`]: the audit record and its single writer.
 //! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
 //! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors;
-//!   [`relay`] copies a tunnel's bytes; [`config`] is the typed configuration.
+//!   [`relay`] moves a tunnel's bytes ([`splice`] keeps them in the kernel); [`config`] is the typed configuration.
 //!
 //! # Use
 //!
@@ -43,6 +43,7 @@ pub mod relay;
 pub mod resolve;
 pub mod server;
 pub mod sni;
+pub mod splice;
 pub mod target;
 pub mod transparent;
 

@@ -5,6 +5,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::server::Shutdown;
+use crate::splice::{self, Pipe};
 
 /// Bytes moved so far: `up` = client → upstream, `down` = upstream → client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,7 +16,8 @@ pub struct Transferred {
 
 /// Relays until both directions have ended (a side's EOF is passed on as a half-close), one
 /// side fails, or shutdown. The counts are kept in `moved` as they happen, so a tunnel cut
-/// short still reports what went through.
+/// short still reports what went through. Uses splice(2) when two pipes can be had, else a
+/// user-space copy with `buffer_bytes` per direction.
 pub async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
@@ -23,22 +25,39 @@ pub async fn relay(
     moved: &mut Transferred,
     shutdown: &mut Shutdown,
 ) {
-    let (mut client_read, mut client_write) = client.split();
-    let (mut upstream_read, mut upstream_write) = upstream.split();
     let Transferred { up, down } = moved;
-    let both = async {
-        tokio::try_join!(
-            pump(&mut client_read, &mut upstream_write, buffer_bytes, up),
-            pump(&mut upstream_read, &mut client_write, buffer_bytes, down),
-        )
-    };
-    tokio::select! {
-        result = both => {
-            if let Err(error) = result {
-                tracing::debug!(%error, "tunnel ended with an error");
+    let result = match (Pipe::new(buffer_bytes), Pipe::new(buffer_bytes)) {
+        (Ok(up_pipe), Ok(down_pipe)) => {
+            let (client, upstream) = (&*client, &*upstream);
+            let both = async {
+                tokio::try_join!(
+                    splice::pump(client, upstream, &up_pipe, up),
+                    splice::pump(upstream, client, &down_pipe, down),
+                )
+            };
+            tokio::select! {
+                result = both => result.map(|_| ()),
+                () = shutdown.wait() => Ok(()),
             }
         }
-        () = shutdown.wait() => {}
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::debug!(%error, "no pipes for splice; copying through user space");
+            let (mut client_read, mut client_write) = client.split();
+            let (mut upstream_read, mut upstream_write) = upstream.split();
+            let both = async {
+                tokio::try_join!(
+                    pump(&mut client_read, &mut upstream_write, buffer_bytes, up),
+                    pump(&mut upstream_read, &mut client_write, buffer_bytes, down),
+                )
+            };
+            tokio::select! {
+                result = both => result.map(|_| ()),
+                () = shutdown.wait() => Ok(()),
+            }
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "tunnel ended with an error");
     }
 }
 

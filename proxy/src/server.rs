@@ -102,16 +102,7 @@ impl BoundProxy {
             transparent.push(bind_tcp(*addr).await?);
         }
         let dns = match config.dns_listen {
-            Some(addr) => {
-                let udp = UdpSocket::bind(addr)
-                    .await
-                    .map_err(|source| ProxyError::Bind { addr, source })?;
-                // TCP on the same port as UDP, even when that port was 0.
-                let bound = udp
-                    .local_addr()
-                    .map_err(|source| ProxyError::Bind { addr, source })?;
-                Some((udp, bind_tcp(bound).await?))
-            }
+            Some(addr) => Some(bind_dns(addr).await?),
             None => None,
         };
         let addrs = LocalAddrs {
@@ -249,6 +240,26 @@ impl RunningProxy {
         self.audit.flush().await;
         self.audit.counts()
     }
+}
+
+/// UDP and TCP on the same port. With port 0 the UDP port is chosen first; if its TCP twin
+/// is taken (another program's ephemeral port), another pair is tried.
+async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyError> {
+    let attempts = if addr.port() == 0 { 16 } else { 1 };
+    let mut last = None;
+    for _ in 0..attempts {
+        let udp = UdpSocket::bind(addr)
+            .await
+            .map_err(|source| ProxyError::Bind { addr, source })?;
+        let bound = udp
+            .local_addr()
+            .map_err(|source| ProxyError::Bind { addr, source })?;
+        match bind_tcp(bound).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(last.expect("at least one attempt"))
 }
 
 async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {

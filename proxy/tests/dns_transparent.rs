@@ -264,3 +264,30 @@ async fn other_protocols_on_transparent_ports_are_closed_as_unsupported() {
     );
     assert_eq!(site.connection_count(), 0);
 }
+
+#[tokio::test]
+async fn answers_are_never_answered() {
+    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
+    let mut bounced = Message::response(7, hickory_proto::op::OpCode::Query);
+    bounced.add_query(Query::query(
+        Name::from_ascii("api.example.com.").unwrap(),
+        RecordType::A,
+    ));
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket
+        .send_to(&bounced.to_vec().unwrap(), dns)
+        .await
+        .unwrap();
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.kind, record.reason),
+        (Kind::Dns, Reason::BadRequest)
+    );
+    let mut buffer = [0u8; 512];
+    let reply = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        socket.recv_from(&mut buffer),
+    )
+    .await;
+    assert!(reply.is_err(), "a response was answered");
+}

@@ -475,3 +475,33 @@ async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
             .all(|r| r.host != "c.test" || r.decision == Outcome::Blocked)
     );
 }
+
+#[tokio::test]
+async fn deny_rules_beat_allow_rules() {
+    let canary = Site::canary("127.0.0.3").await;
+    let port = canary.port();
+    let yaml = format!(
+        "version: 1\nname: test\nallow:\n  - host: \"*.example.test\"\n    ports: [{port}]\n{}deny:\n  - host: gist.example.test\n",
+        loopback_cidr(port)
+    );
+    let mut proxy = TestProxy::start(&yaml, &[("gist.example.test", "127.0.0.3")]).await;
+    let response = exchange(
+        proxy.addr,
+        format!("GET http://gist.example.test:{port}/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&response), 403, "{response}");
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("x-egress-blocked: denied")
+    );
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::Denied)
+    );
+    assert_eq!(record.rule.as_deref(), Some("test:deny[0]"));
+    assert_eq!(canary.connection_count(), 0);
+}
