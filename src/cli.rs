@@ -33,6 +33,17 @@ pub enum Command {
     Audit(AuditArgs),
     /// Remove networks and containers of runs that are gone.
     Gc(GcArgs),
+    /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
+    /// ready (one byte on stdin), then executes COMMAND in its place.
+    #[command(name = "sandbox-gate", hide = true)]
+    SandboxGate(SandboxGateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxGateArgs {
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

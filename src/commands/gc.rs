@@ -1,8 +1,43 @@
-//! TODO(helper): `egress-sandbox gc`.
+//! `egress-sandbox gc`: remove the containers and networks of runs whose owner is gone,
+//! and images of this tool that nothing can use any more.
 
 use std::process::ExitCode;
 
+use anyhow::Context;
+
+use crate::sandbox::docker::Engine;
+use crate::sandbox::gc::sweep;
+use crate::sandbox::images::sweep_images;
+
 pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("not built yet")
+    let crate::cli::GcArgs {} = args;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let (swept, images) = runtime.block_on(async {
+        let engine = Engine::connect().await?;
+        let swept = sweep(&engine).await?;
+        let images = sweep_images(engine.docker()).await;
+        anyhow::Ok((swept, images))
+    })?;
+    for object in &swept {
+        match &object.error {
+            None => println!(
+                "removed {} {} (run {})",
+                object.kind, object.name, object.run
+            ),
+            Some(error) => eprintln!(
+                "egress-sandbox: cannot remove {} {} (run {}): {error}",
+                object.kind, object.name, object.run
+            ),
+        }
+    }
+    if images > 0 {
+        println!("removed {images} stale egress-sandbox image(s)");
+    }
+    if swept.is_empty() && images == 0 {
+        eprintln!("egress-sandbox: nothing to remove");
+    }
+    Ok(ExitCode::SUCCESS)
 }

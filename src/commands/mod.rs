@@ -6,3 +6,4 @@ pub mod gc;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod sandbox_gate;

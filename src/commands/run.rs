@@ -1,8 +1,151 @@
-//! TODO(helper): `egress-sandbox run`.
+//! `egress-sandbox run`: flags → [`RunSpec`], then the library's run lifecycle, then the
+//! report and the summary line.
 
 use std::process::ExitCode;
 
-pub fn run(args: crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("not built yet")
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::RunArgs;
+use crate::report::{RunReport, summary_line};
+use crate::sandbox::spec::{self, RunSpec, SpecError};
+use crate::sandbox::{Interruption, OutputSinks, RunError, run_until};
+
+/// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
+const SETUP_FAILED: u8 = 125;
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let report_path = args.report.clone();
+    let spec = match build_spec(args) {
+        Ok(spec) => spec,
+        Err(error) => return Ok(refuse(&error)),
+    };
+    for warning in spec.warnings() {
+        eprintln!("{warning}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let outcome = runtime.block_on(async {
+        // Registered before anything is created, so Ctrl-C always means "tear down".
+        let interrupt = interruption().context("cannot install signal handlers")?;
+        anyhow::Ok(run_until(spec, OutputSinks::stdio(), interrupt).await)
+    })?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            report_setup_failure(&error);
+            return Ok(ExitCode::from(SETUP_FAILED));
+        }
+    };
+    for failure in &outcome.teardown_errors {
+        eprintln!("egress-sandbox: could not remove {failure}; `egress-sandbox gc` will");
+    }
+    if let Some(path) = report_path {
+        let json = RunReport::new(&outcome).to_json();
+        if let Err(error) = std::fs::write(&path, json + "\n") {
+            eprintln!(
+                "egress-sandbox: cannot write the report {}: {error}",
+                path.display()
+            );
+        }
+    }
+    eprintln!("{}", summary_line(&outcome));
+    Ok(ExitCode::from(
+        u8::try_from(outcome.exit_code).unwrap_or(SETUP_FAILED),
+    ))
+}
+
+fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
+    let mut builder = RunSpec::builder(args.command);
+    for path in args.policies {
+        builder = builder.policy_file(path);
+    }
+    for host in args.allow {
+        builder = builder.allow(host);
+    }
+    if let Some(image) = args.image {
+        builder = builder.image(image);
+    }
+    if let Some(raw) = args.timeout {
+        builder = builder.timeout(spec::parse_duration("--timeout", &raw)?);
+    }
+    if let Some(raw) = args.memory {
+        builder = builder.memory(spec::parse_size("--memory", &raw)?);
+    }
+    if let Some(cpus) = args.cpus {
+        builder = builder.cpus(cpus);
+    }
+    if let Some(pids) = args.pids {
+        builder = builder.pids(pids);
+    }
+    if let Some(raw) = args.tmp {
+        builder = builder.tmp(spec::parse_size("--tmp", &raw)?);
+    }
+    if let Some(raw) = args.output_limit {
+        builder = builder.output_limit(spec::parse_size("--output-limit", &raw)?);
+    }
+    for raw in args.mounts {
+        let (source, target, writable) = spec::parse_mount(&raw)?;
+        builder = builder.mount(source, target, writable);
+    }
+    for raw in args.env {
+        let (key, value) = spec::parse_env(&raw)?;
+        builder = builder.env(key, value);
+    }
+    if let Some(dir) = args.workdir {
+        builder = builder.workdir(dir);
+    }
+    for raw in args.resolve {
+        let (name, ip) = spec::parse_resolve(&raw)?;
+        builder = builder.resolve(name, ip);
+    }
+    if let Some(path) = args.audit_log {
+        builder = builder.audit_log(path);
+    }
+    if let Some(network) = args.egress_network {
+        builder = builder.egress_network(network);
+    }
+    builder.build()
+}
+
+/// Prints why the spec was refused; policy diagnostics verbatim (`FILE:LINE:COL: error: …`).
+fn refuse(error: &SpecError) -> ExitCode {
+    match error {
+        SpecError::Policy(policy) => {
+            for diagnostic in &policy.diagnostics {
+                eprintln!("{diagnostic}");
+            }
+            eprintln!("egress-sandbox: error: the policy was refused; nothing was run");
+        }
+        other => eprintln!("egress-sandbox: error: {other}"),
+    }
+    ExitCode::from(SETUP_FAILED)
+}
+
+fn report_setup_failure(error: &RunError) {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    eprintln!("egress-sandbox: error: {message}");
+}
+
+/// Resolves with the first SIGINT or SIGTERM.
+fn interruption() -> std::io::Result<impl std::future::Future<Output = Interruption>> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => Interruption::Interrupt,
+            _ = terminate.recv() => Interruption::Terminate,
+        }
+    })
 }

@@ -1,4 +1,34 @@
-//! The run lifecycle on Docker: images, the per-run network, the proxy and sandbox
-//! containers, teardown guards, `gc`.
+//! The run lifecycle on Docker: a throwaway sandbox container whose only way out is a proxy
+//! container, on a network of its own, removed again on every path.
+//!
+//! # Layout
+//!
+//! - [`spec`]: what a run is asked to do ([`spec::RunSpec`]), checked completely before
+//!   Docker is touched (policies merged, limits against policy ceilings, mounts, env).
+//! - [`docker`]: the one place that talks to the engine ([`docker::Engine`]).
+//! - [`images`]: the proxy image (built from this very binary) and the base sandbox image.
+//! - [`network`]: the per-run internal network (own /29, no host address) and the shared
+//!   egress network.
+//! - [`container`]: the proxy and sandbox containers as create requests, hardened.
+//! - [`output`]: live relay of the command's output with one byte cap.
+//! - [`audit_trail`]: the proxy's ready line and audit records, read through attach.
+//! - [`teardown`]: owns every object of a run and removes it on every path.
+//! - [`run`]: the lifecycle itself — [`run::run`] / [`run::run_until`] → [`run::RunOutcome`].
+//! - [`gc`]: sweeps objects of runs whose owner process is gone.
+//! - [`labels`]: run ids, object names, labels and the owner stamp.
 
+pub mod audit_trail;
+pub mod container;
+pub mod docker;
+pub mod gc;
 pub mod images;
+pub mod labels;
+pub mod network;
+pub mod output;
+pub mod run;
+pub mod spec;
+pub mod teardown;
+
+pub use output::{OutputSinks, OutputStats};
+pub use run::{Interruption, RunError, RunOutcome, RunStatus, run, run_until};
+pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};

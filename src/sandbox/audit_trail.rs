@@ -1,0 +1,288 @@
+//! Reads the proxy container's output: the ready line first, then one audit record per
+//! line on stdout; diagnostics on stderr.
+//!
+//! The host cannot reach the run network (by design), so this attach stream is the only
+//! channel from the proxy to us. Records are appended to `--audit-log` as they come (one
+//! `write` per line, so concurrent runs appending to one file do not interleave within a
+//! line) and counted for the summary and report.
+
+use std::fs::File;
+use std::io::Write;
+
+use bytes::BytesMut;
+use egress_proxy::audit::AuditRecord;
+use futures_util::{Stream, StreamExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::docker::LogOutput;
+use crate::report::AuditTally;
+
+/// A line longer than this is not a record the proxy writes; it is dropped.
+const MAX_LINE: usize = 1 << 20;
+/// How much of the proxy's stderr is kept to explain a failed start.
+const STDERR_TAIL: usize = 4096;
+
+/// Why the proxy never said it was ready.
+#[derive(Debug)]
+pub struct NotReady {
+    pub detail: String,
+}
+
+/// The reader's handles: `ready` resolves once with the ready line (or the proxy's last
+/// words); `records` ends with the tally when the proxy's output ends.
+pub struct ProxyOutput {
+    pub ready: oneshot::Receiver<Result<(), NotReady>>,
+    pub records: JoinHandle<AuditTally>,
+}
+
+pub fn spawn_reader<S>(frames: S, audit_log: Option<File>) -> ProxyOutput
+where
+    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send + Unpin + 'static,
+{
+    let (ready_tx, ready) = oneshot::channel();
+    let records = tokio::spawn(read(frames, audit_log, ready_tx));
+    ProxyOutput { ready, records }
+}
+
+struct Reader {
+    ready: Option<oneshot::Sender<Result<(), NotReady>>>,
+    audit_log: Option<File>,
+    tally: AuditTally,
+    stderr_tail: Vec<u8>,
+}
+
+async fn read<S>(
+    mut frames: S,
+    audit_log: Option<File>,
+    ready: oneshot::Sender<Result<(), NotReady>>,
+) -> AuditTally
+where
+    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+{
+    let mut reader = Reader {
+        ready: Some(ready),
+        audit_log,
+        tally: AuditTally::default(),
+        stderr_tail: Vec::new(),
+    };
+    let mut stdout = LineBuffer::default();
+    let mut stderr = LineBuffer::default();
+    while let Some(frame) = frames.next().await {
+        match frame {
+            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                for line in stdout.push(&message) {
+                    reader.stdout_line(&line);
+                }
+            }
+            Ok(LogOutput::StdErr { message }) => {
+                reader.keep_stderr(&message);
+                for line in stderr.push(&message) {
+                    tracing::info!("proxy: {}", without_ansi(&String::from_utf8_lossy(&line)));
+                }
+            }
+            Ok(LogOutput::StdIn { .. }) => {}
+            Err(error) => {
+                tracing::debug!(%error, "proxy output stream ended with an error");
+                break;
+            }
+        }
+    }
+    if let Some(line) = stdout.finish() {
+        reader.stdout_line(&line);
+    }
+    if let Some(ready) = reader.ready.take() {
+        let said = String::from_utf8_lossy(&reader.stderr_tail)
+            .trim()
+            .to_string();
+        let detail = if said.is_empty() {
+            "the proxy exited without a word".to_string()
+        } else {
+            format!("the proxy said: {said}")
+        };
+        let _ = ready.send(Err(NotReady { detail }));
+    }
+    reader.tally
+}
+
+impl Reader {
+    fn stdout_line(&mut self, line: &[u8]) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        if let Some(ready) = self.ready.take() {
+            if is_ready_line(line) {
+                let _ = ready.send(Ok(()));
+                return;
+            }
+            // Not the ready line: keep waiting for it.
+            self.ready = Some(ready);
+            tracing::warn!(
+                "proxy printed before it was ready: {}",
+                String::from_utf8_lossy(line)
+            );
+            return;
+        }
+        match serde_json::from_slice::<AuditRecord>(line) {
+            Ok(record) => {
+                self.tally.add(&record);
+                if let Some(file) = &mut self.audit_log {
+                    let mut whole = Vec::with_capacity(line.len() + 1);
+                    whole.extend_from_slice(line);
+                    whole.push(b'\n');
+                    if let Err(error) = file.write_all(&whole) {
+                        tracing::error!(%error, "cannot append to the audit log; no further records are written there");
+                        self.audit_log = None;
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                "proxy printed a line that is not an audit record: {}",
+                String::from_utf8_lossy(line)
+            ),
+        }
+    }
+
+    fn keep_stderr(&mut self, bytes: &[u8]) {
+        self.stderr_tail.extend_from_slice(bytes);
+        if self.stderr_tail.len() > STDERR_TAIL {
+            let cut = self.stderr_tail.len() - STDERR_TAIL;
+            self.stderr_tail.drain(..cut);
+        }
+    }
+}
+
+/// The proxy's diagnostics without terminal colour sequences (`ESC [ … letter`).
+fn without_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+fn is_ready_line(line: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(line)
+        .is_ok_and(|value| value.get("ready") == Some(&serde_json::Value::Bool(true)))
+}
+
+/// Reassembles lines from frames that may split or join them.
+#[derive(Default)]
+struct LineBuffer {
+    partial: BytesMut,
+    /// Inside a line that already overflowed `MAX_LINE`: drop until its end.
+    skipping: bool,
+}
+
+impl LineBuffer {
+    fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut lines = Vec::new();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if self.skipping {
+                self.skipping = false;
+            } else {
+                self.partial.extend_from_slice(&rest[..end]);
+                lines.push(self.partial.split().to_vec());
+            }
+            self.partial.clear();
+            rest = &rest[end + 1..];
+        }
+        if !self.skipping {
+            self.partial.extend_from_slice(rest);
+            if self.partial.len() > MAX_LINE {
+                tracing::warn!("proxy printed a line over {MAX_LINE} bytes; dropped");
+                self.partial.clear();
+                self.skipping = true;
+            }
+        }
+        lines
+    }
+
+    fn finish(&mut self) -> Option<Vec<u8>> {
+        (!self.skipping && !self.partial.is_empty()).then(|| self.partial.split().to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn colour_sequences_are_dropped() {
+        assert_eq!(
+            without_ansi("\u{1b}[2mts\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m x"),
+            "ts  WARN x"
+        );
+    }
+
+    #[test]
+    fn lines_are_reassembled_across_frames() {
+        let mut buffer = LineBuffer::default();
+        assert!(buffer.push(b"{\"a\":").is_empty());
+        let lines = buffer.push(b"1}\n{\"b\":2}\n{\"c\"");
+        assert_eq!(lines, vec![b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()]);
+        assert_eq!(buffer.finish(), Some(b"{\"c\"".to_vec()));
+    }
+
+    #[test]
+    fn overlong_lines_are_dropped_and_the_next_survives() {
+        let mut buffer = LineBuffer::default();
+        assert!(buffer.push(&vec![b'x'; MAX_LINE + 1]).is_empty());
+        assert_eq!(buffer.push(b"xx\nok\n"), vec![b"ok".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn ready_then_records_are_counted_and_appended() {
+        let record = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"connect","client":"10.213.0.3:5","host":"test.example.org","port":443,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0}"#;
+        let frames = futures_util::stream::iter(vec![
+            Ok(LogOutput::StdOut {
+                message: Bytes::from(format!(
+                    "{{\"ready\":true,\"listen\":\"10.0.0.2:3128\"}}\n{}",
+                    &record[..20]
+                )),
+            }),
+            Ok(LogOutput::StdOut {
+                message: Bytes::from(format!("{}\nnot json\n", &record[20..])),
+            }),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let output = spawn_reader(frames, Some(file));
+        assert!(output.ready.await.unwrap().is_ok());
+        let tally = output.records.await.unwrap();
+        assert_eq!(tally.attempts.blocked, 1);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{record}\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_that_dies_first_explains_itself() {
+        let frames = futures_util::stream::iter(vec![Ok(LogOutput::StdErr {
+            message: Bytes::from_static(b"error: cannot bind 10.0.0.2:53\n"),
+        })]);
+        let output = spawn_reader(frames, None);
+        let error = output.ready.await.unwrap().unwrap_err();
+        assert!(error.detail.contains("cannot bind"));
+    }
+}

@@ -1,0 +1,405 @@
+//! The two containers of a run, as Docker create requests. Pure: what a run asks of the
+//! engine can be read (and tested) here in one place.
+//!
+//! Both containers are hardened the same way (DESIGN.md, threat model): unprivileged user,
+//! no capabilities, no new privileges, default seccomp, read-only root, cgroup limits, no
+//! IPv6, a log driver that writes nothing (output is relayed through attach instead, with a
+//! byte cap, so nothing can fill the host's disk).
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, HostConfigLogConfig,
+    Mount as DockerMount, MountType, NetworkingConfig, ResourcesUlimits,
+};
+
+use super::network::RunSubnet;
+use super::spec::{RunLimits, RunSpec};
+
+/// The explicit proxy port; what HTTP(S)_PROXY point at.
+pub const PROXY_PORT: u16 = 3128;
+const NOBODY: &str = "65534:65534";
+/// Open files per process in the sandbox.
+const SANDBOX_NOFILE: i64 = 1024;
+
+/// The proxy's own limits: it relays, it does not compute.
+const PROXY_MEMORY: i64 = 256 << 20;
+const PROXY_PIDS: i64 = 256;
+const PROXY_NOFILE: i64 = 8192;
+const PROXY_NANO_CPUS: i64 = 1_000_000_000;
+
+/// Settings both containers share.
+fn hardened_host_config(network: &str) -> HostConfig {
+    HostConfig {
+        network_mode: Some(network.to_string()),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        ipc_mode: Some("private".into()),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".into()),
+            config: None,
+        }),
+        sysctls: Some(HashMap::from([
+            (
+                "net.ipv6.conf.all.disable_ipv6".to_string(),
+                "1".to_string(),
+            ),
+            (
+                "net.ipv6.conf.default.disable_ipv6".to_string(),
+                "1".to_string(),
+            ),
+        ])),
+        privileged: Some(false),
+        publish_all_ports: Some(false),
+        ..HostConfig::default()
+    }
+}
+
+fn endpoint(network: &str, address: std::net::Ipv4Addr) -> NetworkingConfig {
+    NetworkingConfig {
+        endpoints_config: Some(HashMap::from([(
+            network.to_string(),
+            EndpointSettings {
+                ipam_config: Some(EndpointIpamConfig {
+                    ipv4_address: Some(address.to_string()),
+                    ..EndpointIpamConfig::default()
+                }),
+                ..EndpointSettings::default()
+            },
+        )])),
+    }
+}
+
+fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
+    vec![ResourcesUlimits {
+        name: Some("nofile".into()),
+        soft: Some(limit),
+        hard: Some(limit),
+    }]
+}
+
+/// The proxy's arguments (api-run.md): it listens on its run-network address only. The
+/// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it.
+pub fn proxy_command(spec: &RunSpec, subnet: RunSubnet, run_id: &str) -> Vec<String> {
+    let ip = subnet.proxy();
+    let mut cmd = vec![
+        "--listen".to_string(),
+        format!("{ip}:{PROXY_PORT}"),
+        "--dns-listen".into(),
+        format!("{ip}:53"),
+        "--transparent-listen".into(),
+        format!("{ip}:443"),
+        "--transparent-listen".into(),
+        format!("{ip}:80"),
+        "--run-id".into(),
+        run_id.to_string(),
+        "--audit-log".into(),
+        "-".into(),
+    ];
+    for policy in &spec.policies {
+        cmd.push("--policy-yaml".into());
+        cmd.push(format!("{}={}", policy.file_name, policy.yaml));
+    }
+    for allow in &spec.allow {
+        cmd.push("--allow".into());
+        cmd.push(allow.clone());
+    }
+    for (name, ip) in &spec.resolve {
+        cmd.push("--resolve".into());
+        cmd.push(format!("{name}={ip}"));
+    }
+    cmd
+}
+
+/// The proxy container: on the run network at `.2`; the egress network is connected
+/// before start (API 1.41 takes only one network at create).
+pub fn proxy_body(
+    spec: &RunSpec,
+    image: &str,
+    network: &str,
+    subnet: RunSubnet,
+    run_id: &str,
+    labels: &HashMap<String, String>,
+) -> ContainerCreateBody {
+    let mut host = hardened_host_config(network);
+    host.memory = Some(PROXY_MEMORY);
+    host.memory_swap = Some(PROXY_MEMORY);
+    host.pids_limit = Some(PROXY_PIDS);
+    host.nano_cpus = Some(PROXY_NANO_CPUS);
+    host.ulimits = Some(nofile(PROXY_NOFILE));
+    // Binding :53, :80 and :443 without CAP_NET_BIND_SERVICE (namespaced sysctl).
+    host.sysctls
+        .get_or_insert_with(HashMap::new)
+        .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
+    ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(proxy_command(spec, subnet, run_id)),
+        user: Some(NOBODY.into()),
+        env: Some(Vec::new()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        labels: Some(labels.clone()),
+        host_config: Some(host),
+        networking_config: Some(endpoint(network, subnet.proxy())),
+        ..ContainerCreateBody::default()
+    }
+}
+
+/// The sandbox's environment: `--env` and the proxy variables, nothing from the host.
+pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
+    let proxy = format!("http://{}:{PROXY_PORT}", subnet.proxy());
+    let mut env = Vec::new();
+    if !spec.env.iter().any(|(key, _)| key == "HOME") {
+        env.push("HOME=/tmp".to_string());
+    }
+    env.extend(spec.env.iter().map(|(key, value)| format!("{key}={value}")));
+    for key in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        env.push(format!("{key}={proxy}"));
+    }
+    env.push("NO_PROXY=".into());
+    env.push("no_proxy=".into());
+    env
+}
+
+fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> HostConfig {
+    let RunLimits {
+        memory,
+        cpus,
+        pids,
+        tmp,
+        ..
+    } = spec.limits;
+    let mut host = hardened_host_config(network);
+    // memory_swap = memory: no swap on top.
+    host.memory = Some(memory as i64);
+    host.memory_swap = Some(memory as i64);
+    host.pids_limit = Some(pids as i64);
+    host.nano_cpus = Some((cpus * 1e9).round() as i64);
+    host.ulimits = Some(nofile(SANDBOX_NOFILE));
+    host.init = Some(true);
+    host.tmpfs = Some(HashMap::from([(
+        "/tmp".to_string(),
+        format!("rw,nosuid,nodev,size={tmp},mode=1777"),
+    )]));
+    // Docker's embedded resolver forwards every query to the proxy: no lookup leaves
+    // from the host (CVE-2024-29018), and every lookup is an audit record.
+    host.dns = Some(vec![subnet.proxy().to_string()]);
+    host.dns_search = Some(Vec::new());
+    host.mounts = Some(
+        spec.mounts
+            .iter()
+            .map(|mount| DockerMount {
+                target: Some(mount.target.clone()),
+                source: Some(mount.source.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(!mount.writable),
+                ..DockerMount::default()
+            })
+            .collect(),
+    );
+    host
+}
+
+/// Where the gate binary appears in the sandbox (read-only bind mount).
+pub const GATE_PATH: &str = "/.egress-sandbox/gate";
+
+/// The `sandbox-gate` in front of the command: the static egress-sandbox binary at `binary`
+/// (on the engine's host) and the image's own entrypoint, which the command follows.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    pub binary: std::path::PathBuf,
+    pub image_entrypoint: Vec<String>,
+}
+
+/// The sandbox container: on the run network at `.3`, nothing else. With a gate, the
+/// command waits for one byte on stdin before it runs (see `commands::sandbox_gate`).
+pub fn sandbox_body(
+    spec: &RunSpec,
+    image: &str,
+    network: &str,
+    subnet: RunSubnet,
+    hostname: &str,
+    labels: &HashMap<String, String>,
+    gate: Option<&Gate>,
+) -> ContainerCreateBody {
+    let mut host = sandbox_host_config(spec, network, subnet);
+    let (entrypoint, cmd) = match gate {
+        Some(gate) => {
+            host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
+                target: Some(GATE_PATH.into()),
+                source: Some(gate.binary.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..DockerMount::default()
+            });
+            // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD` should.
+            let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into(), "--".into()];
+            entrypoint.extend(gate.image_entrypoint.iter().cloned());
+            entrypoint.extend(spec.command.iter().cloned());
+            (Some(entrypoint), None)
+        }
+        None => (None, Some(spec.command.clone())),
+    };
+    let gated = gate.is_some();
+    ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint,
+        cmd,
+        hostname: Some(hostname.to_string()),
+        user: Some(NOBODY.into()),
+        env: Some(sandbox_env(spec, subnet)),
+        working_dir: spec.workdir.clone(),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        // The gate's go signal; closed after it, so the command's stdin is at EOF.
+        attach_stdin: Some(gated),
+        open_stdin: Some(gated),
+        stdin_once: Some(gated),
+        tty: Some(false),
+        network_disabled: Some(false),
+        labels: Some(labels.clone()),
+        host_config: Some(host),
+        networking_config: Some(endpoint(network, subnet.sandbox())),
+        ..ContainerCreateBody::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RunSpec {
+        RunSpec::builder(["python3", "-c", "print(1)"])
+            .allow("api.example.com")
+            .env("FOO", "bar")
+            .memory(128 << 20)
+            .build()
+            .unwrap()
+    }
+
+    fn subnet() -> RunSubnet {
+        RunSubnet {
+            subnet: "10.213.0.8/29".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn sandbox_is_hardened() {
+        let body = sandbox_body(
+            &spec(),
+            "img",
+            "net",
+            subnet(),
+            "sandbox-1",
+            &HashMap::new(),
+            None,
+        );
+        assert_eq!(body.cmd, Some(spec().command));
+        assert_eq!(body.open_stdin, Some(false));
+        assert_eq!(body.user.as_deref(), Some("65534:65534"));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_string()])
+        );
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.memory, Some(128 << 20));
+        assert_eq!(host.memory_swap, host.memory);
+        assert_eq!(host.pids_limit, Some(128));
+        assert_eq!(host.nano_cpus, Some(1_000_000_000));
+        assert_eq!(host.init, Some(true));
+        assert_eq!(host.dns, Some(vec!["10.213.0.10".to_string()]));
+        assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+        assert!(host.port_bindings.is_none());
+        assert!(host.binds.is_none());
+        assert!(host.tmpfs.unwrap()["/tmp"].contains("size=67108864"));
+        let endpoints = body.networking_config.unwrap().endpoints_config.unwrap();
+        let ip = endpoints["net"]
+            .ipam_config
+            .as_ref()
+            .unwrap()
+            .ipv4_address
+            .clone();
+        assert_eq!(ip.as_deref(), Some("10.213.0.11"));
+    }
+
+    #[test]
+    fn gate_goes_in_front_of_the_image_entrypoint_and_the_command() {
+        let gate = Gate {
+            binary: "/usr/local/bin/egress-sandbox".into(),
+            image_entrypoint: vec!["/entry".into()],
+        };
+        let body = sandbox_body(
+            &spec(),
+            "img",
+            "net",
+            subnet(),
+            "h",
+            &HashMap::new(),
+            Some(&gate),
+        );
+        assert_eq!(
+            body.entrypoint.unwrap(),
+            [
+                GATE_PATH,
+                "sandbox-gate",
+                "--",
+                "/entry",
+                "python3",
+                "-c",
+                "print(1)"
+            ]
+        );
+        assert_eq!(body.cmd, None);
+        assert_eq!(body.stdin_once, Some(true));
+        let mounts = body.host_config.unwrap().mounts.unwrap();
+        let mount = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some(GATE_PATH))
+            .unwrap();
+        assert_eq!(mount.read_only, Some(true));
+    }
+
+    #[test]
+    fn sandbox_environment_is_only_what_was_asked_plus_the_proxy() {
+        let env = sandbox_env(&spec(), subnet());
+        assert!(env.contains(&"FOO=bar".to_string()));
+        assert!(env.contains(&"HOME=/tmp".to_string()));
+        assert!(env.contains(&"https_proxy=http://10.213.0.10:3128".to_string()));
+        assert!(env.contains(&"ALL_PROXY=http://10.213.0.10:3128".to_string()));
+        assert!(env.contains(&"NO_PROXY=".to_string()));
+        assert_eq!(env.len(), 10);
+    }
+
+    #[test]
+    fn proxy_listens_on_its_run_address_only() {
+        let cmd = proxy_command(&spec(), subnet(), "r-00000001");
+        let joined = cmd.join(" ");
+        assert!(joined.starts_with("--listen 10.213.0.10:3128 --dns-listen 10.213.0.10:53"));
+        assert!(joined.contains("--transparent-listen 10.213.0.10:443"));
+        assert!(joined.contains("--run-id r-00000001 --audit-log -"));
+        assert!(joined.ends_with("--allow api.example.com"));
+        let body = proxy_body(
+            &spec(),
+            "proxy:1",
+            "net",
+            subnet(),
+            "r-00000001",
+            &HashMap::new(),
+        );
+        assert_eq!(body.user.as_deref(), Some("65534:65534"));
+        assert_eq!(body.env, Some(Vec::new()));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+    }
+}

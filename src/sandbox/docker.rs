@@ -1,0 +1,344 @@
+//! The one place egress-sandbox talks to the Docker engine.
+//!
+//! [`Engine`] wraps a bollard client: it connects the way the docker CLI does (`DOCKER_HOST`,
+//! else the local socket), settles the API version with the engine (20.10 speaks 1.41, older
+//! than bollard's default), and gives the few calls a run needs. Removals are idempotent:
+//! removing something already gone is success, so every teardown path can simply try.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::errors::Error as BollardError;
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Network,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
+};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
+};
+use futures_util::{Stream, StreamExt};
+
+pub use bollard::container::LogOutput;
+
+/// A writer to a container's stdin.
+pub type StdinWriter = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
+/// A container's output as Docker frames it (stdout and stderr chunks).
+pub type OutputFrames =
+    std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
+
+/// How long connecting and the version handshake may take before we call the engine unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot reach the Docker engine at {host}: {source}")]
+    Unreachable {
+        host: String,
+        #[source]
+        source: BollardError,
+    },
+    #[error("cannot reach the Docker engine at {host}: no answer within {}s", CONNECT_TIMEOUT.as_secs())]
+    NoAnswer { host: String },
+    #[error("Docker: {step}: {source}")]
+    Api {
+        step: String,
+        #[source]
+        source: BollardError,
+    },
+}
+
+impl EngineError {
+    fn api(step: impl Into<String>) -> impl FnOnce(BollardError) -> EngineError {
+        let step = step.into();
+        move |source| EngineError::Api { step, source }
+    }
+}
+
+/// A connected Docker engine.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    docker: Docker,
+    host: String,
+}
+
+/// The engine's answer was "no such object".
+pub fn is_not_found(error: &BollardError) -> bool {
+    matches!(
+        error,
+        BollardError::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// The engine's answer was a conflict (name in use, container not running …).
+pub fn is_conflict(error: &BollardError) -> bool {
+    matches!(
+        error,
+        BollardError::DockerResponseServerError {
+            status_code: 409,
+            ..
+        }
+    )
+}
+
+/// The message of an engine error response, for matching well-known refusals.
+pub fn server_message(error: &BollardError) -> Option<&str> {
+    match error {
+        BollardError::DockerResponseServerError { message, .. } => Some(message),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// Connects through `DOCKER_HOST` (or the default socket) and agrees on an API version;
+    /// the version request doubles as the ping.
+    pub async fn connect() -> Result<Engine, EngineError> {
+        let host = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|host| !host.is_empty())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string());
+        let docker =
+            Docker::connect_with_defaults().map_err(|source| EngineError::Unreachable {
+                host: host.clone(),
+                source,
+            })?;
+        let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
+            Ok(Ok(docker)) => docker,
+            Ok(Err(source)) => return Err(EngineError::Unreachable { host, source }),
+            Err(_) => return Err(EngineError::NoAnswer { host }),
+        };
+        Ok(Engine { docker, host })
+    }
+
+    /// The bollard client, for modules that speak to it directly (images).
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Whether the engine runs on this machine (a Unix socket), so host paths are its paths.
+    pub fn is_local(&self) -> bool {
+        self.host.starts_with("unix://")
+    }
+
+    /// The entrypoint an image declares (empty if none), so a command can be put behind
+    /// our own entrypoint without losing it.
+    pub async fn image_entrypoint(&self, image: &str) -> Result<Vec<String>, BollardError> {
+        let inspect = self.docker.inspect_image(image).await?;
+        Ok(inspect
+            .config
+            .and_then(|config| config.entrypoint)
+            .unwrap_or_default())
+    }
+
+    // ---- networks ----
+
+    pub async fn create_network(
+        &self,
+        request: NetworkCreateRequest,
+    ) -> Result<String, BollardError> {
+        let response = self.docker.create_network(request).await?;
+        Ok(response.id)
+    }
+
+    pub async fn inspect_network(&self, name: &str) -> Result<NetworkInspect, BollardError> {
+        self.docker
+            .inspect_network(
+                name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+    }
+
+    /// Networks matching `filters` (Docker filter syntax, e.g. `label` → `["k=v"]`).
+    pub async fn list_networks(
+        &self,
+        filters: &HashMap<&str, Vec<&str>>,
+    ) -> Result<Vec<Network>, EngineError> {
+        let options = ListNetworksOptionsBuilder::default()
+            .filters(filters)
+            .build();
+        self.docker
+            .list_networks(Some(options))
+            .await
+            .map_err(EngineError::api("list networks"))
+    }
+
+    pub async fn connect_network(
+        &self,
+        network: &str,
+        container: &str,
+        endpoint: EndpointSettings,
+    ) -> Result<(), BollardError> {
+        let request = NetworkConnectRequest {
+            container: container.to_string(),
+            endpoint_config: Some(endpoint),
+        };
+        self.docker.connect_network(network, request).await
+    }
+
+    /// Removes a network; one that is already gone counts as removed. Endpoints of containers
+    /// removed a moment ago can linger briefly, so "active endpoints" is retried.
+    pub async fn remove_network(&self, name: &str) -> Result<(), BollardError> {
+        let mut attempt = 0;
+        loop {
+            match self.docker.remove_network(name).await {
+                Ok(()) => return Ok(()),
+                Err(error) if is_not_found(&error) => return Ok(()),
+                Err(error)
+                    if attempt < 40
+                        && server_message(&error)
+                            .is_some_and(|message| message.contains("active endpoints")) =>
+                {
+                    attempt += 1;
+                    // The endpoint goes once its container has fully stopped: poll closely.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    // ---- containers ----
+
+    pub async fn create_container(
+        &self,
+        name: &str,
+        body: ContainerCreateBody,
+    ) -> Result<String, BollardError> {
+        let options = CreateContainerOptionsBuilder::default().name(name).build();
+        Ok(self.docker.create_container(Some(options), body).await?.id)
+    }
+
+    /// As [`create_container`](Self::create_container), owning its arguments, for a task
+    /// that must finish even if its caller goes away.
+    pub async fn create_container_owned(
+        self,
+        name: String,
+        body: ContainerCreateBody,
+    ) -> Result<String, BollardError> {
+        self.create_container(&name, body).await
+    }
+
+    /// stdout and stderr of a container, from now on, as a stream of frames. Attach before
+    /// start so that nothing is missed; the stream ends when the container stops.
+    pub async fn attach_output(&self, container: &str) -> Result<OutputFrames, BollardError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(container, Some(options))
+            .await?;
+        Ok(attached.output)
+    }
+
+    /// As [`attach_output`](Self::attach_output), plus a writer to the container's stdin.
+    pub async fn attach_with_stdin(
+        &self,
+        container: &str,
+    ) -> Result<(OutputFrames, StdinWriter), BollardError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(container, Some(options))
+            .await?;
+        Ok((attached.output, attached.input))
+    }
+
+    pub async fn start_container(&self, container: &str) -> Result<(), BollardError> {
+        self.docker
+            .start_container(
+                container,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+    }
+
+    /// Waits until the container is not running and returns its exit status.
+    pub async fn wait_container(&self, container: &str) -> Result<i64, BollardError> {
+        let options = WaitContainerOptionsBuilder::default()
+            .condition("not-running")
+            .build();
+        let mut stream = self.docker.wait_container(container, Some(options));
+        match stream.next().await {
+            Some(Ok(response)) => Ok(response.status_code),
+            // bollard turns a non-zero status into an error; for us it is just the status.
+            Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Ok(code),
+            Some(Err(error)) => Err(error),
+            None => Err(BollardError::DockerStreamError {
+                error: format!("wait on {container} ended without a status"),
+            }),
+        }
+    }
+
+    pub async fn inspect_container(
+        &self,
+        container: &str,
+    ) -> Result<ContainerInspectResponse, BollardError> {
+        self.docker
+            .inspect_container(
+                container,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+    }
+
+    /// Sends `signal`; a container that is gone or not running needs no signal.
+    pub async fn kill_container(&self, container: &str, signal: &str) -> Result<(), BollardError> {
+        let options = KillContainerOptionsBuilder::default()
+            .signal(signal)
+            .build();
+        match self.docker.kill_container(container, Some(options)).await {
+            Err(error) if is_not_found(&error) || is_conflict(&error) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Kills (if needed) and removes a container; one that is already gone counts as removed.
+    pub async fn remove_container(&self, container: &str) -> Result<(), BollardError> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match self.docker.remove_container(container, Some(options)).await {
+            Err(error) if is_not_found(&error) => Ok(()),
+            // "removal already in progress": someone else (gc, a second teardown) is on it.
+            Err(error) if is_conflict(&error) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Containers (running or not) matching `filters`.
+    pub async fn list_containers(
+        &self,
+        filters: &HashMap<&str, Vec<&str>>,
+    ) -> Result<Vec<ContainerSummary>, EngineError> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(filters)
+            .build();
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(EngineError::api("list containers"))
+    }
+}

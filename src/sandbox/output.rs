@@ -1,0 +1,247 @@
+//! Relays the sandbox's stdout and stderr to the caller, live, with one byte cap across both.
+//!
+//! Frames are written as they arrive and never collected, so a command that prints 100 MB
+//! costs the caller a frame's worth of memory. Past the cap the rest is read and dropped
+//! (the command is not blocked on a full pipe) and one marker line goes to stderr.
+
+use futures_util::{Stream, StreamExt};
+use serde::Serialize;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::docker::LogOutput;
+
+/// Where the command's output goes.
+pub struct OutputSinks {
+    pub stdout: Box<dyn AsyncWrite + Send + Unpin>,
+    pub stderr: Box<dyn AsyncWrite + Send + Unpin>,
+}
+
+impl OutputSinks {
+    /// This process's stdout and stderr.
+    pub fn stdio() -> OutputSinks {
+        OutputSinks {
+            stdout: Box::new(tokio::io::stdout()),
+            stderr: Box::new(tokio::io::stderr()),
+        }
+    }
+
+    /// Any two writers (a buffer, a file, a channel adapter …).
+    pub fn new(
+        stdout: impl AsyncWrite + Send + Unpin + 'static,
+        stderr: impl AsyncWrite + Send + Unpin + 'static,
+    ) -> OutputSinks {
+        OutputSinks {
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+        }
+    }
+}
+
+/// What the command wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OutputStats {
+    /// Bytes the command wrote to stdout, including any dropped past the cap.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// Whether the cap was reached and output dropped.
+    pub truncated: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Channel {
+    Stdout,
+    Stderr,
+}
+
+/// The cap, as a pure state machine: how much of each chunk may still pass.
+struct OutputCap {
+    limit: u64,
+    relayed: u64,
+    stats: OutputStats,
+    /// The last relayed byte, so the marker starts on a line of its own.
+    last_byte: Option<u8>,
+}
+
+impl OutputCap {
+    fn new(limit: u64) -> OutputCap {
+        OutputCap {
+            limit,
+            relayed: 0,
+            stats: OutputStats::default(),
+            last_byte: None,
+        }
+    }
+
+    /// How many leading bytes of `chunk` to relay, and whether this chunk crossed the cap
+    /// (the marker is due).
+    fn admit(&mut self, channel: Channel, chunk: &[u8]) -> (usize, bool) {
+        let len = chunk.len() as u64;
+        match channel {
+            Channel::Stdout => self.stats.stdout_bytes += len,
+            Channel::Stderr => self.stats.stderr_bytes += len,
+        }
+        if self.stats.truncated {
+            return (0, false);
+        }
+        let room = self.limit - self.relayed;
+        if len <= room {
+            self.relayed += len;
+            if let Some(&last) = chunk.last() {
+                self.last_byte = Some(last);
+            }
+            return (chunk.len(), false);
+        }
+        let pass = room as usize;
+        self.relayed = self.limit;
+        self.stats.truncated = true;
+        if pass > 0 {
+            self.last_byte = Some(chunk[pass - 1]);
+        }
+        (pass, true)
+    }
+
+    fn marker(&self) -> String {
+        let newline = match self.last_byte {
+            Some(b'\n') | None => "",
+            Some(_) => "\n",
+        };
+        format!(
+            "{newline}[egress-sandbox: output truncated after {} bytes]\n",
+            self.limit
+        )
+    }
+}
+
+/// A sink that stops being written to after its first error (a closed pipe, say) while the
+/// relay keeps draining the container.
+struct Sink {
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    broken: bool,
+}
+
+impl Sink {
+    async fn write(&mut self, bytes: &[u8]) {
+        if self.broken || bytes.is_empty() {
+            return;
+        }
+        let result = async {
+            self.writer.write_all(bytes).await?;
+            self.writer.flush().await
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::debug!(%error, "output sink closed; dropping the rest");
+            self.broken = true;
+        }
+    }
+}
+
+/// Relays `frames` into `sinks` until the stream ends.
+pub async fn relay<S>(mut frames: S, sinks: OutputSinks, limit: u64) -> OutputStats
+where
+    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+{
+    let mut cap = OutputCap::new(limit);
+    let mut stdout = Sink {
+        writer: sinks.stdout,
+        broken: false,
+    };
+    let mut stderr = Sink {
+        writer: sinks.stderr,
+        broken: false,
+    };
+    while let Some(frame) = frames.next().await {
+        let (channel, message) = match frame {
+            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                (Channel::Stdout, message)
+            }
+            Ok(LogOutput::StdErr { message }) => (Channel::Stderr, message),
+            Ok(LogOutput::StdIn { .. }) => continue,
+            Err(error) => {
+                tracing::debug!(%error, "output stream ended with an error");
+                break;
+            }
+        };
+        let (pass, crossed) = cap.admit(channel, &message);
+        let sink = match channel {
+            Channel::Stdout => &mut stdout,
+            Channel::Stderr => &mut stderr,
+        };
+        sink.write(&message[..pass]).await;
+        if crossed {
+            stderr.write(cap.marker().as_bytes()).await;
+        }
+    }
+    cap.stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn cap_counts_across_both_streams() {
+        let mut cap = OutputCap::new(10);
+        assert_eq!(cap.admit(Channel::Stdout, b"12345"), (5, false));
+        assert_eq!(cap.admit(Channel::Stderr, b"abcdefgh"), (5, true));
+        assert_eq!(cap.admit(Channel::Stdout, b"more"), (0, false));
+        assert_eq!(
+            cap.stats,
+            OutputStats {
+                stdout_bytes: 9,
+                stderr_bytes: 8,
+                truncated: true
+            }
+        );
+        assert_eq!(
+            cap.marker(),
+            "\n[egress-sandbox: output truncated after 10 bytes]\n"
+        );
+    }
+
+    #[test]
+    fn exactly_at_the_cap_is_not_truncated() {
+        let mut cap = OutputCap::new(4);
+        assert_eq!(cap.admit(Channel::Stdout, b"abc\n"), (4, false));
+        assert!(!cap.stats.truncated);
+        assert_eq!(cap.admit(Channel::Stdout, b"x"), (0, true));
+        assert_eq!(
+            cap.marker(),
+            "[egress-sandbox: output truncated after 4 bytes]\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn relay_splits_streams_and_marks_truncation_once() {
+        let frames = futures_util::stream::iter(vec![
+            Ok(LogOutput::StdOut {
+                message: Bytes::from_static(b"hello\n"),
+            }),
+            Ok(LogOutput::StdErr {
+                message: Bytes::from_static(b"oops\n"),
+            }),
+            Ok(LogOutput::StdOut {
+                message: Bytes::from_static(b"0123456789"),
+            }),
+            Ok(LogOutput::StdOut {
+                message: Bytes::from_static(b"dropped"),
+            }),
+        ]);
+        let (out_writer, mut out_reader) = tokio::io::duplex(1 << 16);
+        let (err_writer, mut err_reader) = tokio::io::duplex(1 << 16);
+        let stats = relay(frames, OutputSinks::new(out_writer, err_writer), 15).await;
+        let mut out = String::new();
+        let mut err = String::new();
+        use tokio::io::AsyncReadExt;
+        out_reader.read_to_string(&mut out).await.unwrap();
+        err_reader.read_to_string(&mut err).await.unwrap();
+        assert_eq!(out, "hello\n0123");
+        assert_eq!(
+            err,
+            "oops\n\n[egress-sandbox: output truncated after 15 bytes]\n"
+        );
+        assert_eq!(stats.stdout_bytes, 23);
+        assert!(stats.truncated);
+    }
+}

@@ -1,0 +1,607 @@
+//! The run lifecycle: set up, run, tear down — as a library call.
+//!
+//! ```text
+//! connect ─┬─ proxy image ──────┐
+//!          ├─ sandbox image ────┤
+//!          ├─ egress network ───┼─┬─ create proxy → connect egress → attach → start → ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────┴─ start sandbox
+//!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
+//!    stop proxy (flushes records) ∥ remove sandbox → remove proxy → remove network
+//! ```
+//!
+//! Steps that do not depend on each other overlap: done one after another, a run costs
+//! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
+//! started alongside the proxy, its command held back by a gate until the proxy is ready
+//! (`commands::sandbox_gate`). Every object is registered with the [`Teardown`] before it
+//! is created and removed before [`run`] returns, on every path.
+//!
+//! Embedding it (an agent framework, say):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use egress_sandbox::sandbox::{OutputSinks, RunSpec, RunStatus, run};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let spec = RunSpec::builder(["python3", "-c", "print('hello')"])
+//!     .allow("api.openai.com")
+//!     .timeout(Duration::from_secs(20))
+//!     .build()?; // policies and limits checked here, before Docker is touched
+//! let outcome = run(spec, OutputSinks::stdio()).await?;
+//! if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
+//!     for group in &outcome.blocked {
+//!         eprintln!("refused: {}", group.describe());
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fs::File;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bollard::models::EndpointSettings;
+use serde::Serialize;
+
+use super::audit_trail::{self, ProxyOutput};
+use super::container::{Gate, proxy_body, sandbox_body};
+use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
+use super::images::{self, ImageError};
+use super::labels::{Owner, RunNames, random_hostname};
+use super::network::{self, NetworkError, RunSubnet};
+use super::output::{self, OutputSinks, OutputStats};
+use super::spec::RunSpec;
+use super::teardown::Teardown;
+use crate::report::{AttemptCounts, AuditTally, RefusalGroup};
+
+/// How long the proxy may take from start to its ready line.
+const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// After SIGTERM the proxy closes tunnels, writes their records and exits (~1 s).
+const PROXY_STOP_TIMEOUT: Duration = Duration::from_secs(3);
+/// After the sandbox stopped, its output stream ends; this bounds a stuck stream.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The command exited by itself; `exit_code` is its own.
+    Exited,
+    /// The time limit killed it (exit 124).
+    Timeout,
+    /// The kernel killed it for memory (exit 137).
+    Oom,
+    /// egress-sandbox itself got SIGINT / SIGTERM (exit 130 / 143).
+    Interrupted,
+}
+
+/// The signal that interrupted a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    Interrupt,
+    Terminate,
+}
+
+impl Interruption {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Interruption::Interrupt => 130,
+            Interruption::Terminate => 143,
+        }
+    }
+}
+
+/// What a run amounted to.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    /// The exit status for the caller: the command's own, 124, 137, 130 or 143.
+    pub exit_code: i32,
+    /// From the sandbox's start to its end (zero if it never started).
+    pub duration: Duration,
+    /// The time limit the run had.
+    pub timeout: Duration,
+    pub image: String,
+    pub policy: String,
+    pub output: OutputStats,
+    pub attempts: AttemptCounts,
+    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first.
+    pub blocked: Vec<RefusalGroup>,
+    /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
+    pub teardown_errors: Vec<String>,
+}
+
+/// Why the sandbox could not be set up (exit 125). Nothing is left behind.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    #[error("Docker: {step}: {source}")]
+    Docker {
+        step: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("the proxy did not start: {detail}")]
+    ProxyNotReady { detail: String },
+    #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
+    ProxyReadyTimeout,
+    #[error("cannot signal the sandbox's gate: {source}")]
+    Gate {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the audit log {path}: {source}")]
+    AuditLog {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot find this program's binary for the proxy image: {0}")]
+    ProxyBinary(#[source] std::io::Error),
+    #[error("cannot identify this process for the owner label: {0}")]
+    Owner(#[source] std::io::Error),
+}
+
+fn docker_step(step: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> RunError {
+    let step = step.into();
+    move |source| RunError::Docker { step, source }
+}
+
+/// Runs `spec` to the end, relaying output into `sinks`.
+pub async fn run(spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
+    run_until(spec, sinks, std::future::pending()).await
+}
+
+/// As [`run`], but `interrupt` ending stops the run: the sandbox is killed, everything is
+/// removed, and the outcome says [`RunStatus::Interrupted`].
+pub async fn run_until(
+    spec: RunSpec,
+    sinks: OutputSinks,
+    interrupt: impl Future<Output = Interruption>,
+) -> Result<RunOutcome, RunError> {
+    let audit_log = match &spec.audit_log {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|source| RunError::AuditLog {
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let proxy_binary = match &spec.proxy_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe().map_err(RunError::ProxyBinary)?,
+    };
+    let owner = Owner::current().map_err(RunError::Owner)?;
+    let engine = Engine::connect().await?;
+    tracing::debug!(host = engine.host(), "connected to the Docker engine");
+    let names = RunNames::generate();
+    let teardown = Teardown::new(engine.clone(), &names.id);
+    let run = Run {
+        engine: &engine,
+        spec: &spec,
+        labels: owner.labels(&names.id),
+        names: &names,
+        teardown: &teardown,
+    };
+    tokio::pin!(interrupt);
+    let result = run
+        .go(&proxy_binary, audit_log, sinks, &mut interrupt)
+        .await;
+    // Only a set-up that was cut short (an error in one branch drops the others, or an
+    // interrupt) can have a create request in flight whose object we never heard of.
+    let cut_short = result.as_ref().map_or(true, |outcome| {
+        outcome.duration.is_zero() && outcome.status == RunStatus::Interrupted
+    });
+    let failures = teardown.run(cut_short).await;
+    tracing::debug!("teardown done");
+    let mut outcome = result?;
+    outcome.teardown_errors = failures;
+    Ok(outcome)
+}
+
+struct Run<'a> {
+    engine: &'a Engine,
+    spec: &'a RunSpec,
+    names: &'a RunNames,
+    labels: std::collections::HashMap<String, String>,
+    teardown: &'a Teardown,
+}
+
+/// Everything ready to start the command.
+struct Prepared {
+    image: String,
+    proxy: ProxyOutput,
+    sandbox_output: OutputFrames,
+    /// The started sandbox's stdin, where its gate waits for the go signal; `None` when
+    /// the sandbox is not gated and not started yet.
+    gate: Option<StdinWriter>,
+}
+
+enum End {
+    Exited(i64),
+    Timeout,
+    Interrupted(Interruption),
+}
+
+impl Run<'_> {
+    async fn go<I>(
+        &self,
+        proxy_binary: &std::path::Path,
+        audit_log: Option<File>,
+        sinks: OutputSinks,
+        interrupt: &mut std::pin::Pin<&mut I>,
+    ) -> Result<RunOutcome, RunError>
+    where
+        I: Future<Output = Interruption>,
+    {
+        let prepared = tokio::select! {
+            prepared = self.prepare(proxy_binary, audit_log) => prepared?,
+            signal = interrupt.as_mut() => return Ok(self.outcome_before_start(signal)),
+        };
+        let Prepared {
+            image,
+            proxy,
+            sandbox_output,
+            gate,
+        } = prepared;
+        let engine = self.engine;
+        let sandbox = self.names.sandbox.as_str();
+
+        match gate {
+            // Already started behind the gate: the proxy is ready, let the command run.
+            Some(mut go) => {
+                use tokio::io::AsyncWriteExt;
+                go.write_all(b"\n")
+                    .await
+                    .and(go.shutdown().await)
+                    .map_err(|source| RunError::Gate { source })?;
+            }
+            None => engine
+                .start_container(sandbox)
+                .await
+                .map_err(docker_step("start the sandbox"))?,
+        }
+        let started = Instant::now();
+        tracing::debug!("sandbox started");
+        let relay = tokio::spawn(output::relay(
+            sandbox_output,
+            sinks,
+            self.spec.limits.output,
+        ));
+
+        let wait = engine.wait_container(sandbox);
+        tokio::pin!(wait);
+        let end = tokio::select! {
+            status = &mut wait => End::Exited(self.exit_status(status).await),
+            () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
+            signal = interrupt.as_mut() => End::Interrupted(signal),
+        };
+        let duration = started.elapsed();
+        tracing::debug!("sandbox ended");
+        if !matches!(end, End::Exited(_)) {
+            // The container, not a process: a double-forked child that ignores SIGTERM dies too.
+            if let Err(error) = engine.kill_container(sandbox, "SIGKILL").await {
+                tracing::warn!(%error, "cannot kill the sandbox; removing it");
+                let _ = engine.remove_container(sandbox).await;
+            }
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
+        }
+        let (status, exit_code) = match end {
+            End::Exited(code) if code == 137 && self.oom_killed().await => (RunStatus::Oom, 137),
+            End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
+            End::Timeout => (RunStatus::Timeout, 124),
+            End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
+        };
+
+        let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "output relay failed");
+                OutputStats::default()
+            }
+            Err(_) => {
+                tracing::warn!("output did not end after the sandbox stopped");
+                OutputStats::default()
+            }
+        };
+        // The sandbox is gone: stop the proxy so it writes its last records, and remove
+        // the sandbox meanwhile; then the proxy container and the network.
+        let remove_sandbox = async {
+            match engine.remove_container(sandbox).await {
+                Ok(()) => self.teardown.forget_container(sandbox),
+                Err(error) => tracing::debug!(%error, "sandbox removal failed; teardown retries"),
+            }
+        };
+        let stop_proxy_then_remove = async {
+            let tally = self.stop_proxy(proxy).await;
+            // Once the engine reports the proxy stopped, its endpoints are released: the
+            // network can go at the same time as the container (a network whose containers
+            // have stopped can be removed before them). Removing it earlier would only fail
+            // and retry, which loads the engine.
+            if let Err(_elapsed) =
+                tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(&self.names.proxy))
+                    .await
+            {
+                tracing::debug!("the proxy container did not report its stop in time");
+            }
+            let (proxy_removed, network_removed) = tokio::join!(
+                engine.remove_container(&self.names.proxy),
+                engine.remove_network(&self.names.network)
+            );
+            tracing::debug!("proxy container and run network removed");
+            match proxy_removed {
+                Ok(()) => self.teardown.forget_container(&self.names.proxy),
+                Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
+            }
+            match network_removed {
+                Ok(()) => self.teardown.forget_network(),
+                Err(error) => tracing::debug!(%error, "network removal failed; teardown retries"),
+            }
+            tally
+        };
+        let (tally, ()) = tokio::join!(stop_proxy_then_remove, remove_sandbox);
+        tracing::debug!("proxy stopped, containers and network removed");
+        Ok(RunOutcome {
+            run_id: self.names.id.clone(),
+            status,
+            exit_code,
+            duration,
+            timeout: self.spec.limits.timeout,
+            image,
+            policy: self.spec.policy_name().to_string(),
+            output,
+            attempts: tally.attempts,
+            blocked: tally.refusals(),
+            teardown_errors: Vec::new(),
+        })
+    }
+
+    /// Images, networks, both containers; the proxy started and ready.
+    async fn prepare(
+        &self,
+        proxy_binary: &std::path::Path,
+        audit_log: Option<File>,
+    ) -> Result<Prepared, RunError> {
+        let engine = self.engine;
+        let docker = engine.docker();
+        let gated = engine.is_local();
+        let (proxy_image, (image, entrypoint), egress, subnet) = tokio::try_join!(
+            async {
+                images::ensure_proxy_image(docker, proxy_binary)
+                    .await
+                    .map_err(RunError::from)
+            },
+            async {
+                let image = match &self.spec.image {
+                    Some(image) => images::require_local_image(docker, image)
+                        .await
+                        .map(|()| image.clone())?,
+                    None => images::ensure_base_image(docker).await?,
+                };
+                let entrypoint = if gated {
+                    engine
+                        .image_entrypoint(&image)
+                        .await
+                        .map_err(docker_step(format!("inspect the image {image}")))?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, RunError>((image, entrypoint))
+            },
+            async {
+                network::egress_network(engine, self.spec.egress_network.as_deref())
+                    .await
+                    .map_err(RunError::from)
+            },
+            async {
+                self.teardown.track_network(&self.names.network);
+                self.teardown
+                    .complete(network::create_run_network(
+                        engine.clone(),
+                        self.spec.subnet_pool,
+                        self.names.network.clone(),
+                        self.labels.clone(),
+                    ))
+                    .await
+                    .map_err(RunError::from)
+            },
+        )?;
+        tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
+        let gate = gated.then(|| Gate {
+            binary: proxy_binary.to_path_buf(),
+            image_entrypoint: entrypoint,
+        });
+        let (proxy, (sandbox_output, gate)) = tokio::try_join!(
+            self.start_proxy(&proxy_image, &egress, subnet, audit_log),
+            self.create_sandbox(&image, subnet, gate.as_ref()),
+        )?;
+        Ok(Prepared {
+            image,
+            proxy,
+            sandbox_output,
+            gate,
+        })
+    }
+
+    async fn start_proxy(
+        &self,
+        image: &str,
+        egress: &str,
+        subnet: RunSubnet,
+        audit_log: Option<File>,
+    ) -> Result<ProxyOutput, RunError> {
+        let engine = self.engine;
+        let name = self.names.proxy.as_str();
+        let body = proxy_body(
+            self.spec,
+            image,
+            &self.names.network,
+            subnet,
+            &self.names.id,
+            &self.labels,
+        );
+        self.teardown.track_container(name);
+        self.teardown
+            .complete(
+                engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
+            .await
+            .map_err(docker_step("create the proxy container"))?;
+        tracing::debug!("proxy created");
+        engine
+            .connect_network(egress, name, EndpointSettings::default())
+            .await
+            .map_err(docker_step("connect the proxy to the egress network"))?;
+        tracing::debug!("proxy connected to the egress network");
+        let frames = engine
+            .attach_output(name)
+            .await
+            .map_err(docker_step("attach to the proxy"))?;
+        let mut proxy = audit_trail::spawn_reader(frames, audit_log);
+        engine
+            .start_container(name)
+            .await
+            .map_err(docker_step("start the proxy"))?;
+        tracing::debug!("proxy started");
+        match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
+            Ok(Ok(Ok(()))) => {
+                tracing::debug!("proxy ready");
+                Ok(proxy)
+            }
+            Ok(Ok(Err(not_ready))) => Err(RunError::ProxyNotReady {
+                detail: not_ready.detail,
+            }),
+            Ok(Err(_)) => Err(RunError::ProxyNotReady {
+                detail: "its output ended".into(),
+            }),
+            Err(_) => Err(RunError::ProxyReadyTimeout),
+        }
+    }
+
+    /// Creates the sandbox and attaches to it; with a gate, also starts it (the command
+    /// waits behind the gate) and returns the gate's stdin.
+    async fn create_sandbox(
+        &self,
+        image: &str,
+        subnet: RunSubnet,
+        gate: Option<&Gate>,
+    ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
+        let engine = self.engine;
+        let name = self.names.sandbox.as_str();
+        let body = sandbox_body(
+            self.spec,
+            image,
+            &self.names.network,
+            subnet,
+            &random_hostname(),
+            &self.labels,
+            gate,
+        );
+        self.teardown.track_container(name);
+        self.teardown
+            .complete(
+                engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
+            .await
+            .map_err(docker_step("create the sandbox container"))?;
+        if gate.is_none() {
+            let output = engine
+                .attach_output(name)
+                .await
+                .map_err(docker_step("attach to the sandbox"))?;
+            return Ok((output, None));
+        }
+        let (output, stdin) = engine
+            .attach_with_stdin(name)
+            .await
+            .map_err(docker_step("attach to the sandbox"))?;
+        engine
+            .start_container(name)
+            .await
+            .map_err(docker_step("start the sandbox"))?;
+        Ok((output, Some(stdin)))
+    }
+
+    /// The wait answer, or the inspected exit code if the wait itself failed.
+    async fn exit_status(&self, waited: Result<i64, bollard::errors::Error>) -> i64 {
+        match waited {
+            Ok(code) => code,
+            Err(error) => {
+                tracing::warn!(%error, "waiting for the sandbox failed; inspecting it");
+                self.engine
+                    .inspect_container(&self.names.sandbox)
+                    .await
+                    .ok()
+                    .and_then(|inspect| inspect.state?.exit_code)
+                    .unwrap_or(125)
+            }
+        }
+    }
+
+    async fn oom_killed(&self) -> bool {
+        match self.engine.inspect_container(&self.names.sandbox).await {
+            Ok(inspect) => inspect
+                .state
+                .and_then(|state| state.oom_killed)
+                .unwrap_or(false),
+            Err(error) => {
+                tracing::warn!(%error, "cannot inspect the sandbox for an OOM kill");
+                false
+            }
+        }
+    }
+
+    /// SIGTERM, then the rest of the audit records until the proxy's output ends.
+    async fn stop_proxy(&self, mut proxy: ProxyOutput) -> AuditTally {
+        let name = self.names.proxy.as_str();
+        if let Err(error) = self.engine.kill_container(name, "SIGTERM").await {
+            tracing::debug!(%error, "cannot signal the proxy");
+        }
+        tracing::debug!("proxy signalled");
+        if let Ok(joined) = tokio::time::timeout(PROXY_STOP_TIMEOUT, &mut proxy.records).await {
+            tracing::debug!("proxy output ended");
+            return joined.unwrap_or_default();
+        }
+        tracing::warn!("the proxy did not stop in time; killing it");
+        let _ = self.engine.remove_container(name).await;
+        match tokio::time::timeout(Duration::from_secs(2), &mut proxy.records).await {
+            Ok(joined) => joined.unwrap_or_default(),
+            Err(_) => {
+                proxy.records.abort();
+                AuditTally::default()
+            }
+        }
+    }
+
+    fn outcome_before_start(&self, signal: Interruption) -> RunOutcome {
+        RunOutcome {
+            run_id: self.names.id.clone(),
+            status: RunStatus::Interrupted,
+            exit_code: signal.exit_code(),
+            duration: Duration::ZERO,
+            timeout: self.spec.limits.timeout,
+            image: self.spec.image.clone().unwrap_or_default(),
+            policy: self.spec.policy_name().to_string(),
+            output: OutputStats::default(),
+            attempts: AttemptCounts::default(),
+            blocked: Vec::new(),
+            teardown_errors: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Hardening, checked from inside the sandbox, and the resource limits doing their job.
+
+use std::time::Duration;
+
+use crate::support::{Run, TestNetwork, random_hex};
+
+const PROBE_SCRIPT: &str = r#"
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status
+if touch /x 2>/dev/null; then echo "root=writable"; else echo "root=read-only"; fi
+if echo probe > /tmp/probe && [ "$(cat /tmp/probe)" = probe ]; then echo "tmp=writable"; fi
+for socket in /var/run/docker.sock /run/docker.sock; do
+  if [ -e "$socket" ]; then echo "docker-socket=$socket"; fi
+done
+if [ -e /proc/net/if_inet6 ]; then sed 's/^/if_inet6 /' /proc/net/if_inet6; fi
+echo "probe=done"
+"#;
+
+#[test]
+fn sandbox_is_unprivileged_read_only_without_docker_socket_or_ipv6() {
+    let network = TestNetwork::create();
+    let run = Run::new(&network)
+        .timeout("60s")
+        .run(&["sh", "-c", PROBE_SCRIPT]);
+
+    run.assert_code(0);
+    let out = &run.stdout;
+    let context = run.describe();
+    assert!(out.contains("probe=done"), "{context}");
+    assert!(
+        out.contains("uid=65534 gid=65534 groups=65534\n"),
+        "{context}"
+    );
+    for capability in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let line = out
+            .lines()
+            .find(|line| line.starts_with(&format!("{capability}:")))
+            .unwrap_or_else(|| panic!("no {capability} line\n{context}"));
+        assert!(
+            line.split_whitespace().nth(1) == Some("0000000000000000"),
+            "{line}\n{context}"
+        );
+    }
+    assert!(
+        out.lines()
+            .any(|line| line.split_whitespace().eq(["NoNewPrivs:", "1"])),
+        "{context}"
+    );
+    assert!(out.contains("root=read-only\n"), "{context}");
+    assert!(out.contains("tmp=writable\n"), "{context}");
+    assert!(!out.contains("docker-socket="), "{context}");
+    // /proc/net/if_inet6: address, index, prefix, scope, flags, device. Only loopback may
+    // have an IPv6 address (not even a link-local one on the run network).
+    let ipv6: Vec<&str> = out
+        .lines()
+        .filter(|line| line.starts_with("if_inet6 ") && !line.ends_with(" lo"))
+        .collect();
+    assert!(
+        ipv6.is_empty(),
+        "IPv6 addresses inside: {ipv6:?}\n{context}"
+    );
+    run.assert_nothing_left();
+}
+
+#[test]
+fn tmp_is_writable_but_bounded_by_the_tmp_limit() {
+    let network = TestNetwork::create();
+    let script = "dd if=/dev/zero of=/tmp/small bs=1M count=2 2>/dev/null && echo small=ok; \
+                  dd if=/dev/zero of=/tmp/big bs=1M count=64 2>/dev/null; echo big_exit=$?; \
+                  echo big_bytes=$(wc -c < /tmp/big)";
+    let run = Run::new(&network)
+        .option("--tmp", "8MiB")
+        .timeout("60s")
+        .run(&["sh", "-c", script]);
+
+    run.assert_code(0);
+    let context = run.describe();
+    assert!(run.stdout.contains("small=ok\n"), "{context}");
+    assert!(!run.stdout.contains("big_exit=0\n"), "{context}");
+    let big_bytes: u64 = run
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("big_bytes="))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no big_bytes line\n{context}"));
+    assert!(big_bytes <= 8 << 20, "{big_bytes} bytes in /tmp\n{context}");
+    run.assert_nothing_left();
+}
+
+const FORK_BOMB: &str = r#"
+import os, sys, time
+children = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as error:
+        print(f"FORK-REFUSED after {children} children: {error}", flush=True)
+        break
+    if pid == 0:
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    children += 1
+while True:
+    time.sleep(1)
+"#;
+
+#[test]
+fn fork_bomb_is_stopped_by_the_pids_limit() {
+    let network = TestNetwork::create();
+    let run = Run::new(&network)
+        .option("--pids", "32")
+        .timeout("10s")
+        .run(&["python3", "-c", FORK_BOMB]);
+
+    run.assert_code(124);
+    let children: u32 = run
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("FORK-REFUSED after "))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("fork was never refused\n{}", run.describe()));
+    assert!(children < 32, "{children} children under --pids 32");
+    assert_eq!(run.report()["status"], "timeout", "{}", run.describe());
+    run.assert_nothing_left();
+}
+
+#[test]
+fn memory_bomb_exits_137_and_reports_oom() {
+    let network = TestNetwork::create();
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n";
+    let run = Run::new(&network)
+        .option("--memory", "64MiB")
+        .timeout("60s")
+        .run(&["python3", "-c", bomb]);
+
+    run.assert_code(137);
+    let report = run.report();
+    assert_eq!(report["status"], "oom", "{}", run.describe());
+    assert_eq!(report["exit_code"], 137, "{}", run.describe());
+    run.assert_nothing_left();
+}
+
+/// Peak resident memory (VmHWM, kB) of process `pid`, if it is still running.
+fn peak_resident_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn huge_output_is_capped_with_a_marker_and_the_caller_stays_small() {
+    const LIMIT: u64 = 1 << 20;
+    const MARKER: &str = "[egress-sandbox: output truncated";
+    let network = TestNetwork::create();
+    let running = Run::new(&network)
+        .option("--output-limit", "1MiB")
+        .timeout("90s")
+        .spawn(&[
+            "sh",
+            "-c",
+            "yes 0123456789abcdef0123456789abcdef | head -c 100000000",
+        ]);
+    let pid = running.pid;
+    let mut peak_kb = 0;
+    let run = running.wait_with(|| peak_kb = peak_kb.max(peak_resident_kb(pid).unwrap_or(0)));
+
+    run.assert_code(0);
+    let context = run.describe();
+    eprintln!("egress-sandbox peak resident memory while relaying 100 MB: {peak_kb} kB");
+    assert!(peak_kb > 0, "never measured the caller's memory");
+    assert!(
+        peak_kb < 100 * 1024,
+        "egress-sandbox peaked at {peak_kb} kB relaying 100 MB\n{context}"
+    );
+    assert!(
+        run.stdout.contains(MARKER) || run.stderr.contains(MARKER),
+        "no truncation marker\n{context}"
+    );
+    let relayed = run.stdout_bytes + run.stderr_bytes;
+    assert!(
+        relayed <= LIMIT + 4096,
+        "{relayed} bytes relayed under a 1 MiB limit\n{context}"
+    );
+    assert!(
+        run.stdout_bytes >= LIMIT / 2,
+        "only {} bytes relayed",
+        run.stdout_bytes
+    );
+    assert_eq!(run.report()["output"]["truncated"], true, "{context}");
+    run.assert_nothing_left();
+}
+
+#[test]
+fn double_forked_child_ignoring_sigterm_is_gone_when_the_run_returns() {
+    let network = TestNetwork::create();
+    let marker = format!("orphan-{}", random_hex());
+    let program = format!(
+        r#"
+import os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.execvp("python3", ["python3", "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(100000)",
+            "{marker}"])
+    os._exit(0)
+time.sleep(5)
+print("PARENT-DONE", flush=True)
+"#
+    );
+    let running = Run::new(&network)
+        .timeout("60s")
+        .hang_bound(Duration::from_secs(120))
+        .spawn(&["python3", "-c", &program]);
+    let mut seen_running = false;
+    let run = running.wait_with(|| seen_running |= host_has_process_with_arg(&marker));
+
+    run.assert_code(0);
+    assert!(run.stdout.contains("PARENT-DONE"), "{}", run.describe());
+    // Positive control: the orphan was visible from the host while the run lasted.
+    assert!(
+        seen_running,
+        "the orphan was never seen on the host\n{}",
+        run.describe()
+    );
+    assert!(
+        !host_has_process_with_arg(&marker),
+        "the orphan ignoring SIGTERM outlived the run"
+    );
+    run.assert_nothing_left();
+}
+
+/// Whether any process on the host has `arg` as one of its command line arguments.
+fn host_has_process_with_arg(arg: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline"))
+            .map(|cmdline| {
+                cmdline
+                    .split(|&byte| byte == 0)
+                    .any(|part| part == arg.as_bytes())
+            })
+            .unwrap_or(false)
+    })
+}

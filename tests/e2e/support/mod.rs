@@ -1,0 +1,63 @@
+//! Shared helpers of the end-to-end tests; each one small and named after what it is.
+
+pub mod docker;
+pub mod run;
+pub mod servers;
+
+pub use docker::{TestNetwork, assert_nothing_left, leftovers, objects_owned_by};
+pub use run::{Finished, Run, RunningRun};
+pub use servers::{Canary, Upstream};
+
+/// A fresh random hex string, for names, secrets and bodies that no other test shares.
+pub fn random_hex() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// A policy named `name` that allows `hosts` (name, port) and lets the test's gateway
+/// address through the private-address floor on `gateway_ports` (the floor refuses private
+/// addresses unless a `cidr` rule names them; the test's servers live on that address).
+pub fn gateway_policy(
+    name: &str,
+    gateway: std::net::Ipv4Addr,
+    gateway_ports: &[u16],
+    hosts: &[(&str, u16)],
+) -> String {
+    let list = |ports: &[u16]| {
+        ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut yaml = format!("version: 1\nname: {name}\nallow:\n");
+    for (host, port) in hosts {
+        yaml += &format!("  - host: {host}\n    ports: [{port}]\n");
+    }
+    yaml += &format!(
+        "  - cidr: {gateway}/32\n    ports: [{}]\n",
+        list(gateway_ports)
+    );
+    yaml
+}
+
+/// Environment prefix that removes every proxy variable, so a program connects directly
+/// (or, for allowed names, transparently through the proxy's DNS answers).
+pub const WITHOUT_PROXY_VARIABLES: &[&str] = &[
+    "env",
+    "-u",
+    "HTTPS_PROXY",
+    "-u",
+    "https_proxy",
+    "-u",
+    "HTTP_PROXY",
+    "-u",
+    "http_proxy",
+    "-u",
+    "ALL_PROXY",
+    "-u",
+    "all_proxy",
+    "-u",
+    "NO_PROXY",
+    "-u",
+    "no_proxy",
+];

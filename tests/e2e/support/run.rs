@@ -1,0 +1,424 @@
+//! `Run`: the real `egress-sandbox run` as a child process, with a clean environment, its
+//! own report and audit log files, output captured live (bounded), and a hang bound.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use super::docker::TestNetwork;
+
+/// The binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_egress-sandbox");
+/// How long a run may take before the test kills it and fails: catches hangs, never timings.
+pub const HANG_BOUND: Duration = Duration::from_secs(120);
+/// Building the images (debootstrap for the base image) takes minutes the first time.
+const IMAGE_BUILD_BOUND: Duration = Duration::from_secs(30 * 60);
+/// Output kept per stream; the rest is only counted (a run that fails to cap its output
+/// must not exhaust the test's memory).
+const CAPTURE_LIMIT: usize = 16 << 20;
+
+/// `egress-sandbox` with nothing from the test's environment but PATH (and what a test
+/// plants on purpose with [`Run::caller_env`]).
+pub fn binary() -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    command
+}
+
+/// Builder for one `egress-sandbox run`.
+pub struct Run {
+    command: Command,
+    dir: TempDir,
+    report: PathBuf,
+    audit_log: PathBuf,
+    network: String,
+    hang_bound: Duration,
+    policies: usize,
+}
+
+impl Run {
+    /// A run whose proxy reaches the outside through `network`, writing its report and
+    /// audit log into a temporary directory.
+    pub fn new(network: &TestNetwork) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let report = dir.path().join("report.json");
+        let audit_log = dir.path().join("audit.jsonl");
+        let mut command = binary();
+        command
+            .arg("run")
+            .arg("--egress-network")
+            .arg(&network.name)
+            .arg("--report")
+            .arg(&report)
+            .arg("--audit-log")
+            .arg(&audit_log);
+        Run {
+            command,
+            dir,
+            report,
+            audit_log,
+            network: network.name.clone(),
+            hang_bound: HANG_BOUND,
+            policies: 0,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.command.arg(arg.into());
+        self
+    }
+
+    pub fn option(self, name: &str, value: impl Into<OsString>) -> Self {
+        self.arg(name).arg(value)
+    }
+
+    pub fn allow(self, host_port: &str) -> Self {
+        self.option("--allow", host_port)
+    }
+
+    pub fn resolve(self, name: &str, address: Ipv4Addr) -> Self {
+        self.option("--resolve", format!("{name}={address}"))
+    }
+
+    pub fn timeout(self, duration: &str) -> Self {
+        self.option("--timeout", duration)
+    }
+
+    /// Writes `yaml` to a policy file and passes it with `--policy`.
+    pub fn policy(mut self, yaml: &str) -> Self {
+        self.policies += 1;
+        let path = self
+            .dir
+            .path()
+            .join(format!("policy-{}.yaml", self.policies));
+        std::fs::write(&path, yaml).expect("write the policy file");
+        self.option("--policy", path)
+    }
+
+    /// Sets a variable in the environment of the `egress-sandbox` process itself (the
+    /// caller's environment), which must never reach the sandbox.
+    pub fn caller_env(mut self, key: &str, value: &str) -> Self {
+        self.command.env(key, value);
+        self
+    }
+
+    pub fn hang_bound(mut self, bound: Duration) -> Self {
+        self.hang_bound = bound;
+        self
+    }
+
+    /// Starts the run with `program` (after `--`) as the sandboxed command.
+    pub fn spawn(mut self, program: &[&str]) -> RunningRun {
+        warm_up(&self.network);
+        self.command.arg("--").args(program);
+        let mut child = self
+            .command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start egress-sandbox");
+        let stdout = Capture::start(child.stdout.take().expect("piped stdout"));
+        let stderr = Capture::start(child.stderr.take().expect("piped stderr"));
+        RunningRun {
+            pid: child.id(),
+            child,
+            stdout,
+            stderr,
+            dir: self.dir,
+            report: self.report,
+            audit_log: self.audit_log,
+            hang_bound: self.hang_bound,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs `program` to the end.
+    pub fn run(self, program: &[&str]) -> Finished {
+        self.spawn(program).wait()
+    }
+}
+
+/// One trivial run per test process before the real ones, with a bound that fits image
+/// builds: the first run after a new binary builds the proxy image from it, and the very
+/// first one builds the base image (debootstrap, minutes). Hang bounds of the real runs
+/// then measure runs, not image builds.
+fn warm_up(network: &str) {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| {
+        let mut command = binary();
+        command
+            .args(["run", "--egress-network", network, "--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("start egress-sandbox");
+        let status = wait_bounded(&mut child, IMAGE_BUILD_BOUND, || {});
+        assert!(status.success(), "warm-up run failed: {status}");
+    });
+}
+
+/// Waits for `child`, calling `tick` between polls. After `bound` it is stopped (SIGTERM,
+/// then SIGKILL), whatever it owns in Docker is removed so later tests start clean, and the
+/// test fails.
+fn wait_bounded(child: &mut Child, bound: Duration, mut tick: impl FnMut()) -> ExitStatus {
+    let deadline = Instant::now() + bound;
+    loop {
+        tick();
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            stop_hung(child);
+            panic!(
+                "egress-sandbox (pid {}) did not finish within {bound:?}: stopped",
+                child.id()
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How long a hung run gets to tear down after SIGTERM before it is killed.
+const TERM_GRACE: Duration = Duration::from_secs(20);
+
+fn stop_hung(child: &mut Child) {
+    let pid = child.id();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let deadline = Instant::now() + TERM_GRACE;
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let (owned, _) = super::docker::objects_owned_by(pid);
+    owned.remove();
+}
+
+/// One output stream, read live by a thread; kept up to [`CAPTURE_LIMIT`], all bytes counted.
+struct Capture {
+    seen: Arc<Mutex<(Vec<u8>, u64)>>,
+    reader: JoinHandle<()>,
+}
+
+impl Capture {
+    fn start(mut stream: impl Read + Send + 'static) -> Self {
+        let seen = Arc::new(Mutex::new((Vec::new(), 0u64)));
+        let sink = Arc::clone(&seen);
+        let reader = thread::spawn(move || {
+            let mut buffer = vec![0u8; 64 << 10];
+            while let Ok(read @ 1..) = stream.read(&mut buffer) {
+                let mut seen = sink.lock().expect("capture lock");
+                let room = CAPTURE_LIMIT.saturating_sub(seen.0.len()).min(read);
+                seen.0.extend_from_slice(&buffer[..room]);
+                seen.1 += read as u64;
+            }
+        });
+        Capture { seen, reader }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().expect("capture lock").0).into_owned()
+    }
+
+    fn finish(self) -> (String, u64) {
+        self.reader.join().expect("capture thread");
+        let seen = self.seen.lock().expect("capture lock");
+        (String::from_utf8_lossy(&seen.0).into_owned(), seen.1)
+    }
+}
+
+/// A run in progress.
+pub struct RunningRun {
+    pub pid: u32,
+    child: Child,
+    stdout: Capture,
+    stderr: Capture,
+    dir: TempDir,
+    report: PathBuf,
+    audit_log: PathBuf,
+    hang_bound: Duration,
+    started: Instant,
+}
+
+impl RunningRun {
+    /// Waits until the sandboxed command has printed `needle` on stdout; panics (after
+    /// killing the run) if it does not within the hang bound.
+    pub fn wait_for_stdout(&mut self, needle: &str) {
+        loop {
+            if self.stdout.text().contains(needle) {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().expect("poll the child") {
+                panic!(
+                    "run ended ({status}) before printing {needle:?}; stderr:\n{}",
+                    self.stderr.text()
+                );
+            }
+            if self.started.elapsed() > self.hang_bound {
+                stop_hung(&mut self.child);
+                panic!("run did not print {needle:?} within {:?}", self.hang_bound);
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends `signal` (a name such as "TERM" or "KILL") to the `egress-sandbox` process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid);
+    }
+
+    /// Waits for the end of the run (bounded), calling `tick` between polls.
+    pub fn wait_with(mut self, tick: impl FnMut()) -> Finished {
+        let status = wait_bounded(&mut self.child, self.hang_bound, tick);
+        let (stdout, stdout_bytes) = self.stdout.finish();
+        let (stderr, stderr_bytes) = self.stderr.finish();
+        let report_text = std::fs::read_to_string(&self.report).ok();
+        let audit_text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        Finished {
+            pid: self.pid,
+            status,
+            stdout,
+            stdout_bytes,
+            stderr,
+            stderr_bytes,
+            report: report_text.as_deref().map(|text| {
+                serde_json::from_str(text)
+                    .unwrap_or_else(|e| panic!("report is not JSON ({e}): {text}"))
+            }),
+            report_text,
+            audit: parse_audit(&audit_text),
+            audit_text,
+            audit_log_path: self.audit_log,
+            _dir: self.dir,
+        }
+    }
+
+    pub fn wait(self) -> Finished {
+        self.wait_with(|| {})
+    }
+}
+
+fn parse_audit(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {line}"))
+        })
+        .collect()
+}
+
+/// What a finished run left: exit status, output, report and audit records.
+pub struct Finished {
+    /// Process id the `egress-sandbox` process had (its objects carry it as owner).
+    pub pid: u32,
+    pub status: ExitStatus,
+    pub stdout: String,
+    /// Bytes the run wrote on stdout in total (more than `stdout` holds if very large).
+    pub stdout_bytes: u64,
+    pub stderr: String,
+    pub stderr_bytes: u64,
+    pub report: Option<Value>,
+    pub report_text: Option<String>,
+    pub audit: Vec<Value>,
+    pub audit_text: String,
+    audit_log_path: PathBuf,
+    _dir: TempDir,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Exit code, asserted equal to `expected`, with the output in the failure message.
+    pub fn assert_code(&self, expected: i32) {
+        assert_eq!(
+            self.code(),
+            Some(expected),
+            "exit status {} (expected {expected})\n{}",
+            self.status,
+            self.describe()
+        );
+    }
+
+    /// stdout, stderr and report, for failure messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "--- stdout ({} bytes):\n{}\n--- stderr:\n{}\n--- report:\n{}\n--- audit:\n{}",
+            self.stdout_bytes,
+            tail(&self.stdout, 4000),
+            tail(&self.stderr, 4000),
+            self.report_text.as_deref().unwrap_or("(none)"),
+            tail(&self.audit_text, 4000),
+        )
+    }
+
+    pub fn report(&self) -> &Value {
+        self.report
+            .as_ref()
+            .unwrap_or_else(|| panic!("the run wrote no report\n{}", self.describe()))
+    }
+
+    /// The run id, from the report, else from the audit records.
+    pub fn run_id(&self) -> String {
+        self.report
+            .as_ref()
+            .and_then(|report| report["run"].as_str())
+            .or_else(|| self.audit.iter().find_map(|record| record["run"].as_str()))
+            .unwrap_or_else(|| panic!("no run id in report or audit log\n{}", self.describe()))
+            .to_owned()
+    }
+
+    /// Audit records matching `predicate`.
+    pub fn audit_where(&self, predicate: impl Fn(&Value) -> bool) -> Vec<&Value> {
+        self.audit
+            .iter()
+            .filter(|record| predicate(record))
+            .collect()
+    }
+
+    /// The run's summary line on stderr (the last line starting `egress-sandbox:`).
+    pub fn summary_line(&self) -> &str {
+        self.stderr
+            .lines()
+            .rev()
+            .find(|line| line.starts_with("egress-sandbox:"))
+            .unwrap_or_else(|| panic!("no summary line on stderr\n{}", self.describe()))
+    }
+
+    /// Asserts that no container or network of this run is left (by run id and by owner).
+    pub fn assert_nothing_left(&self) {
+        super::docker::assert_nothing_left(&self.run_id(), self.pid);
+    }
+
+    pub fn audit_log_path(&self) -> &Path {
+        &self.audit_log_path
+    }
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}

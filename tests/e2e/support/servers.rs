@@ -1,0 +1,214 @@
+//! Servers the tests start themselves: `Upstream` (a tiny HTTP or HTTPS site that answers
+//! every request with a known body and records what it was asked) and `Canary` (a listener
+//! that must never be reached; it records every connection it accepts). Both run on one
+//! tokio runtime per test process and stop when dropped.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+use tokio::task::AbortHandle;
+use tokio_rustls::TlsAcceptor;
+
+/// Bytes of request head an upstream reads at most.
+const MAX_REQUEST_HEAD: usize = 16 << 10;
+/// How long an upstream waits for a request head.
+const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| Runtime::new().expect("tokio runtime"))
+}
+
+/// Binds `addr` (port 0: any free port) for a server task on the shared runtime.
+fn bind(addr: SocketAddr) -> TcpListener {
+    let listener = StdListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    listener.set_nonblocking(true).expect("non-blocking");
+    let _runtime = runtime().enter();
+    TcpListener::from_std(listener).expect("tokio listener")
+}
+
+/// A listener that must never be reached: every accepted connection is recorded and closed.
+pub struct Canary {
+    pub addr: SocketAddr,
+    accepted: Arc<Mutex<Vec<SocketAddr>>>,
+    task: AbortHandle,
+}
+
+impl Canary {
+    pub fn bind(addr: impl Into<SocketAddr>) -> Self {
+        let listener = bind(addr.into());
+        let addr = listener.local_addr().expect("canary address");
+        let accepted = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&accepted);
+        let task = runtime()
+            .spawn(async move {
+                while let Ok((stream, peer)) = listener.accept().await {
+                    record.lock().expect("canary lock").push(peer);
+                    drop(stream);
+                }
+            })
+            .abort_handle();
+        Canary {
+            addr,
+            accepted,
+            task,
+        }
+    }
+
+    /// Peers of every connection accepted so far.
+    pub fn accepted(&self) -> Vec<SocketAddr> {
+        self.accepted.lock().expect("canary lock").clone()
+    }
+
+    pub fn assert_untouched(&self) {
+        let accepted = self.accepted();
+        assert!(
+            accepted.is_empty(),
+            "canary {} accepted connections from {accepted:?}",
+            self.addr
+        );
+    }
+}
+
+impl Drop for Canary {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One request an upstream served.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The request line and headers.
+    pub head: String,
+    /// The server name the client sent in its TLS ClientHello (HTTPS upstreams).
+    pub sni: Option<String>,
+}
+
+/// A site: answers every HTTP/1.1 request with 200 and `body`, and records each request.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub body: String,
+    requests: Arc<Mutex<Vec<Request>>>,
+    task: AbortHandle,
+}
+
+impl Upstream {
+    /// Plain HTTP on `addr`.
+    pub fn http(addr: impl Into<SocketAddr>, body: &str) -> Self {
+        Self::start(addr.into(), body, None)
+    }
+
+    /// HTTPS on `addr` with a self-signed certificate for `names` (clients use -k).
+    pub fn https(addr: impl Into<SocketAddr>, names: &[&str], body: &str) -> Self {
+        Self::start(addr.into(), body, Some(tls_acceptor(names)))
+    }
+
+    fn start(addr: SocketAddr, body: &str, tls: Option<TlsAcceptor>) -> Self {
+        let listener = bind(addr);
+        let addr = listener.local_addr().expect("upstream address");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&requests);
+        let response = Arc::new(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        let task = runtime()
+            .spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (record, response, tls) =
+                        (Arc::clone(&record), Arc::clone(&response), tls.clone());
+                    tokio::spawn(async move {
+                        match tls {
+                            Some(acceptor) => {
+                                if let Ok(stream) = acceptor.accept(stream).await {
+                                    let sni = stream.get_ref().1.server_name().map(str::to_owned);
+                                    serve(stream, sni, &record, &response).await;
+                                }
+                            }
+                            None => serve(stream, None, &record, &response).await,
+                        }
+                    });
+                }
+            })
+            .abort_handle();
+        Upstream {
+            addr,
+            body: body.to_owned(),
+            requests,
+            task,
+        }
+    }
+
+    /// Every request served so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().expect("upstream lock").clone()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads one request head (bounded in bytes and time), records it, answers, closes.
+async fn serve(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    sni: Option<String>,
+    record: &Mutex<Vec<Request>>,
+    response: &str,
+) {
+    let mut head = Vec::new();
+    let read_head = async {
+        let mut buffer = [0u8; 4096];
+        while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+            match stream.read(&mut buffer).await {
+                Ok(read @ 1..) if head.len() + read <= MAX_REQUEST_HEAD => {
+                    head.extend_from_slice(&buffer[..read])
+                }
+                _ => return false,
+            }
+        }
+        true
+    };
+    if !matches!(
+        tokio::time::timeout(REQUEST_HEAD_TIMEOUT, read_head).await,
+        Ok(true)
+    ) {
+        return;
+    }
+    record.lock().expect("upstream lock").push(Request {
+        head: String::from_utf8_lossy(&head).into_owned(),
+        sni,
+    });
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+fn tls_acceptor(names: &[&str]) -> TlsAcceptor {
+    let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+    let certified = rcgen::generate_simple_self_signed(names).expect("self-signed certificate");
+    let certificate: CertificateDer<'static> = certified.cert.der().clone();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![certificate], key)
+    .expect("server certificate");
+    TlsAcceptor::from(Arc::new(config))
+}

@@ -1,0 +1,77 @@
+//! Teardown when egress-sandbox itself is stopped: SIGTERM tears the run down; after a
+//! SIGKILL the objects stay, and `egress-sandbox gc` removes them.
+
+use std::time::Duration;
+
+use crate::support::run::binary;
+use crate::support::{Run, RunningRun, TestNetwork, leftovers, objects_owned_by};
+
+/// Starts a run that prints STARTED and then sleeps, waits for STARTED, and returns it
+/// with its run id (read from the labels of the objects it owns, which must exist).
+fn started_run(network: &TestNetwork) -> (RunningRun, String) {
+    let mut running = Run::new(network)
+        .timeout("100s")
+        .hang_bound(Duration::from_secs(120))
+        .spawn(&["sh", "-c", "echo STARTED; exec sleep 1000"]);
+    running.wait_for_stdout("STARTED");
+    let (owned, run_ids) = objects_owned_by(running.pid);
+    assert!(
+        !owned.containers.is_empty() && !owned.networks.is_empty(),
+        "a running run owns no containers or network: {owned:?}"
+    );
+    assert_eq!(run_ids.len(), 1, "one run, several run ids: {run_ids:?}");
+    let run_id = run_ids.into_iter().next().expect("one run id");
+    (running, run_id)
+}
+
+/// Interrupts a run with `signal` and checks it tears down, reports and exits with `code`.
+fn interrupted_run_tears_down(signal: &str, code: i32) {
+    let network = TestNetwork::create();
+    let (running, run_id) = started_run(&network);
+    running.signal(signal);
+    let run = running.wait();
+
+    run.assert_code(code);
+    assert_eq!(run.report()["status"], "interrupted", "{}", run.describe());
+    assert_eq!(run.run_id(), run_id);
+    run.assert_nothing_left();
+}
+
+#[test]
+fn sigterm_mid_run_tears_down_and_exits_143() {
+    interrupted_run_tears_down("TERM", 143);
+}
+
+#[test]
+fn sigint_mid_run_tears_down_and_exits_130() {
+    interrupted_run_tears_down("INT", 130);
+}
+
+#[test]
+fn sigkill_leaves_objects_that_gc_removes() {
+    let network = TestNetwork::create();
+    let (running, run_id) = started_run(&network);
+    running.signal("KILL");
+    let run = running.wait();
+    assert_eq!(
+        run.status.code(),
+        None,
+        "SIGKILL did not kill it: {}",
+        run.status
+    );
+
+    let left = leftovers(&run_id);
+    assert!(
+        !left.containers.is_empty() && !left.networks.is_empty(),
+        "expected the killed run's objects to remain until gc, found {left:?}"
+    );
+    let gc = binary().arg("gc").output().expect("run egress-sandbox gc");
+    assert!(
+        gc.status.success(),
+        "gc failed ({}): {}",
+        gc.status,
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    // Removes whatever gc missed (after reporting it) so the next tests start clean.
+    crate::support::assert_nothing_left(&run_id, run.pid);
+}

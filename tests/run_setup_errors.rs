@@ -1,0 +1,109 @@
+//! Runs that cannot be set up: exit 125, a clear message, and no Docker object left.
+
+mod run_support;
+
+use std::process::Stdio;
+
+use run_support::*;
+
+fn run_as_child(args: &[&str]) -> (i32, String, u32) {
+    let child = binary()
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    (code(&output), stderr(&output), pid)
+}
+
+#[test]
+fn bad_policy_is_refused_with_its_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("bad.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\nallow:\n  - host: https://api.example.com/\n",
+    )
+    .unwrap();
+    let (code, err, pid) = run_as_child(&["-p", policy.to_str().unwrap(), "--", "true"]);
+    assert_eq!(code, 125, "{err}");
+    let location = format!("{}:3:", policy.display());
+    assert!(err.contains(&location) && err.contains("error"), "{err}");
+    assert_nothing_left_by(pid);
+}
+
+#[test]
+fn flag_above_the_policy_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("strict.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\nname: strict\nlimits:\n  timeout: 30s\n",
+    )
+    .unwrap();
+    let (code, err, pid) = run_as_child(&[
+        "-p",
+        policy.to_str().unwrap(),
+        "--timeout",
+        "10m",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("--timeout 10m is above the limit of policy strict (timeout: 30s)"),
+        "{err}"
+    );
+    assert_nothing_left_by(pid);
+}
+
+#[test]
+fn missing_image_is_refused_and_the_run_network_removed() {
+    let (code, err, pid) = run_as_child(&[
+        "--image",
+        "egress-sandbox-test-no-such-image:never",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("egress-sandbox-test-no-such-image:never not found locally"),
+        "{err}"
+    );
+    assert_nothing_left_by(pid);
+}
+
+#[test]
+fn missing_egress_network_is_refused() {
+    let image = any_local_image();
+    let (code, err, pid) = run_as_child(&[
+        "--image",
+        &image,
+        "--egress-network",
+        "egress-sandbox-test-no-such-network",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("egress-sandbox-test-no-such-network"), "{err}");
+    assert_nothing_left_by(pid);
+}
+
+#[test]
+fn unreachable_engine_is_a_clear_125() {
+    let output = binary()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 125);
+    assert!(
+        stderr(&output)
+            .contains("cannot reach the Docker engine at unix:///nonexistent/docker.sock"),
+        "{}",
+        stderr(&output)
+    );
+}
