@@ -1,1 +1,155 @@
-//! TODO(proxy helper): see issue 3.
+//! The `CONNECT host:port` door: judge, connect to a checked address, answer 200, check the
+//! ClientHello on TLS ports, then relay.
+//!
+//! The upstream is connected before the 200 so that an unreachable upstream is an honest 502
+//! or 504. On TLS ports the ClientHello is read and checked *before* a single byte is written
+//! upstream: on a mismatch the upstream sees a connection open and close, never data. The
+//! 200 was already sent by then, so a mismatch turns the tunnel's own record into
+//! `blocked`/`sni_mismatch`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::audit::{Attempt, Kind, Outcome};
+use crate::http::{ProxyBody, refusal_response};
+use crate::policy::{Reason, SniCheck};
+use crate::relay::{Transferred, relay};
+use crate::server::{Shared, Shutdown};
+use crate::sni::{self, SniError};
+use crate::target::Target;
+
+pub(crate) async fn handle(
+    mut request: Request<Incoming>,
+    shared: &Arc<Shared>,
+    client: SocketAddr,
+    shutdown: Shutdown,
+) -> Response<ProxyBody> {
+    let gate = &shared.gate;
+    let mut attempt = Attempt::new(gate.audit(), Kind::Connect, Some(client));
+    let uri = request.uri();
+    let authority = match (uri.authority(), uri.scheme(), uri.path_and_query()) {
+        (Some(authority), None, None) => authority.as_str().to_owned(),
+        _ => {
+            let raw = uri.to_string();
+            let refusal = gate.refuse_request(
+                &mut attempt,
+                raw.as_bytes(),
+                Reason::BadRequest,
+                "CONNECT needs host:port",
+            );
+            return refusal_response(&refusal);
+        }
+    };
+    let (target, port) = match parse_connect_authority(&authority) {
+        Ok(found) => found,
+        Err(detail) => {
+            let refusal =
+                gate.refuse_request(&mut attempt, authority.as_bytes(), Reason::BadRequest, detail);
+            return refusal_response(&refusal);
+        }
+    };
+    let upstream = match gate.open(&mut attempt, &target, port).await {
+        Ok(upstream) => upstream,
+        Err(refusal) => return refusal_response(&refusal),
+    };
+    let tls = gate.policy().tls();
+    let check_sni = tls.sni == SniCheck::Strict && tls.ports.contains(&port);
+    let tunnel = Tunnel {
+        shared: shared.clone(),
+        attempt,
+        target,
+        check_sni,
+        shutdown,
+    };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                Ok(parts) => {
+                    tunnel
+                        .run(parts.io.into_inner(), parts.read_buf.to_vec(), upstream)
+                        .await;
+                }
+                Err(_) => tracing::error!("a CONNECT tunnel is not a TCP stream"),
+            },
+            Err(error) => tracing::debug!(%error, "the client left before the tunnel opened"),
+        }
+    });
+    let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed());
+    *response.status_mut() = StatusCode::OK;
+    response
+}
+
+/// CONNECT's authority must carry a port: there is no default for a tunnel.
+fn parse_connect_authority(authority: &str) -> Result<(Target, u16), &'static str> {
+    if authority.contains('@') {
+        return Err("user information is refused");
+    }
+    Target::parse_authority(authority, None).map_err(|_| "CONNECT needs a valid host:port")
+}
+
+struct Tunnel {
+    shared: Arc<Shared>,
+    attempt: Attempt,
+    target: Target,
+    check_sni: bool,
+    shutdown: Shutdown,
+}
+
+impl Tunnel {
+    /// `early` holds bytes the client sent right behind its CONNECT head.
+    async fn run(mut self, mut client: TcpStream, early: Vec<u8>, mut upstream: TcpStream) {
+        let limits = &self.shared.limits;
+        let first = if self.check_sni {
+            let read = sni::read_client_hello(
+                &mut client,
+                early,
+                limits.max_client_hello_bytes,
+                limits.client_hello_timeout,
+            );
+            let checked = tokio::select! {
+                read = read => read.and_then(|hello| {
+                    sni::check(&self.target, &hello).map(|()| hello.bytes)
+                }),
+                () = self.shutdown.wait() => return,
+            };
+            match checked {
+                Ok(bytes) => bytes,
+                // A client that leaves without a byte tried nothing: the record stays allowed.
+                Err(SniError::Closed | SniError::Io(_)) => return,
+                Err(error) => {
+                    tracing::debug!(%error, host = %self.target, "SNI check failed");
+                    self.attempt
+                        .set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
+                    return;
+                }
+            }
+        } else {
+            early
+        };
+        if !first.is_empty() {
+            if upstream.write_all(&first).await.is_err() {
+                return;
+            }
+            self.attempt.bytes_up += first.len() as u64;
+        }
+        let mut moved = Transferred::default();
+        relay(
+            &mut client,
+            &mut upstream,
+            limits.relay_buffer_bytes,
+            &mut moved,
+            &mut self.shutdown,
+        )
+        .await;
+        self.attempt.bytes_up += moved.up;
+        self.attempt.bytes_down += moved.down;
+    }
+}

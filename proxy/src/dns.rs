@@ -1,1 +1,210 @@
-//! TODO(proxy helper): see issue 3.
+//! The DNS responder for the sandbox (UDP and TCP). It never forwards a query anywhere:
+//! allowed names get the proxy's own address (so programs that ignore proxy variables reach
+//! the transparent listeners), everything else gets NXDOMAIN, and every query is an audit
+//! record (kind `dns`, port null).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::audit::{Attempt, AuditSink, Kind, Outcome};
+use crate::policy::{PolicySet, Reason, Verdict};
+use crate::server::{Shared, Shutdown};
+use crate::target::Target;
+
+/// TTL of our answers: short, so a policy change or a new run is seen quickly.
+const ANSWER_TTL: u32 = 30;
+/// Largest UDP payload we announce in EDNS answers (the usual safe value).
+const EDNS_PAYLOAD: u16 = 1232;
+
+/// Answers one query message. `None` = drop it (too short to even carry an id).
+pub fn respond(
+    query: &[u8],
+    client: SocketAddr,
+    policy: &PolicySet,
+    answer: Ipv4Addr,
+    audit: &AuditSink,
+) -> Option<Vec<u8>> {
+    let mut attempt = Attempt::new(audit, Kind::Dns, Some(client));
+    let request = match Message::from_vec(query) {
+        Ok(request) => request,
+        Err(error) => {
+            tracing::debug!(%error, %client, "malformed DNS query");
+            if query.len() < 12 {
+                return None;
+            }
+            let id = u16::from_be_bytes([query[0], query[1]]);
+            return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+                .to_vec()
+                .ok();
+        }
+    };
+    let mut response = Message::response(request.metadata.id, request.metadata.op_code);
+    response.metadata.recursion_desired = request.metadata.recursion_desired;
+    response.metadata.recursion_available = true;
+    response.metadata.authoritative = true;
+    response.queries = request.queries.clone();
+    if request.edns.is_some() {
+        let mut edns = Edns::new();
+        edns.set_max_payload(EDNS_PAYLOAD);
+        response.edns = Some(edns);
+    }
+    let code = answer_query(&request, &mut response, &mut attempt, policy, answer);
+    response.metadata.response_code = code;
+    response.to_vec().ok()
+}
+
+fn answer_query(
+    request: &Message,
+    response: &mut Message,
+    attempt: &mut Attempt,
+    policy: &PolicySet,
+    answer: Ipv4Addr,
+) -> ResponseCode {
+    if request.metadata.message_type != MessageType::Query {
+        return ResponseCode::FormErr;
+    }
+    let [query] = request.queries.as_slice() else {
+        return ResponseCode::FormErr;
+    };
+    let raw: Vec<u8> = query.name().iter().collect::<Vec<_>>().join(&b'.');
+    attempt.set_raw_host(&raw);
+    if request.metadata.op_code != OpCode::Query || query.query_class() != DNSClass::IN {
+        attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
+        return ResponseCode::NotImp;
+    }
+    let target = std::str::from_utf8(&raw)
+        .ok()
+        .and_then(|raw| Target::parse_host(raw).ok());
+    let name = match target {
+        Some(Target::Name(name)) => name,
+        Some(Target::Ip(_)) => {
+            attempt.set_outcome(Outcome::Blocked, Reason::IpLiteral, None);
+            return ResponseCode::NXDomain;
+        }
+        None => {
+            attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);
+            return ResponseCode::NXDomain;
+        }
+    };
+    attempt.host = name.to_string();
+    let decision = policy.decide_name(&name);
+    attempt.set_decision(&decision);
+    if decision.verdict == Verdict::Block {
+        return ResponseCode::NXDomain;
+    }
+    // Allowed (or report mode): only A gets an answer; AAAA and the rest (HTTPS records that
+    // would carry ECH keys included) are empty, since the sandbox has no IPv6 and every
+    // connection must come to the proxy.
+    if query.query_type() == RecordType::A {
+        response.add_answer(Record::from_rdata(
+            query.name().clone(),
+            ANSWER_TTL,
+            RData::A(A(answer)),
+        ));
+    }
+    ResponseCode::NoError
+}
+
+pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdown: Shutdown) {
+    let Some(answer) = shared.dns_answer else {
+        return;
+    };
+    let mut buffer = vec![0u8; 4096];
+    loop {
+        let received = tokio::select! {
+            received = socket.recv_from(&mut buffer) => received,
+            () = shutdown.wait() => return,
+        };
+        let (len, client) = match received {
+            Ok(received) => received,
+            Err(error) => {
+                // ICMP errors from earlier sends surface here; keep serving.
+                tracing::debug!(%error, "DNS receive failed");
+                continue;
+            }
+        };
+        let gate = &shared.gate;
+        if let Some(reply) = respond(&buffer[..len], client, gate.policy(), answer, gate.audit())
+            && let Err(error) = socket.send_to(&reply, client).await
+        {
+            tracing::debug!(%error, %client, "DNS reply failed");
+        }
+    }
+}
+
+pub(crate) async fn serve_tcp(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    connections: Arc<Semaphore>,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.wait() => return,
+        };
+        let Ok((stream, client)) = accepted else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        // Over the limit: close; the client retries over UDP.
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            continue;
+        };
+        tokio::spawn(serve_tcp_connection(
+            stream,
+            client,
+            shared.clone(),
+            shutdown.clone(),
+            permit,
+        ));
+    }
+}
+
+/// Length-prefixed queries (RFC 1035 4.2.2) until the client closes or idles.
+async fn serve_tcp_connection(
+    mut stream: TcpStream,
+    client: SocketAddr,
+    shared: Arc<Shared>,
+    mut shutdown: Shutdown,
+    _permit: OwnedSemaphorePermit,
+) {
+    let Some(answer) = shared.dns_answer else {
+        return;
+    };
+    let idle = shared.limits.head_timeout;
+    loop {
+        let read = async {
+            let len = stream.read_u16().await?;
+            let mut message = vec![0u8; usize::from(len)];
+            stream.read_exact(&mut message).await?;
+            Ok::<_, std::io::Error>(message)
+        };
+        let message = tokio::select! {
+            read = tokio::time::timeout(idle, read) => match read {
+                Ok(Ok(message)) => message,
+                _ => return,
+            },
+            () = shutdown.wait() => return,
+        };
+        let gate = &shared.gate;
+        let Some(reply) = respond(&message, client, gate.policy(), answer, gate.audit()) else {
+            return;
+        };
+        let Ok(len) = u16::try_from(reply.len()) else {
+            return;
+        };
+        let mut framed = len.to_be_bytes().to_vec();
+        framed.extend(reply);
+        if stream.write_all(&framed).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,3 +1,159 @@
 //! The private-address floor: addresses no allowlisted *name* may lead to unless a `cidr`
 //! rule names them. This is what stops `allowed.example → 169.254.169.254` (DNS rebinding,
 //! cloud metadata) and `allowed.example → 127.0.0.1` (the proxy's own host).
+//!
+//! Every IPv6 form that carries an IPv4 address a host stack may end up talking to
+//! (IPv4-mapped, IPv4-compatible, SIIT-translated, NAT64, 6to4, Teredo) is judged by the IPv4
+//! address inside it, so `[::ffff:127.0.0.1]` or `[64:ff9b::a9fe:a9fe]` cannot walk around
+//! the IPv4 list.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+#[cfg(test)]
+mod tests;
+
+/// True when `addr` is behind the private-address floor (DESIGN.md list, IPv4 embedded in
+/// IPv6 checked as IPv4: mapped, compatible, NAT64 64:ff9b::/96, 6to4 2002::/16, Teredo).
+pub fn is_private(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(v4) => is_private_v4(v4),
+        IpAddr::V6(v6) => is_private_v6(v6),
+    }
+}
+
+/// IPv4 ranges that are not ordinary public unicast destinations (IANA special-purpose
+/// registry), as (network, prefix length).
+const PRIVATE_V4: &[(Ipv4Addr, u8)] = &[
+    (Ipv4Addr::new(0, 0, 0, 0), 8),       // "this network"
+    (Ipv4Addr::new(10, 0, 0, 0), 8),      // RFC 1918
+    (Ipv4Addr::new(100, 64, 0, 0), 10),   // CGNAT, RFC 6598
+    (Ipv4Addr::new(127, 0, 0, 0), 8),     // loopback
+    (Ipv4Addr::new(169, 254, 0, 0), 16),  // link-local, incl. 169.254.169.254 metadata
+    (Ipv4Addr::new(172, 16, 0, 0), 12),   // RFC 1918
+    (Ipv4Addr::new(192, 0, 0, 0), 24),    // IETF protocol assignments
+    (Ipv4Addr::new(192, 0, 2, 0), 24),    // TEST-NET-1 (documentation)
+    (Ipv4Addr::new(192, 88, 99, 0), 24),  // 6to4 relay anycast (deprecated)
+    (Ipv4Addr::new(192, 168, 0, 0), 16),  // RFC 1918
+    (Ipv4Addr::new(198, 18, 0, 0), 15),   // benchmarking
+    (Ipv4Addr::new(198, 51, 100, 0), 24), // TEST-NET-2 (documentation)
+    (Ipv4Addr::new(203, 0, 113, 0), 24),  // TEST-NET-3 (documentation)
+    (Ipv4Addr::new(224, 0, 0, 0), 4),     // multicast
+    (Ipv4Addr::new(240, 0, 0, 0), 4),     // reserved, incl. 255.255.255.255 broadcast
+];
+
+fn is_private_v4(addr: Ipv4Addr) -> bool {
+    let bits = u32::from(addr);
+    PRIVATE_V4
+        .iter()
+        .any(|&(net, len)| prefix_matches_v4(bits, u32::from(net), len))
+}
+
+fn prefix_matches_v4(bits: u32, net: u32, len: u8) -> bool {
+    let mask = if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len))
+    };
+    bits & mask == net & mask
+}
+
+fn prefix_matches_v6(bits: u128, net: u128, len: u8) -> bool {
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(len))
+    };
+    bits & mask == net & mask
+}
+
+/// IPv6 ranges that are private outright (no IPv4 inside to judge).
+const PRIVATE_V6: &[(u128, u8)] = &[
+    (0xfc00 << 112, 7),           // unique local fc00::/7
+    (0xfe80 << 112, 10),          // link-local fe80::/10
+    (0xfec0 << 112, 10),          // site-local fec0::/10 (deprecated)
+    (0xff00 << 112, 8),           // multicast ff00::/8
+    (0x0100 << 112, 64),          // discard-only 100::/64
+    (0x0064_ff9b_0001 << 80, 48), // local-use NAT64 64:ff9b:1::/48
+    (0x2001_0db8 << 96, 32),      // documentation 2001:db8::/32
+    (0x3fff << 112, 20),          // documentation 3fff::/20
+    (0x5f00 << 112, 16),          // SRv6 SIDs 5f00::/16
+    (0x2001_0002 << 96, 48),      // benchmarking 2001:2::/48
+    (0x2001_0010 << 96, 28),      // ORCHID 2001:10::/28
+    (0x2001_0020 << 96, 28),      // ORCHIDv2 2001:20::/28
+];
+
+fn is_private_v6(addr: Ipv6Addr) -> bool {
+    let bits = u128::from(addr);
+    if let Some(v4) = embedded_ipv4(bits) {
+        return v4.iter().any(|&v4| is_private_v4(v4));
+    }
+    // The rest of 2001::/23 (IETF protocol assignments) besides Teredo, handled above.
+    if prefix_matches_v6(bits, 0x2001 << 112, 23) {
+        return true;
+    }
+    PRIVATE_V6
+        .iter()
+        .any(|&(net, len)| prefix_matches_v6(bits, net, len))
+}
+
+/// The IPv4 addresses an IPv6 address carries (the same one twice unless Teredo), for the forms that reach IPv4 hosts.
+/// `::` and `::1` fall in the IPv4-compatible range and come out as `0.0.0.0`/`0.0.0.1`,
+/// which the IPv4 list refuses.
+fn embedded_ipv4(bits: u128) -> Option<[Ipv4Addr; 2]> {
+    let low32 = Ipv4Addr::from(bits as u32);
+    // IPv4-compatible ::a.b.c.d (::/96) and IPv4-mapped ::ffff:a.b.c.d (::ffff:0:0/96).
+    if bits >> 32 == 0 || bits >> 32 == 0xffff {
+        return Some([low32, low32]);
+    }
+    // SIIT IPv4-translated ::ffff:0:a.b.c.d (::ffff:0:0:0/96).
+    if bits >> 32 == 0xffff_0000 {
+        return Some([low32, low32]);
+    }
+    // NAT64 well-known prefix 64:ff9b::/96.
+    if prefix_matches_v6(bits, 0x0064_ff9b << 96, 96) {
+        return Some([low32, low32]);
+    }
+    // 6to4 2002:a.b.c.d::/48 (bits 16..48).
+    if prefix_matches_v6(bits, 0x2002 << 112, 16) {
+        let v4 = Ipv4Addr::from((bits >> 80) as u32);
+        return Some([v4, v4]);
+    }
+    // Teredo 2001:0:SERVER:FLAGS:PORT:CLIENT — the client address is stored inverted.
+    if prefix_matches_v6(bits, 0x2001_0000 << 96, 32) {
+        let server = Ipv4Addr::from((bits >> 64) as u32);
+        let client = Ipv4Addr::from(!(bits as u32));
+        return Some([server, client]);
+    }
+    None
+}
+
+/// True when some address in `net` is behind the floor: used to warn about `cidr` allow
+/// rules that open private ranges. IPv6 blocks that overlap a form carrying IPv4 (mapped,
+/// NAT64, 6to4, Teredo …) count as overlapping, since they can carry private IPv4.
+pub fn overlaps_private(net: ipnet::IpNet) -> bool {
+    match net {
+        ipnet::IpNet::V4(net) => {
+            let bits = u32::from(net.network());
+            PRIVATE_V4.iter().any(|&(private, len)| {
+                prefix_matches_v4(bits, u32::from(private), len.min(net.prefix_len()))
+            })
+        }
+        ipnet::IpNet::V6(net) => {
+            let bits = u128::from(net.network());
+            PRIVATE_V6
+                .iter()
+                .chain(IPV4_CARRYING_V6)
+                .any(|&(private, len)| prefix_matches_v6(bits, private, len.min(net.prefix_len())))
+        }
+    }
+}
+
+/// IPv6 blocks that carry IPv4 addresses (see [`embedded_ipv4`]) or are otherwise special.
+const IPV4_CARRYING_V6: &[(u128, u8)] = &[
+    (0, 96),                 // IPv4-compatible, incl. :: and ::1
+    (0xffff << 32, 96),      // IPv4-mapped
+    (0xffff_0000 << 32, 96), // SIIT
+    (0x0064_ff9b << 96, 96), // NAT64
+    (0x2002 << 112, 16),     // 6to4
+    (0x2001 << 112, 23),     // IETF assignments, incl. Teredo
+];

@@ -1,1 +1,244 @@
-//! TODO(proxy helper): see issue 3.
+//! The one decision pipeline every door calls: classify target → policy → resolve once →
+//! floor on every address → connect to a checked address → audit.
+//!
+//! Doors only turn what a client sent into a [`Target`] and a port; everything that decides
+//! is here, so a CONNECT, a plain request, a transparent connection and a DNS query can never
+//! disagree about a host. A refused name is never resolved: resolution happens only after the
+//! policy allowed the name, and the connection goes to an address that passed the floor,
+//! never to a fresh lookup.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::audit::{Attempt, AuditSink, Outcome};
+use crate::policy::{Decision, PolicySet, Reason, Verdict};
+use crate::resolve::Resolver;
+use crate::target::Target;
+
+/// Why an attempt went no further, for the client's answer. The attempt itself already
+/// carries the outcome and reason for the audit record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub outcome: Outcome,
+    pub reason: Reason,
+    /// What the client asked for, as logged.
+    pub host: String,
+    pub detail: String,
+}
+
+impl Refusal {
+    /// The HTTP status a door answers with: 403 for policy refusals, 400 for malformed or
+    /// unsupported requests, 502/504 when an allowed upstream cannot be reached.
+    pub fn status(&self) -> u16 {
+        match self.reason {
+            Reason::BadRequest | Reason::Unsupported => 400,
+            Reason::Limit => 503,
+            Reason::ResolveFailed | Reason::ConnectFailed => 502,
+            Reason::Timeout => 504,
+            _ => 403,
+        }
+    }
+}
+
+pub struct Gate {
+    policy: PolicySet,
+    resolver: Resolver,
+    connect_timeout: Duration,
+    audit: AuditSink,
+}
+
+impl Gate {
+    pub fn new(
+        policy: PolicySet,
+        resolver: Resolver,
+        connect_timeout: Duration,
+        audit: AuditSink,
+    ) -> Self {
+        Gate {
+            policy,
+            resolver,
+            connect_timeout,
+            audit,
+        }
+    }
+
+    pub fn policy(&self) -> &PolicySet {
+        &self.policy
+    }
+
+    pub fn audit(&self) -> &AuditSink {
+        &self.audit
+    }
+
+    /// Marks `attempt` as malformed (`bad_request`) or `unsupported`, logging `raw` as its
+    /// host, and returns the refusal to answer with.
+    pub fn refuse_request(
+        &self,
+        attempt: &mut Attempt,
+        raw: &[u8],
+        reason: Reason,
+        detail: impl Into<String>,
+    ) -> Refusal {
+        if attempt.host.is_empty() {
+            attempt.set_raw_host(raw);
+        }
+        attempt.set_outcome(Outcome::Blocked, reason, None);
+        Refusal {
+            outcome: Outcome::Blocked,
+            reason,
+            host: attempt.host.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// The policy's verdict on `target:port`, recorded in `attempt`. No I/O.
+    pub fn decide(
+        &self,
+        attempt: &mut Attempt,
+        target: &Target,
+        port: u16,
+    ) -> Result<Decision, Refusal> {
+        attempt.host = target.to_string();
+        attempt.port = Some(port);
+        let decision = self.policy.decide(target, port);
+        attempt.set_decision(&decision);
+        if decision.verdict == Verdict::Block {
+            return Err(self.refusal(attempt, explain(decision.reason)));
+        }
+        Ok(decision)
+    }
+
+    /// The whole pipeline for one attempt: decide, resolve once, check every address, and
+    /// connect to the first checked address that answers.
+    pub async fn open(
+        &self,
+        attempt: &mut Attempt,
+        target: &Target,
+        port: u16,
+    ) -> Result<TcpStream, Refusal> {
+        let decision = self.decide(attempt, target, port)?;
+        self.connect_decided(attempt, target, port, &decision).await
+    }
+
+    /// Resolve → floor → connect for a target the policy already let through.
+    pub async fn connect_decided(
+        &self,
+        attempt: &mut Attempt,
+        target: &Target,
+        port: u16,
+        decision: &Decision,
+    ) -> Result<TcpStream, Refusal> {
+        let addresses = match target {
+            Target::Ip(ip) => vec![*ip],
+            Target::Name(name) => match self.resolver.resolve(name).await {
+                Ok(addresses) => addresses,
+                Err(error) => {
+                    tracing::debug!(%error, "resolution failed");
+                    attempt.set_outcome(Outcome::Failed, Reason::ResolveFailed, None);
+                    return Err(self.refusal(attempt, error.to_string()));
+                }
+            },
+        };
+        let checked = self.check_addresses(attempt, &addresses, port)?;
+        // The attempt keeps the policy's decision (allow rule, or would_block in report mode).
+        attempt.set_decision(decision);
+        self.connect_checked(attempt, &checked, port).await
+    }
+
+    /// Every resolved address goes through the floor and deny rules; only those that pass
+    /// may be connected to. None passing refuses the attempt with the first address's reason.
+    fn check_addresses(
+        &self,
+        attempt: &mut Attempt,
+        addresses: &[IpAddr],
+        port: u16,
+    ) -> Result<Vec<IpAddr>, Refusal> {
+        let mut passed = Vec::new();
+        let mut first_refusal: Option<(IpAddr, Decision)> = None;
+        for &ip in addresses {
+            let verdict = self.policy.check_address(ip, port);
+            if verdict.verdict == Verdict::Block {
+                tracing::debug!(%ip, reason = %verdict.reason, "address refused");
+                first_refusal.get_or_insert((ip, verdict));
+            } else {
+                passed.push(ip);
+            }
+        }
+        if passed.is_empty() {
+            let (ip, verdict) = first_refusal.expect("a resolution is never empty");
+            attempt.set_decision(&verdict);
+            attempt.addr = None;
+            return Err(self.refusal(
+                attempt,
+                format!("it resolves to {ip}: {}", explain(verdict.reason)),
+            ));
+        }
+        Ok(passed)
+    }
+
+    async fn connect_checked(
+        &self,
+        attempt: &mut Attempt,
+        addresses: &[IpAddr],
+        port: u16,
+    ) -> Result<TcpStream, Refusal> {
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let mut failure = (Reason::ConnectFailed, String::new());
+        for &ip in addresses {
+            let addr = SocketAddr::new(ip, port);
+            match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    // Small requests and TLS handshakes must not wait for Nagle.
+                    let _ = stream.set_nodelay(true);
+                    attempt.addr = Some(addr);
+                    return Ok(stream);
+                }
+                Ok(Err(error)) => {
+                    failure = (Reason::ConnectFailed, format!("connecting to {addr}: {error}"));
+                }
+                Err(_) => {
+                    failure = (
+                        Reason::Timeout,
+                        format!("connecting to {addr} took longer than {:?}", self.connect_timeout),
+                    );
+                    break;
+                }
+            }
+        }
+        attempt.set_outcome(Outcome::Failed, failure.0, None);
+        Err(self.refusal(attempt, failure.1))
+    }
+
+    fn refusal(&self, attempt: &Attempt, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            outcome: attempt.decision,
+            reason: attempt.reason,
+            host: match attempt.port {
+                Some(port) => format!("{}:{port}", attempt.host),
+                None => attempt.host.clone(),
+            },
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A sentence for the client, per reason.
+pub fn explain(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Rule => "allowed by a rule",
+        Reason::NotAllowed => "the host is not on the allowlist",
+        Reason::Denied => "a deny rule matches",
+        Reason::PortNotAllowed => "the host is allowed, but not on this port",
+        Reason::IpLiteral => "IP addresses are refused unless a cidr rule allows them",
+        Reason::PrivateAddress => "private, loopback and link-local addresses are refused",
+        Reason::SniMismatch => "the TLS server name does not match the requested host",
+        Reason::BadRequest => "the request is malformed",
+        Reason::Unsupported => "the proxy does not support this kind of request",
+        Reason::Limit => "the proxy is at its connection limit",
+        Reason::ResolveFailed => "the host name could not be resolved",
+        Reason::ConnectFailed => "the upstream could not be reached",
+        Reason::Timeout => "the upstream did not answer in time",
+    }
+}

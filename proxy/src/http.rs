@@ -1,1 +1,509 @@
-//! TODO(proxy helper): see issue 3.
+//! The HTTP/1.1 doors: the explicit proxy listener (absolute-form requests, and `CONNECT`
+//! handed to [`crate::connect`]) and transparent HTTP (origin-form, routed by `Host`).
+//!
+//! Every request is judged on its own, including the second and later requests of a kept-
+//! alive or pipelined connection. An upstream connection is reused only for the next request
+//! to the same target and port, so a request is never written to another target's upstream.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use crate::audit::{Attempt, Kind};
+use crate::gate::{Refusal, explain};
+use crate::policy::Reason;
+use crate::server::{Shared, Shutdown};
+use crate::target::Target;
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Every body the proxy answers with: a refusal text or an upstream's streamed body.
+pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// Which listener a connection came in on; decides how a request names its target.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Door {
+    /// The explicit proxy: absolute-form requests and CONNECT.
+    Explicit,
+    /// A transparent listener on this port: the target is the `Host` header.
+    Transparent { port: u16 },
+}
+
+/// One client connection's state.
+struct ClientConnection {
+    shared: Arc<Shared>,
+    client: SocketAddr,
+    door: Door,
+    shutdown: Shutdown,
+    /// The upstream of the previous request, kept for the next request to the same target.
+    upstream: tokio::sync::Mutex<Option<Upstream>>,
+    served_any: AtomicBool,
+}
+
+struct Upstream {
+    target: Target,
+    port: u16,
+    addr: SocketAddr,
+    sender: SendRequest<ProxyBody>,
+}
+
+/// Serves one client connection until it closes, its head times out, or shutdown.
+pub(crate) async fn serve(
+    stream: TcpStream,
+    client: SocketAddr,
+    door: Door,
+    shared: Arc<Shared>,
+    mut shutdown: Shutdown,
+) {
+    let limits = shared.limits.clone();
+    let connection = Arc::new(ClientConnection {
+        shared,
+        client,
+        door,
+        shutdown: shutdown.clone(),
+        upstream: tokio::sync::Mutex::new(None),
+        served_any: AtomicBool::new(false),
+    });
+    let service_connection = connection.clone();
+    let service = service_fn(move |request| {
+        let connection = service_connection.clone();
+        async move {
+            connection.served_any.store(true, Ordering::Relaxed);
+            Ok::<_, Infallible>(connection.handle(request).await)
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.head_timeout)
+        .max_header_size(limits.max_head_bytes)
+        .max_buf_size(limits.max_head_bytes.max(8192))
+        .half_close(false);
+    let served = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        () = shutdown.wait() => {
+            served.as_mut().graceful_shutdown();
+            tokio::time::timeout(limits.shutdown_grace, served.as_mut())
+                .await
+                .unwrap_or(Ok(()))
+        }
+    };
+    if let Err(error) = result {
+        connection.record_connection_error(&error);
+    }
+}
+
+impl ClientConnection {
+    fn attempt(&self, kind: Kind) -> Attempt {
+        Attempt::new(self.shared.gate.audit(), kind, Some(self.client))
+    }
+
+    /// A malformed head never reaches the service; hyper answers it (400/431) or closes.
+    /// It is still an attempt, so it gets its record.
+    fn record_connection_error(&self, error: &hyper::Error) {
+        let slow_first_head = error.is_timeout() && !self.served_any.load(Ordering::Relaxed);
+        if error.is_parse() || error.is_parse_too_large() || slow_first_head {
+            let mut attempt = self.attempt(Kind::Http);
+            attempt.port = match self.door {
+                Door::Explicit => None,
+                Door::Transparent { port } => Some(port),
+            };
+            tracing::debug!(%error, client = %self.client, "malformed request head");
+        } else {
+            tracing::debug!(%error, client = %self.client, "client connection ended");
+        }
+    }
+
+    async fn handle(&self, request: Request<Incoming>) -> Response<ProxyBody> {
+        if request.method() == Method::CONNECT {
+            return match self.door {
+                Door::Explicit => {
+                    crate::connect::handle(
+                        request,
+                        &self.shared,
+                        self.client,
+                        self.shutdown.clone(),
+                    )
+                    .await
+                }
+                Door::Transparent { .. } => {
+                    let mut attempt = self.attempt(Kind::Http);
+                    let raw = request.uri().to_string();
+                    let refusal = self.shared.gate.refuse_request(
+                        &mut attempt,
+                        raw.as_bytes(),
+                        Reason::Unsupported,
+                        "CONNECT is only served on the proxy port",
+                    );
+                    refusal_response(&refusal)
+                }
+            };
+        }
+        let mut attempt = self.attempt(Kind::Http);
+        let (target, port) = match self.request_target(&request) {
+            Ok(found) => found,
+            Err((raw, reason, detail)) => {
+                let refusal = self
+                    .shared
+                    .gate
+                    .refuse_request(&mut attempt, &raw, reason, detail);
+                return refusal_response(&refusal);
+            }
+        };
+        if let Err((reason, detail)) = check_request_shape(&request) {
+            attempt.host = target.to_string();
+            attempt.port = Some(port);
+            let refusal = self.shared.gate.refuse_request(&mut attempt, b"", reason, detail);
+            return refusal_response(&refusal);
+        }
+        let up = Arc::new(AtomicU64::new(0));
+        match self.forward(request, &target, port, &mut attempt, &up).await {
+            Ok(response) => counted_response(response, attempt, up),
+            Err(refusal) => refusal_response(&refusal),
+        }
+    }
+
+    /// What the request asks for. The explicit door takes the absolute URI's authority and
+    /// nothing else (the `Host` header is replaced by it); the transparent door takes the
+    /// absolute URI if given, else the `Host` header, with its listener's port as default.
+    fn request_target(
+        &self,
+        request: &Request<Incoming>,
+    ) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
+        let uri = request.uri();
+        let (authority, default_port): (Vec<u8>, u16) = match (self.door, uri.scheme_str()) {
+            (_, Some(scheme)) if scheme.eq_ignore_ascii_case("http") => {
+                let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+                (authority.as_bytes().to_vec(), 80)
+            }
+            (_, Some(_)) => {
+                return Err((
+                    uri.to_string().into_bytes(),
+                    Reason::Unsupported,
+                    "only http:// URLs can be proxied; use CONNECT for https",
+                ));
+            }
+            (Door::Explicit, None) => {
+                return Err((
+                    uri.to_string().into_bytes(),
+                    Reason::BadRequest,
+                    "a proxy request needs an absolute URL (http://host/path)",
+                ));
+            }
+            (Door::Transparent { port }, None) => {
+                let host = request.headers().get_all(header::HOST);
+                let mut values = host.iter();
+                match (values.next(), values.next()) {
+                    (Some(value), None) => (value.as_bytes().to_vec(), port),
+                    (first, _) => {
+                        let raw = first.map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+                        return Err((
+                            raw,
+                            Reason::BadRequest,
+                            "the request needs exactly one Host header",
+                        ));
+                    }
+                }
+            }
+        };
+        let Ok(text) = std::str::from_utf8(&authority) else {
+            return Err((authority, Reason::BadRequest, "the host is not valid"));
+        };
+        if text.contains('@') {
+            return Err((
+                authority,
+                Reason::BadRequest,
+                "user information in URLs is refused",
+            ));
+        }
+        match Target::parse_authority(text, Some(default_port)) {
+            Ok(found) => Ok(found),
+            Err(_) => Err((authority, Reason::BadRequest, "the host is not valid")),
+        }
+    }
+
+    /// Sends the request to the target through the gate and returns the upstream's response.
+    async fn forward(
+        &self,
+        request: Request<Incoming>,
+        target: &Target,
+        port: u16,
+        attempt: &mut Attempt,
+        up: &Arc<AtomicU64>,
+    ) -> Result<Response<Incoming>, Refusal> {
+        let gate = &self.shared.gate;
+        let decision = gate.decide(attempt, target, port)?;
+        let mut slot = self.upstream.lock().await;
+        let reusable = match slot.take() {
+            Some(mut upstream) if &upstream.target == target && upstream.port == port => {
+                upstream.sender.ready().await.is_ok().then_some(upstream)
+            }
+            _ => None,
+        };
+        let mut upstream = match reusable {
+            Some(upstream) => {
+                attempt.addr = Some(upstream.addr);
+                upstream
+            }
+            None => {
+                let stream = gate.connect_decided(attempt, target, port, &decision).await?;
+                let addr = attempt.addr.expect("a connected attempt has its address");
+                let (sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(|error| upstream_failure(attempt, &error))?;
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "upstream connection ended");
+                    }
+                });
+                Upstream {
+                    target: target.clone(),
+                    port,
+                    addr,
+                    sender,
+                }
+            }
+        };
+        let outgoing = upstream_request(request, target, port, up.clone());
+        let response = upstream
+            .sender
+            .send_request(outgoing)
+            .await
+            .map_err(|error| upstream_failure(attempt, &error))?;
+        *slot = Some(upstream);
+        Ok(response)
+    }
+}
+
+/// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the
+/// connection would no longer be HTTP/1 requests we can judge one by one.
+fn check_request_shape(request: &Request<Incoming>) -> Result<(), (Reason, &'static str)> {
+    let upgrade_h2c = request
+        .headers()
+        .get_all(header::UPGRADE)
+        .iter()
+        .any(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase().contains("h2c"));
+    if upgrade_h2c || request.headers().contains_key("http2-settings") {
+        return Err((Reason::Unsupported, "h2c upgrades are not supported"));
+    }
+    Ok(())
+}
+
+fn upstream_failure(attempt: &mut Attempt, error: &hyper::Error) -> Refusal {
+    tracing::debug!(%error, "upstream request failed");
+    attempt.set_outcome(crate::audit::Outcome::Failed, Reason::ConnectFailed, None);
+    Refusal {
+        outcome: attempt.decision,
+        reason: Reason::ConnectFailed,
+        host: attempt.host.clone(),
+        detail: format!("the upstream failed: {error}"),
+    }
+}
+
+/// The request as the upstream gets it: origin-form, HTTP/1.1, hop-by-hop headers removed,
+/// `Host` set from the target the gate judged (never the client's own `Host`).
+fn upstream_request(
+    request: Request<Incoming>,
+    target: &Target,
+    port: u16,
+    up: Arc<AtomicU64>,
+) -> Request<ProxyBody> {
+    let (mut parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or("/");
+    parts.uri = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    let host = if port == 80 {
+        target.to_string()
+    } else {
+        format!("{target}:{port}")
+    };
+    if let Ok(value) = HeaderValue::try_from(host) {
+        parts.headers.insert(header::HOST, value);
+    }
+    let body = CountingBody {
+        inner: body,
+        count: up,
+    };
+    Request::from_parts(parts, body.boxed())
+}
+
+/// Removes headers that belong to one hop: those named in `Connection`, and the fixed list.
+/// `Transfer-Encoding` goes too: hyper frames each side's body itself.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|value| {
+            String::from_utf8_lossy(value.as_bytes())
+                .split(',')
+                .filter_map(|token| HeaderName::try_from(token.trim()).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("proxy-connection"),
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        HeaderName::from_static("keep-alive"),
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// The upstream's response with hop-by-hop headers removed and its body counted; the
+/// attempt's record is written when the body is done (or dropped on shutdown).
+fn counted_response(
+    response: Response<Incoming>,
+    attempt: Attempt,
+    up: Arc<AtomicU64>,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let body = CountedBody {
+        inner: body,
+        attempt,
+        up,
+    };
+    Response::from_parts(parts, body.boxed())
+}
+
+/// A response body that counts what it delivers into the attempt it owns.
+struct CountedBody {
+    inner: Incoming,
+    attempt: Attempt,
+    up: Arc<AtomicU64>,
+}
+
+impl Body for CountedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.attempt.bytes_down += data.len() as u64;
+        }
+        polled.map_err(BoxError::from)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body that counts what it delivers upstream.
+struct CountingBody {
+    inner: Incoming,
+    count: Arc<AtomicU64>,
+}
+
+impl Body for CountingBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        polled.map_err(BoxError::from)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for CountedBody {
+    fn drop(&mut self) {
+        self.attempt.bytes_up = self.up.load(Ordering::Relaxed);
+    }
+}
+
+/// The answer to a refused or failed attempt: status by reason, `X-Egress-Blocked` naming
+/// the reason, and a body that says which host and why.
+pub(crate) fn refusal_response(refusal: &Refusal) -> Response<ProxyBody> {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+    let host = if refusal.host.is_empty() {
+        "the request".to_owned()
+    } else {
+        refusal.host.escape_debug().to_string()
+    };
+    let body = format!(
+        "egress-sandbox: {host} {} ({}): {}{}{}\n",
+        refusal.outcome.as_str(),
+        refusal.reason,
+        explain(refusal.reason),
+        if refusal.detail.is_empty() { "" } else { "; " },
+        refusal.detail.escape_debug(),
+    );
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-egress-blocked",
+        HeaderValue::from_static(refusal.reason.as_str()),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if matches!(refusal.reason, Reason::BadRequest | Reason::Unsupported) {
+        // After a malformed request we cannot trust where the next one starts.
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}

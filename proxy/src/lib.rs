@@ -15,18 +15,36 @@
 //! - [`resolve`]: the proxy's own resolver (hickory, never getaddrinfo) and `--resolve` pins.
 //! - [`audit`]: the audit record and its single writer.
 //! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
-//! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors.
+//! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors;
+//!   [`relay`] copies a tunnel's bytes; [`config`] is the typed configuration.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use egress_proxy::{Proxy, ProxyConfig, policy::{Policy, PolicySet}};
+//! let policy = PolicySet::merge(vec![Policy::from_allow_flags(&["example.com".into()])?]);
+//! let proxy = Proxy::bind(ProxyConfig::new(policy, "127.0.0.1:0".parse()?)).await?;
+//! println!("listening on {}", proxy.local_addrs().listen);
+//! let counts = proxy.shutdown().await;
+//! # let _ = counts; Ok(()) }
+//! ```
 #![deny(unsafe_code)]
 
 pub mod audit;
+pub mod config;
 pub mod connect;
 pub mod dns;
 pub mod floor;
 pub mod gate;
 pub mod http;
 pub mod policy;
+pub mod relay;
 pub mod resolve;
 pub mod server;
 pub mod sni;
 pub mod target;
 pub mod transparent;
+
+pub use config::{ProxyConfig, ProxyLimits};
+pub use server::{BoundProxy, LocalAddrs, Proxy, ProxyError, RunningProxy};

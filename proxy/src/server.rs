@@ -1,1 +1,330 @@
-//! TODO(proxy helper): see issue 3.
+//! Listeners, the connection limit and shutdown.
+//!
+//! [`Proxy::bind`] binds every listener (so a port conflict fails before anything runs),
+//! then starts accepting. [`BoundProxy`] splits the two steps for callers that must announce
+//! readiness between them — the `proxy` command prints its ready line there, so it comes
+//! before any audit record on stdout.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::audit::{Attempt, AuditCounts, AuditSink, Kind, Outcome};
+use crate::config::{ProxyConfig, ProxyLimits};
+use crate::gate::Gate;
+use crate::http::Door;
+use crate::policy::Reason;
+use crate::resolve::Resolver;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot open the audit log: {0}")]
+    Audit(std::io::Error),
+    #[error(
+        "the DNS responder on {0} needs an address to answer with (--dns-answer IPv4) when it listens on an unspecified or IPv6 address"
+    )]
+    DnsAnswer(SocketAddr),
+    #[error("--dns-answer {0} must be an IPv4 address: the sandbox has no IPv6")]
+    DnsAnswerV6(IpAddr),
+}
+
+/// What every door shares.
+pub(crate) struct Shared {
+    pub gate: Gate,
+    pub limits: ProxyLimits,
+    pub dns_answer: Option<std::net::Ipv4Addr>,
+}
+
+/// A task's view of shutdown. Holding one also keeps [`RunningProxy::shutdown`] waiting for
+/// the task, so tunnels get to write their records before the process exits.
+#[derive(Clone)]
+pub struct Shutdown {
+    signal: watch::Receiver<bool>,
+    _alive: mpsc::Sender<()>,
+}
+
+impl Shutdown {
+    /// Resolves once shutdown has begun.
+    pub async fn wait(&mut self) {
+        let _ = self.signal.wait_for(|stopping| *stopping).await;
+    }
+}
+
+/// The addresses actually bound (port 0 resolved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalAddrs {
+    pub listen: SocketAddr,
+    pub dns: Option<SocketAddr>,
+    pub transparent: Vec<SocketAddr>,
+}
+
+/// Entry point: bind and start in one step.
+pub struct Proxy;
+
+impl Proxy {
+    pub async fn bind(config: ProxyConfig) -> Result<RunningProxy, ProxyError> {
+        Ok(BoundProxy::bind(config).await?.start())
+    }
+}
+
+/// Every listener bound, nothing accepted yet.
+pub struct BoundProxy {
+    shared: Arc<Shared>,
+    explicit: TcpListener,
+    transparent: Vec<TcpListener>,
+    dns: Option<(UdpSocket, TcpListener)>,
+    addrs: LocalAddrs,
+}
+
+impl BoundProxy {
+    pub async fn bind(config: ProxyConfig) -> Result<BoundProxy, ProxyError> {
+        let dns_answer = match (config.dns_listen, config.dns_answer) {
+            (None, _) => None,
+            (Some(_), Some(IpAddr::V4(ip))) => Some(ip),
+            (Some(_), Some(ip @ IpAddr::V6(_))) => return Err(ProxyError::DnsAnswerV6(ip)),
+            (Some(listen), None) => match listen.ip() {
+                IpAddr::V4(ip) if !ip.is_unspecified() => Some(ip),
+                _ => return Err(ProxyError::DnsAnswer(listen)),
+            },
+        };
+        let explicit = bind_tcp(config.listen).await?;
+        let mut transparent = Vec::new();
+        for addr in &config.transparent_listen {
+            transparent.push(bind_tcp(*addr).await?);
+        }
+        let dns = match config.dns_listen {
+            Some(addr) => {
+                let udp = UdpSocket::bind(addr)
+                    .await
+                    .map_err(|source| ProxyError::Bind { addr, source })?;
+                // TCP on the same port as UDP, even when that port was 0.
+                let bound = udp.local_addr().map_err(|source| ProxyError::Bind { addr, source })?;
+                Some((udp, bind_tcp(bound).await?))
+            }
+            None => None,
+        };
+        let addrs = LocalAddrs {
+            listen: local_addr(&explicit)?,
+            dns: match &dns {
+                Some((udp, _)) => Some(
+                    udp.local_addr()
+                        .map_err(|source| ProxyError::Bind { addr: config.listen, source })?,
+                ),
+                None => None,
+            },
+            transparent: transparent.iter().map(local_addr).collect::<Result<_, _>>()?,
+        };
+        let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())
+            .map_err(ProxyError::Audit)?;
+        let resolver = Resolver::new(
+            config.pins,
+            &config.upstream_dns,
+            config.limits.resolve_timeout,
+        );
+        let gate = Gate::new(config.policy, resolver, config.limits.connect_timeout, audit);
+        Ok(BoundProxy {
+            shared: Arc::new(Shared {
+                gate,
+                limits: config.limits,
+                dns_answer,
+            }),
+            explicit,
+            transparent,
+            dns,
+            addrs,
+        })
+    }
+
+    pub fn local_addrs(&self) -> &LocalAddrs {
+        &self.addrs
+    }
+
+    /// Starts accepting on every listener.
+    pub fn start(self) -> RunningProxy {
+        let (stop, signal) = watch::channel(false);
+        let (alive, done) = mpsc::channel(1);
+        let shutdown = Shutdown {
+            signal,
+            _alive: alive,
+        };
+        let connections = Arc::new(Semaphore::new(self.shared.limits.max_connections));
+        let mut tasks = Vec::new();
+        let accept = |listener, door| {
+            tokio::spawn(accept_loop(
+                listener,
+                door,
+                self.shared.clone(),
+                connections.clone(),
+                shutdown.clone(),
+            ))
+        };
+        tasks.push(accept(self.explicit, Door::Explicit));
+        for (listener, addr) in self.transparent.into_iter().zip(&self.addrs.transparent) {
+            tasks.push(accept(listener, Door::Transparent { port: addr.port() }));
+        }
+        if let Some((udp, tcp)) = self.dns {
+            tasks.push(tokio::spawn(crate::dns::serve_udp(
+                udp,
+                self.shared.clone(),
+                shutdown.clone(),
+            )));
+            tasks.push(tokio::spawn(crate::dns::serve_tcp(
+                tcp,
+                self.shared.clone(),
+                connections.clone(),
+                shutdown.clone(),
+            )));
+        }
+        RunningProxy {
+            addrs: self.addrs,
+            audit: self.shared.gate.audit().clone(),
+            grace: self.shared.limits.shutdown_grace,
+            stop,
+            done,
+            shutdown: Some(shutdown),
+            tasks,
+        }
+    }
+}
+
+/// A proxy that is serving. Dropping it without [`RunningProxy::shutdown`] leaves the tasks
+/// running on the runtime; call `shutdown` to stop cleanly.
+pub struct RunningProxy {
+    addrs: LocalAddrs,
+    audit: AuditSink,
+    grace: std::time::Duration,
+    stop: watch::Sender<bool>,
+    done: mpsc::Receiver<()>,
+    shutdown: Option<Shutdown>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningProxy {
+    pub fn local_addrs(&self) -> &LocalAddrs {
+        &self.addrs
+    }
+
+    /// Records written so far, per (decision, reason): what a run summary needs.
+    pub fn counts(&self) -> AuditCounts {
+        self.audit.counts()
+    }
+
+    /// Waits until every record sent so far is written.
+    pub async fn flush(&self) {
+        self.audit.flush().await;
+    }
+
+    /// Stops accepting, closes tunnels (each writes its record with its byte counts), gives
+    /// in-flight requests a short grace, flushes the audit log. Returns the final counts.
+    pub async fn shutdown(mut self) -> AuditCounts {
+        let _ = self.stop.send(true);
+        self.shutdown = None;
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        // Every connection task holds a `Shutdown`; the channel closes when the last ends.
+        let wait = self.grace + std::time::Duration::from_millis(300);
+        if tokio::time::timeout(wait, self.done.recv()).await.is_err() {
+            tracing::warn!("some connections did not finish within the shutdown grace");
+        }
+        self.audit.flush().await;
+        self.audit.counts()
+    }
+}
+
+async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ProxyError::Bind { addr, source })
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ProxyError> {
+    listener.local_addr().map_err(|source| ProxyError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    door: Door,
+    shared: Arc<Shared>,
+    connections: Arc<Semaphore>,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.wait() => return,
+        };
+        let (stream, client) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let task_shutdown = shutdown.clone();
+        match connections.clone().try_acquire_owned() {
+            Ok(permit) => {
+                tokio::spawn(serve_connection(stream, client, door, shared, task_shutdown, permit));
+            }
+            Err(_) => {
+                tokio::spawn(refuse_over_limit(stream, client, door, shared, task_shutdown));
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    client: SocketAddr,
+    door: Door,
+    shared: Arc<Shared>,
+    shutdown: Shutdown,
+    _permit: OwnedSemaphorePermit,
+) {
+    match door {
+        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown).await,
+        Door::Transparent { port } => {
+            crate::transparent::serve(stream, client, port, shared, shutdown).await;
+        }
+    }
+}
+
+/// Over the connection limit: one `limit` record, a 503 on the explicit listener, close.
+async fn refuse_over_limit(
+    mut stream: TcpStream,
+    client: SocketAddr,
+    door: Door,
+    shared: Arc<Shared>,
+    _shutdown: Shutdown,
+) {
+    let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
+    attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
+    match door {
+        Door::Explicit => {
+            let body = "egress-sandbox: the proxy is at its connection limit\n";
+            let response = format!(
+                "HTTP/1.1 503 Service Unavailable\r\nX-Egress-Blocked: limit\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let write = stream.write_all(response.as_bytes());
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
+        }
+        Door::Transparent { port } => attempt.port = Some(port),
+    }
+}

@@ -1,1 +1,122 @@
-//! TODO(proxy helper): see issue 3.
+//! Transparent listeners: connections from programs that ignore proxy variables and reached
+//! the proxy because the DNS responder answered an allowed name with the proxy's address.
+//!
+//! The first byte decides: a TLS handshake record is routed by the ClientHello's SNI (kind
+//! `tls`), an HTTP method by the `Host` header (kind `http`, served by [`crate::http`]),
+//! anything else is closed (kind `tcp`, `unsupported`). Either way the target goes through
+//! the same gate as an explicit request, on the listener's port.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::audit::{Attempt, Kind, Outcome};
+use crate::http::Door;
+use crate::policy::Reason;
+use crate::relay::{Transferred, relay};
+use crate::server::{Shared, Shutdown};
+use crate::sni::{self, SniError};
+use crate::target::Target;
+
+pub(crate) async fn serve(
+    stream: TcpStream,
+    client: SocketAddr,
+    port: u16,
+    shared: Arc<Shared>,
+    mut shutdown: Shutdown,
+) {
+    let mut first = [0u8; 1];
+    let peeked = tokio::select! {
+        peeked = tokio::time::timeout(shared.limits.head_timeout, stream.peek(&mut first)) => peeked,
+        () = shutdown.wait() => return,
+    };
+    match peeked {
+        // Closed without a byte: nothing was attempted.
+        Ok(Ok(0)) | Ok(Err(_)) => {}
+        Ok(Ok(_)) if first[0] == 0x16 => serve_tls(stream, client, port, shared, shutdown).await,
+        Ok(Ok(_)) if first[0].is_ascii_uppercase() => {
+            crate::http::serve(stream, client, Door::Transparent { port }, shared, shutdown).await;
+        }
+        Ok(Ok(_)) | Err(_) => {
+            let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
+            attempt.port = Some(port);
+            attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
+        }
+    }
+}
+
+async fn serve_tls(
+    mut client_stream: TcpStream,
+    client: SocketAddr,
+    port: u16,
+    shared: Arc<Shared>,
+    mut shutdown: Shutdown,
+) {
+    let gate = &shared.gate;
+    let mut attempt = Attempt::new(gate.audit(), Kind::Tls, Some(client));
+    attempt.port = Some(port);
+    let limits = &shared.limits;
+    let read = sni::read_client_hello(
+        &mut client_stream,
+        Vec::new(),
+        limits.max_client_hello_bytes,
+        limits.client_hello_timeout,
+    );
+    let hello = tokio::select! {
+        read = read => read,
+        () = shutdown.wait() => return,
+    };
+    let hello = match hello {
+        Ok(hello) if hello.ech => {
+            // The visible name is only ECH's public name; routing by it would let the
+            // hidden inner name through.
+            attempt.host = hello.server_name.unwrap_or_default();
+            attempt.set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
+            return;
+        }
+        Ok(hello) => hello,
+        Err(SniError::Closed | SniError::Io(_)) => return,
+        Err(error) => {
+            tracing::debug!(%error, "transparent TLS without a readable ClientHello");
+            attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);
+            return;
+        }
+    };
+    let Some(name) = hello.server_name.as_deref() else {
+        // No SNI: nothing to route by.
+        attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
+        return;
+    };
+    let target = match Target::parse_host(name) {
+        Ok(target) => target,
+        Err(_) => {
+            gate.refuse_request(
+                &mut attempt,
+                name.as_bytes(),
+                Reason::BadRequest,
+                "invalid SNI",
+            );
+            return;
+        }
+    };
+    let Ok(mut upstream) = gate.open(&mut attempt, &target, port).await else {
+        return;
+    };
+    if upstream.write_all(&hello.bytes).await.is_err() {
+        return;
+    }
+    attempt.bytes_up = hello.bytes.len() as u64;
+    let mut moved = Transferred::default();
+    relay(
+        &mut client_stream,
+        &mut upstream,
+        limits.relay_buffer_bytes,
+        &mut moved,
+        &mut shutdown,
+    )
+    .await;
+    attempt.bytes_up += moved.up;
+    attempt.bytes_down = moved.down;
+}

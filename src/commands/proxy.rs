@@ -1,8 +1,156 @@
-//! TODO(helper): `egress-sandbox proxy`.
+//! `egress-sandbox proxy`: the proxy alone, on any host (also what runs in the proxy
+//! container). Checks everything before binding, prints one readiness line on stdout once
+//! every listener is bound, then serves until SIGTERM or SIGINT.
 
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub fn run(args: crate::cli::ProxyArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("not built yet")
+use anyhow::{Context, Result, anyhow, bail};
+use egress_proxy::audit::AuditDestination;
+use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
+use egress_proxy::resolve::parse_pin;
+use egress_proxy::{BoundProxy, ProxyConfig};
+
+use crate::cli::ProxyArgs;
+
+pub fn run(args: ProxyArgs) -> Result<ExitCode> {
+    let config = config_from_args(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(config: ProxyConfig) -> Result<()> {
+    let bound = BoundProxy::bind(config).await?;
+    let addrs = bound.local_addrs();
+    let ready = serde_json::json!({
+        "ready": true,
+        "listen": addrs.listen.to_string(),
+        "dns": addrs.dns.map(|a| a.to_string()),
+        "transparent": addrs.transparent.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    });
+    {
+        // The run side waits for exactly this line before it starts the sandbox; it must
+        // precede every audit record on stdout.
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{ready}").context("cannot write the readiness line")?;
+        stdout.flush().context("cannot write the readiness line")?;
+    }
+    let running = bound.start();
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}
+
+/// Turns the flags into a checked configuration; nothing is bound yet.
+fn config_from_args(args: ProxyArgs) -> Result<ProxyConfig> {
+    let policy = load_policies(&args.policies, &args.policy_yaml, &args.allow)?;
+    let listen = parse_addr("--listen", &args.listen)?;
+    let mut config = ProxyConfig::new(policy, listen);
+    config.dns_listen = args
+        .dns_listen
+        .as_deref()
+        .map(|raw| parse_addr("--dns-listen", raw))
+        .transpose()?;
+    config.dns_answer = args
+        .dns_answer
+        .as_deref()
+        .map(|raw| {
+            raw.parse::<IpAddr>()
+                .map_err(|_| anyhow!("--dns-answer {raw:?}: expected an IP address"))
+        })
+        .transpose()?;
+    config.transparent_listen = args
+        .transparent_listen
+        .iter()
+        .map(|raw| parse_addr("--transparent-listen", raw))
+        .collect::<Result<_>>()?;
+    config.audit = match args.audit_log.as_str() {
+        "-" => AuditDestination::Stdout,
+        path => AuditDestination::File(PathBuf::from(path)),
+    };
+    config.run_id = args.run_id;
+    config.pins = args
+        .resolve
+        .iter()
+        .map(|raw| parse_pin(raw))
+        .collect::<Result<_, _>>()?;
+    Ok(config)
+}
+
+/// Policies from `-p` files, `--policy-yaml NAME=YAML` and `--allow` flags, merged. Warnings
+/// go to stderr; any error refuses to start.
+fn load_policies(files: &[PathBuf], inline: &[String], allow: &[String]) -> Result<PolicySet> {
+    let mut policies = Vec::new();
+    let mut failures = Vec::new();
+    let mut accept = |loaded: Result<(Policy, Vec<Diagnostic>), PolicyError>| match loaded {
+        Ok((policy, warnings)) => {
+            for warning in warnings {
+                eprintln!("{warning}");
+            }
+            policies.push(policy);
+        }
+        Err(error) => failures.push(error.to_string()),
+    };
+    for file in files {
+        accept(Policy::load(file));
+    }
+    for raw in inline {
+        let Some((name, yaml)) = raw.split_once('=') else {
+            bail!("--policy-yaml needs NAME=YAML");
+        };
+        accept(Policy::from_yaml(name, yaml));
+    }
+    if !allow.is_empty() {
+        accept(Policy::from_allow_flags(allow).map(|policy| (policy, Vec::new())));
+    }
+    if !failures.is_empty() {
+        bail!("invalid policy:\n{}", failures.join("\n"));
+    }
+    if policies.is_empty() {
+        tracing::warn!("no policy given: every attempt will be refused");
+    }
+    Ok(PolicySet::merge(policies))
+}
+
+/// Listen addresses are IP:port only: no name lookup happens in this binary.
+fn parse_addr(flag: &str, raw: &str) -> Result<SocketAddr> {
+    raw.parse()
+        .map_err(|_| anyhow!("{flag} {raw:?}: expected IP:PORT, e.g. 127.0.0.1:3128 or [::1]:3128"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_must_be_ip_and_port() {
+        assert!(parse_addr("--listen", "127.0.0.1:3128").is_ok());
+        assert!(parse_addr("--listen", "[::1]:3128").is_ok());
+        assert!(parse_addr("--listen", "localhost:3128").is_err());
+        assert!(parse_addr("--listen", "127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn inline_policies_need_a_name() {
+        let error = load_policies(&[], &["no-equals-sign".into()], &[]).unwrap_err();
+        assert!(error.to_string().contains("NAME=YAML"));
+    }
 }

@@ -5,13 +5,24 @@
 //! deny rules, strictest limits. The proxy only ever asks the set.
 
 use std::fmt;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::target::Target;
+mod diagnostic;
+mod flags;
+mod host_pattern;
+mod parse;
+mod set;
+mod shadow;
+#[cfg(test)]
+mod tests;
+
+pub use diagnostic::{Diagnostic, PolicyError, Severity};
+pub use host_pattern::{HostPattern, SHARED_HOSTING};
+pub use set::PolicySet;
 
 /// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -118,4 +129,146 @@ pub struct Limits {
     pub pids: Option<u64>,
     pub tmp: Option<u64>,
     pub output: Option<u64>,
+}
+
+/// How the proxy checks the TLS ClientHello of a `CONNECT` tunnel on a TLS port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SniCheck {
+    /// SNI must be present (when the CONNECT host is a name) and equal the CONNECT host;
+    /// non-TLS bytes and ECH are refused.
+    #[default]
+    Strict,
+    /// The ClientHello is not inspected.
+    Off,
+}
+
+/// `tls:` section of a policy (extension of the schema): which CONNECT ports must carry TLS
+/// whose SNI equals the CONNECT host, and how strictly. Defaults: ports [443], Strict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub ports: Vec<u16>,
+    pub sni: SniCheck,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        TlsSettings {
+            ports: vec![443],
+            sni: SniCheck::Strict,
+        }
+    }
+}
+
+/// Which ports a rule applies to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum PortSet {
+    /// Every port: a deny rule without `ports`.
+    Any,
+    /// These ports, sorted and without repeats.
+    List(Vec<u16>),
+}
+
+impl PortSet {
+    pub(crate) fn contains(&self, port: u16) -> bool {
+        match self {
+            PortSet::Any => true,
+            PortSet::List(ports) => ports.contains(&port),
+        }
+    }
+
+    /// True when every port in `self` is in `other`.
+    pub(crate) fn is_subset_of(&self, other: &PortSet) -> bool {
+        match (self, other) {
+            (_, PortSet::Any) => true,
+            (PortSet::Any, PortSet::List(_)) => false,
+            (PortSet::List(mine), PortSet::List(theirs)) => {
+                mine.iter().all(|port| theirs.contains(port))
+            }
+        }
+    }
+}
+
+impl fmt::Display for PortSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSet::Any => f.write_str("any"),
+            PortSet::List(ports) => {
+                f.write_str("[")?;
+                for (index, port) in ports.iter().enumerate() {
+                    if index > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{port}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// What a rule matches.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RuleTarget {
+    Host(HostPattern),
+    Cidr(IpNet),
+}
+
+/// One allow or deny rule, with where it was written (for shadowing warnings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Rule {
+    pub(crate) target: RuleTarget,
+    pub(crate) ports: PortSet,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+impl fmt::Display for Rule {
+    /// The rule as a reviewer would write it: `host: api.x.com, ports: [443]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.target {
+            RuleTarget::Host(pattern) => write!(f, "host: {pattern}")?,
+            RuleTarget::Cidr(net) => write!(f, "cidr: {net}")?,
+        }
+        write!(f, ", ports: {}", self.ports)
+    }
+}
+
+/// One validated policy file (or the `--allow` flags). Combine policies with
+/// [`PolicySet::merge`]; only a set decides.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub(crate) name: Arc<str>,
+    pub(crate) mode: Mode,
+    pub(crate) limits: Limits,
+    pub(crate) tls: TlsSettings,
+    pub(crate) allow: Vec<Rule>,
+    pub(crate) deny: Vec<Rule>,
+}
+
+impl Policy {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn tls(&self) -> &TlsSettings {
+        &self.tls
+    }
+
+    /// Number of allow rules (for `policy check`'s summary line).
+    pub fn allow_count(&self) -> usize {
+        self.allow.len()
+    }
+
+    /// Number of deny rules.
+    pub fn deny_count(&self) -> usize {
+        self.deny.len()
+    }
 }

@@ -1,0 +1,96 @@
+//! Everything the proxy needs, typed and checked before a port is bound.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::audit::AuditDestination;
+use crate::policy::PolicySet;
+use crate::resolve::Upstream;
+use crate::target::HostName;
+
+/// The proxy's configuration. Build it with [`ProxyConfig::new`] and adjust the public
+/// fields; every bound has a default that suits a sandboxed run.
+pub struct ProxyConfig {
+    /// The merged policy every door asks.
+    pub policy: PolicySet,
+    /// The explicit proxy listener (CONNECT and absolute-form HTTP).
+    pub listen: SocketAddr,
+    /// The DNS responder (UDP and TCP on the same address), if any.
+    pub dns_listen: Option<SocketAddr>,
+    /// The address the DNS responder gives for allowed names: where the transparent
+    /// listeners are, so programs that ignore proxy variables still reach the proxy.
+    pub dns_answer: Option<IpAddr>,
+    /// Transparent listeners: TLS routed by SNI, HTTP by `Host`.
+    pub transparent_listen: Vec<SocketAddr>,
+    /// Where audit records go.
+    pub audit: AuditDestination,
+    /// Written into every audit record's `run`.
+    pub run_id: Option<String>,
+    /// `--resolve NAME=IP` pins; the floor still applies to them.
+    pub pins: Vec<(HostName, IpAddr)>,
+    /// Where unpinned names are resolved.
+    pub upstream_dns: Upstream,
+    pub limits: ProxyLimits,
+}
+
+/// Bounds on everything that happens before a tunnel or request is established. After it,
+/// nothing but the run's own limits: a tunnel lives until either side closes or shutdown.
+#[derive(Clone, Debug)]
+pub struct ProxyLimits {
+    /// A client must send a complete request head within this time, so idle or slow
+    /// connections (slowloris) cannot hold connection slots. Also the keep-alive idle time.
+    pub head_timeout: Duration,
+    /// Largest request head accepted (request line + headers); larger ones get 431.
+    pub max_head_bytes: usize,
+    /// Connections served at once over all TCP listeners; beyond it a connection gets 503
+    /// (explicit listener) or is closed, and one `limit` record is written.
+    pub max_connections: usize,
+    /// A tunnel on a TLS port must deliver its ClientHello within this time.
+    pub client_hello_timeout: Duration,
+    /// Largest ClientHello accepted. Post-quantum key shares make real ones ~2 KiB; 16 KiB
+    /// is one full TLS record plus room.
+    pub max_client_hello_bytes: usize,
+    /// Connecting to an allowed upstream must succeed within this time (else 504 `timeout`).
+    pub connect_timeout: Duration,
+    /// One DNS lookup, retries included, must finish within this time (else 502).
+    pub resolve_timeout: Duration,
+    /// Relay buffer per direction. Larger buffers mean fewer system calls per byte.
+    pub relay_buffer_bytes: usize,
+    /// On shutdown, open connections get this long to finish writing before they are cut.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ProxyLimits {
+    fn default() -> Self {
+        ProxyLimits {
+            head_timeout: Duration::from_secs(10),
+            max_head_bytes: 64 * 1024,
+            max_connections: 1024,
+            client_hello_timeout: Duration::from_secs(10),
+            max_client_hello_bytes: 16 * 1024 + 512,
+            connect_timeout: Duration::from_secs(10),
+            resolve_timeout: Duration::from_secs(5),
+            relay_buffer_bytes: 256 * 1024,
+            shutdown_grace: Duration::from_millis(500),
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// A proxy on `listen` with `policy`, audit records on stdout, no DNS responder, no
+    /// transparent listeners, the system resolver, default limits.
+    pub fn new(policy: PolicySet, listen: SocketAddr) -> Self {
+        ProxyConfig {
+            policy,
+            listen,
+            dns_listen: None,
+            dns_answer: None,
+            transparent_listen: Vec::new(),
+            audit: AuditDestination::Stdout,
+            run_id: None,
+            pins: Vec::new(),
+            upstream_dns: Upstream::System,
+            limits: ProxyLimits::default(),
+        }
+    }
+}

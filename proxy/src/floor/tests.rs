@@ -1,0 +1,149 @@
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::*;
+
+fn private(raw: &str) -> bool {
+    is_private(
+        raw.parse::<IpAddr>()
+            .unwrap_or_else(|_| panic!("bad test address {raw}")),
+    )
+}
+
+/// Every IPv6 spelling that carries `v4`.
+fn embedded_forms(v4: Ipv4Addr) -> Vec<Ipv6Addr> {
+    let bits = u128::from(u32::from(v4));
+    let [a, b, c, d] = v4.octets();
+    vec![
+        v4.to_ipv6_mapped(),
+        v4.to_ipv6_compatible(),
+        Ipv6Addr::from((0xffff_0000u128 << 32) | bits), // SIIT ::ffff:0:a.b.c.d
+        Ipv6Addr::from((0x0064_ff9bu128 << 96) | bits), // NAT64 64:ff9b::a.b.c.d
+        Ipv6Addr::new(
+            0x2002,
+            u16::from_be_bytes([a, b]),
+            u16::from_be_bytes([c, d]),
+            0,
+            0,
+            0,
+            0,
+            1,
+        ),
+        // Teredo: server 192.0.2.1 would itself be private, so use a public server and put
+        // the address in the (inverted) client field.
+        Ipv6Addr::from(
+            (0x2001_0000u128 << 96) | (0x0808_0808u128 << 64) | u128::from(!u32::from(v4)),
+        ),
+    ]
+}
+
+#[test]
+fn every_private_ipv4_range_is_private_at_both_ends_and_in_every_ipv6_form() {
+    for &(net, len) in PRIVATE_V4 {
+        let first = u32::from(net);
+        let last = first | (u32::MAX.checked_shr(u32::from(len)).unwrap_or(0));
+        for addr in [first, last, first + (last - first) / 2] {
+            let v4 = Ipv4Addr::from(addr);
+            assert!(is_private(IpAddr::V4(v4)), "{v4} ({net}/{len})");
+            for v6 in embedded_forms(v4) {
+                assert!(is_private(IpAddr::V6(v6)), "{v6} carrying {v4}");
+            }
+        }
+    }
+}
+
+#[test]
+fn named_addresses_from_design() {
+    for raw in [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "172.31.255.255",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "100.127.255.255",
+        "0.0.0.0",
+        "224.0.0.1",
+        "239.255.255.250",
+        "255.255.255.255",
+        "240.0.0.1",
+        "192.0.2.1",
+        "198.51.100.1",
+        "203.0.113.7",
+        "198.18.0.1",
+        "::",
+        "::1",
+        "fc00::1",
+        "fd12:3456::1",
+        "fe80::1",
+        "febf::1",
+        "fec0::1",
+        "ff02::1",
+        "2001:db8::1",
+        "3fff::1",
+        "100::1",
+        "64:ff9b:1::1",
+        "2001:2::1",
+        "2001:10::1",
+        "2001:1::1",
+        "::ffff:169.254.169.254",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::",
+        "2002:a9fe:a9fe::1",
+    ] {
+        assert!(private(raw), "{raw} should be private");
+    }
+}
+
+#[test]
+fn public_addresses_pass() {
+    for raw in [
+        "8.8.8.8",
+        "1.1.1.1",
+        "93.184.216.34",
+        "100.63.255.255",
+        "100.128.0.0",
+        "172.15.255.255",
+        "172.32.0.0",
+        "169.253.255.255",
+        "192.0.3.1",
+        "192.169.0.1",
+        "198.20.0.1",
+        "223.255.255.255",
+        "2606:4700:4700::1111",
+        "2a00:1450:4001::200e",
+        "::ffff:8.8.8.8",
+        "::8.8.8.8",
+        "64:ff9b::808:808",
+        "2002:808:808::1",
+        "2001:db9::1",
+        "fbff:ffff::1",
+    ] {
+        assert!(!private(raw), "{raw} should be public");
+    }
+    for v6 in embedded_forms(Ipv4Addr::new(8, 8, 4, 4)) {
+        assert!(!is_private(IpAddr::V6(v6)), "{v6}");
+    }
+}
+
+#[test]
+fn teredo_with_private_server_is_private() {
+    // 2001:0:c000:0201:: → server 192.0.2.1 (documentation range).
+    assert!(private("2001:0:c000:201::f7f7:f7f7"));
+}
+
+#[test]
+fn cidr_overlap_with_the_floor() {
+    let overlaps = |raw: &str| overlaps_private(raw.parse().unwrap());
+    assert!(overlaps("10.0.0.0/8"));
+    assert!(overlaps("10.1.2.3/32"));
+    assert!(overlaps("0.0.0.0/0"));
+    assert!(overlaps("172.0.0.0/8"));
+    assert!(overlaps("127.0.0.1/32"));
+    assert!(overlaps("::/0"));
+    assert!(overlaps("::ffff:0:0/96"));
+    assert!(overlaps("fd00::/8"));
+    assert!(!overlaps("8.8.8.0/24"));
+    assert!(!overlaps("93.184.216.0/24"));
+    assert!(!overlaps("2606:4700::/32"));
+}

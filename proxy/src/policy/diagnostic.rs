@@ -1,0 +1,93 @@
+//! Findings about a policy, each pinned to a line and column of its source, in the one-line
+//! `FILE:LINE:COL: error: message` form compilers use (editors and CI annotate it).
+
+use std::fmt;
+
+/// How bad a finding is: an error refuses the policy, a warning is reported and accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        })
+    }
+}
+
+/// One finding: Display is exactly `FILE:LINE:COL: error: message` (or `warning:`).
+/// LINE and COL count from 1. For `--allow` flags FILE is `--allow`, LINE the flag's
+/// position (1 = first flag) and COL the byte column in the flag's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub severity: Severity,
+    pub message: String,
+}
+
+impl Diagnostic {
+    pub fn error(file: &str, line: usize, column: usize, message: impl Into<String>) -> Self {
+        Diagnostic {
+            file: file.to_owned(),
+            line,
+            column,
+            severity: Severity::Error,
+            message: message.into(),
+        }
+    }
+
+    pub fn warning(file: &str, line: usize, column: usize, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(file, line, column, message)
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}",
+            self.file, self.line, self.column, self.severity, self.message
+        )
+    }
+}
+
+/// A refused policy: one or more error diagnostics; Display = one line per diagnostic.
+/// Warnings found alongside the errors are kept too, after the errors, so a reviewer sees
+/// everything at once.
+#[derive(Clone, Debug, thiserror::Error)]
+pub struct PolicyError {
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl PolicyError {
+    pub(crate) fn single(diagnostic: Diagnostic) -> Self {
+        PolicyError {
+            diagnostics: vec![diagnostic],
+        }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, diagnostic) in self.diagnostics.iter().enumerate() {
+            if index > 0 {
+                f.write_str("\n")?;
+            }
+            diagnostic.fmt(f)?;
+        }
+        Ok(())
+    }
+}

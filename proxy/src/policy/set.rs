@@ -1,0 +1,447 @@
+//! [`PolicySet`]: merged policies, indexed so a decision costs a handful of hash lookups.
+//!
+//! Every exact name and every wildcard suffix is a key of one `HashMap`. To judge
+//! `a.b.example.com` the set looks up the name itself (exact rules) and then each proper
+//! suffix `b.example.com`, `example.com`, `com` (wildcard rules): at most one lookup per
+//! label, whatever the number of rules. `cidr` rules are few and scanned.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::host_pattern::HostPattern;
+use super::{
+    Decision, Limits, Mode, Policy, PortSet, Reason, Rule, RuleList, RuleRef, RuleTarget, SniCheck,
+    TlsSettings, Verdict,
+};
+use crate::floor;
+use crate::target::{HostName, Target};
+
+/// A rule in the index: its ports, its global order (earlier policies and earlier rules
+/// first; the lowest order wins among equals) and how the audit record names it.
+#[derive(Debug)]
+struct IndexedRule {
+    order: u32,
+    ports: PortSet,
+    rule: RuleRef,
+}
+
+/// The rules keyed by one name or suffix.
+#[derive(Debug, Default)]
+struct NameRules {
+    allow_exact: Vec<IndexedRule>,
+    allow_wildcard: Vec<IndexedRule>,
+    deny_exact: Vec<IndexedRule>,
+    deny_wildcard: Vec<IndexedRule>,
+}
+
+#[derive(Debug)]
+struct CidrRule {
+    net: IpNet,
+    indexed: IndexedRule,
+}
+
+#[derive(Debug)]
+struct Index {
+    name: String,
+    mode: Mode,
+    limits: Limits,
+    tls: TlsSettings,
+    names: HashMap<Box<str>, NameRules>,
+    allow_cidrs: Vec<CidrRule>,
+    deny_cidrs: Vec<CidrRule>,
+    /// The policies as given, to describe a rule for `policy test`.
+    policies: Vec<Policy>,
+}
+
+/// Merged, indexed policies: what the proxy asks. Cheap to clone (shared).
+#[derive(Clone, Debug)]
+pub struct PolicySet {
+    index: Arc<Index>,
+}
+
+/// The best matching rule seen so far in one list.
+#[derive(Default)]
+struct Best<'a> {
+    /// Matches name and port: (exactness rank, order).
+    hit: Option<(&'a IndexedRule, u8)>,
+    /// Matches the name but not the port (allow list only).
+    port_miss: Option<&'a IndexedRule>,
+}
+
+impl<'a> Best<'a> {
+    fn consider(&mut self, rules: &'a [IndexedRule], port: Option<u16>, rank: u8) {
+        for rule in rules {
+            let port_ok = match port {
+                Some(port) => rule.ports.contains(port),
+                None => rule.ports == PortSet::Any,
+            };
+            if port_ok {
+                let better = match self.hit {
+                    None => true,
+                    Some((best, best_rank)) => {
+                        rank < best_rank || (rank == best_rank && rule.order < best.order)
+                    }
+                };
+                if better {
+                    self.hit = Some((rule, rank));
+                }
+            } else if self.port_miss.is_none_or(|miss| rule.order < miss.order) {
+                self.port_miss = Some(rule);
+            }
+        }
+    }
+}
+
+impl PolicySet {
+    /// Union of allow rules, union of deny rules, strictest limits, report mode only if
+    /// every policy is report, TLS ports union and strictest SNI check. Empty = deny all.
+    pub fn merge(policies: Vec<Policy>) -> PolicySet {
+        let name = if policies.is_empty() {
+            "none".to_owned()
+        } else {
+            policies
+                .iter()
+                .map(|policy| policy.name())
+                .collect::<Vec<_>>()
+                .join("+")
+        };
+        let mode = if !policies.is_empty() && policies.iter().all(|p| p.mode == Mode::Report) {
+            Mode::Report
+        } else {
+            Mode::Enforce
+        };
+        let limits = policies.iter().fold(Limits::default(), |acc, policy| {
+            strictest(&acc, &policy.limits)
+        });
+        let tls = merge_tls(&policies);
+        let mut names: HashMap<Box<str>, NameRules> = HashMap::new();
+        let mut allow_cidrs = Vec::new();
+        let mut deny_cidrs = Vec::new();
+        let mut order: u32 = 0;
+        for policy in &policies {
+            for (list, rules) in [
+                (RuleList::Allow, &policy.allow),
+                (RuleList::Deny, &policy.deny),
+            ] {
+                for (index, rule) in rules.iter().enumerate() {
+                    let indexed = IndexedRule {
+                        order,
+                        ports: rule.ports.clone(),
+                        rule: RuleRef {
+                            policy: Arc::clone(&policy.name),
+                            list,
+                            index,
+                        },
+                    };
+                    order = order.saturating_add(1);
+                    match &rule.target {
+                        RuleTarget::Host(pattern) => {
+                            let (key, exact) = match pattern {
+                                HostPattern::Exact(name) => (name, true),
+                                HostPattern::Wildcard(suffix) => (suffix, false),
+                            };
+                            let entry = names.entry(Box::from(key.as_str())).or_default();
+                            let bucket = match (list, exact) {
+                                (RuleList::Allow, true) => &mut entry.allow_exact,
+                                (RuleList::Allow, false) => &mut entry.allow_wildcard,
+                                (RuleList::Deny, true) => &mut entry.deny_exact,
+                                (RuleList::Deny, false) => &mut entry.deny_wildcard,
+                            };
+                            bucket.push(indexed);
+                        }
+                        RuleTarget::Cidr(net) => {
+                            let cidr = CidrRule { net: *net, indexed };
+                            match list {
+                                RuleList::Allow => allow_cidrs.push(cidr),
+                                RuleList::Deny => deny_cidrs.push(cidr),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        names.shrink_to_fit();
+        PolicySet {
+            index: Arc::new(Index {
+                name,
+                mode,
+                limits,
+                tls,
+                names,
+                allow_cidrs,
+                deny_cidrs,
+                policies,
+            }),
+        }
+    }
+
+    /// Names joined with `+` (e.g. `openai-agent+cli`): the audit record's `policy` field.
+    pub fn name(&self) -> &str {
+        &self.index.name
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.index.mode
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.index.limits
+    }
+
+    pub fn tls(&self) -> &TlsSettings {
+        &self.index.tls
+    }
+
+    /// The rule as written, e.g. `host: api.openai.com, ports: [443]`, for `policy test`
+    /// and messages. None for a rule not in this set.
+    pub fn describe_rule(&self, rule: &RuleRef) -> Option<String> {
+        let policy = self
+            .index
+            .policies
+            .iter()
+            .find(|policy| policy.name == rule.policy)?;
+        let rules = match rule.list {
+            RuleList::Allow => &policy.allow,
+            RuleList::Deny => &policy.deny,
+        };
+        rules.get(rule.index).map(Rule::to_string)
+    }
+
+    /// The policy's verdict on target+port, before any resolution. Order: IP literal →
+    /// deny rules → allow rules and port. IP targets: allowed only by a `cidr` allow rule
+    /// (else `ip_literal`); deny cidr beats it. Report mode turns allowlist refusals
+    /// (not_allowed, port_not_allowed, ip_literal) into WouldBlock; deny stays Block.
+    pub fn decide(&self, target: &Target, port: u16) -> Decision {
+        match target {
+            Target::Ip(addr) => self.decide_ip(canonical(*addr), port),
+            Target::Name(name) => self.decide_name_port(name.as_str(), port),
+        }
+    }
+
+    /// After resolving an allowed name: may we connect to this exact address? deny cidr →
+    /// Block/denied; private floor → Block/private_address unless a `cidr` allow rule
+    /// covering it (and the port) exempts it; else Allow. The floor holds in report mode.
+    /// An Allow names the covering `cidr` allow rule if there is one, else no rule.
+    pub fn check_address(&self, addr: IpAddr, port: u16) -> Decision {
+        let addr = canonical(addr);
+        if let Some(deny) = find_cidr(&self.index.deny_cidrs, addr, port) {
+            return block(Reason::Denied, Some(&deny.rule));
+        }
+        let exempting = find_cidr(&self.index.allow_cidrs, addr, port);
+        if floor::is_private(addr) && exempting.is_none() {
+            return block(Reason::PrivateAddress, None);
+        }
+        Decision {
+            verdict: Verdict::Allow,
+            reason: Reason::Rule,
+            rule: exempting.map(|rule| rule.rule.clone()),
+        }
+    }
+
+    /// For the DNS responder: is the name allowed on any port (and not denied)?
+    pub fn decide_name(&self, name: &HostName) -> Decision {
+        let name = name.as_str();
+        let mut deny_all = Best::default();
+        self.walk(name, |rules, exact| {
+            let rank = u8::from(!exact);
+            let deny = if exact {
+                &rules.deny_exact
+            } else {
+                &rules.deny_wildcard
+            };
+            deny_all.consider(deny, None, rank);
+        });
+        if let Some((rule, _)) = deny_all.hit {
+            return block(Reason::Denied, Some(&rule.rule));
+        }
+        // Allowed when some allow rule matches on a port no port-specific deny rule takes.
+        let mut candidates: Vec<(&IndexedRule, u8)> = Vec::new();
+        let mut denies: Vec<&IndexedRule> = Vec::new();
+        self.walk(name, |rules, exact| {
+            let rank = u8::from(!exact);
+            let allow = if exact {
+                &rules.allow_exact
+            } else {
+                &rules.allow_wildcard
+            };
+            candidates.extend(allow.iter().map(|rule| (rule, rank)));
+            let deny = if exact {
+                &rules.deny_exact
+            } else {
+                &rules.deny_wildcard
+            };
+            denies.extend(deny.iter());
+        });
+        candidates.sort_by_key(|(rule, rank)| (*rank, rule.order));
+        let denied = |port: u16| denies.iter().find(|deny| deny.ports.contains(port));
+        let mut first_denial = None;
+        for (rule, _) in &candidates {
+            let PortSet::List(ports) = &rule.ports else {
+                return allow(&rule.rule);
+            };
+            for &port in ports {
+                match denied(port) {
+                    None => return allow(&rule.rule),
+                    Some(deny) => {
+                        first_denial.get_or_insert(*deny);
+                    }
+                }
+            }
+        }
+        match first_denial {
+            Some(deny) => block(Reason::Denied, Some(&deny.rule)),
+            None => self.refuse(Reason::NotAllowed, None),
+        }
+    }
+
+    fn decide_ip(&self, addr: IpAddr, port: u16) -> Decision {
+        if let Some(deny) = find_cidr(&self.index.deny_cidrs, addr, port) {
+            return block(Reason::Denied, Some(&deny.rule));
+        }
+        if let Some(rule) = find_cidr(&self.index.allow_cidrs, addr, port) {
+            return allow(&rule.rule);
+        }
+        let port_miss = self
+            .index
+            .allow_cidrs
+            .iter()
+            .find(|cidr| cidr.net.contains(&addr));
+        match port_miss {
+            Some(cidr) => self.refuse(Reason::PortNotAllowed, Some(&cidr.indexed.rule)),
+            None => self.refuse(Reason::IpLiteral, None),
+        }
+    }
+
+    fn decide_name_port(&self, name: &str, port: u16) -> Decision {
+        let mut deny = Best::default();
+        let mut allowed = Best::default();
+        self.walk(name, |rules, exact| {
+            let rank = u8::from(!exact);
+            if exact {
+                deny.consider(&rules.deny_exact, Some(port), rank);
+                allowed.consider(&rules.allow_exact, Some(port), rank);
+            } else {
+                deny.consider(&rules.deny_wildcard, Some(port), rank);
+                allowed.consider(&rules.allow_wildcard, Some(port), rank);
+            }
+        });
+        if let Some((rule, _)) = deny.hit {
+            return block(Reason::Denied, Some(&rule.rule));
+        }
+        if let Some((rule, _)) = allowed.hit {
+            return allow(&rule.rule);
+        }
+        match allowed.port_miss {
+            Some(rule) => self.refuse(Reason::PortNotAllowed, Some(&rule.rule)),
+            None => self.refuse(Reason::NotAllowed, None),
+        }
+    }
+
+    /// Calls `visit` with the rules keyed by `name` itself (exact = true) and then by each
+    /// proper suffix of it (exact = false), longest first.
+    fn walk<'a>(&'a self, name: &str, mut visit: impl FnMut(&'a NameRules, bool)) {
+        let names = &self.index.names;
+        if names.is_empty() {
+            return;
+        }
+        if let Some(rules) = names.get(name) {
+            visit(rules, true);
+        }
+        let mut rest = name;
+        while let Some(dot) = rest.find('.') {
+            rest = &rest[dot + 1..];
+            if let Some(rules) = names.get(rest) {
+                visit(rules, false);
+            }
+        }
+    }
+
+    /// An allowlist refusal: Block, or WouldBlock in report mode.
+    fn refuse(&self, reason: Reason, rule: Option<&RuleRef>) -> Decision {
+        let verdict = match self.index.mode {
+            Mode::Enforce => Verdict::Block,
+            Mode::Report => Verdict::WouldBlock,
+        };
+        Decision {
+            verdict,
+            reason,
+            rule: rule.cloned(),
+        }
+    }
+}
+
+fn allow(rule: &RuleRef) -> Decision {
+    Decision {
+        verdict: Verdict::Allow,
+        reason: Reason::Rule,
+        rule: Some(rule.clone()),
+    }
+}
+
+fn block(reason: Reason, rule: Option<&RuleRef>) -> Decision {
+    Decision {
+        verdict: Verdict::Block,
+        reason,
+        rule: rule.cloned(),
+    }
+}
+
+/// The first (lowest order) cidr rule containing `addr` and taking `port`.
+fn find_cidr(rules: &[CidrRule], addr: IpAddr, port: u16) -> Option<&IndexedRule> {
+    rules
+        .iter()
+        .filter(|cidr| cidr.net.contains(&addr) && cidr.indexed.ports.contains(port))
+        .map(|cidr| &cidr.indexed)
+        .min_by_key(|rule| rule.order)
+}
+
+/// `::ffff:a.b.c.d` is matched as `a.b.c.d`, so IPv4 `cidr` rules cover it.
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        IpAddr::V4(_) => addr,
+    }
+}
+
+/// Each limit: the smaller of the two where both are set.
+fn strictest(a: &Limits, b: &Limits) -> Limits {
+    fn min<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+        match (a, b) {
+            (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+            (x, None) => x,
+            (None, y) => y,
+        }
+    }
+    Limits {
+        timeout: min(a.timeout, b.timeout),
+        memory: min(a.memory, b.memory),
+        cpus: min(a.cpus, b.cpus),
+        pids: min(a.pids, b.pids),
+        tmp: min(a.tmp, b.tmp),
+        output: min(a.output, b.output),
+    }
+}
+
+fn merge_tls(policies: &[Policy]) -> TlsSettings {
+    if policies.is_empty() {
+        return TlsSettings::default();
+    }
+    let mut ports: Vec<u16> = policies
+        .iter()
+        .flat_map(|policy| policy.tls.ports.iter().copied())
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    let sni = if policies
+        .iter()
+        .all(|policy| policy.tls.sni == SniCheck::Off)
+    {
+        SniCheck::Off
+    } else {
+        SniCheck::Strict
+    };
+    TlsSettings { ports, sni }
+}

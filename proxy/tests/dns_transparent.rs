@@ -1,0 +1,221 @@
+//! The DNS responder (UDP and TCP) and the transparent listeners it leads programs to.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use common::client_hello::client_hello;
+use common::{HANG, Responses, Site, TestProxy, allow_yaml, read_to_close, status};
+use egress_proxy::audit::{Kind, Outcome};
+use egress_proxy::policy::Reason;
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+async fn dns_proxy(yaml: &str) -> (TestProxy, SocketAddr) {
+    let proxy = TestProxy::start_with(yaml, &[], |config| {
+        config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.dns_answer = Some("10.9.8.7".parse().unwrap());
+    })
+    .await;
+    let dns = proxy.running().local_addrs().dns.expect("DNS bound");
+    (proxy, dns)
+}
+
+fn query(name: &str, kind: RecordType) -> Vec<u8> {
+    let mut message = Message::query();
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(Name::from_ascii(name).unwrap(), kind));
+    message.to_vec().unwrap()
+}
+
+async fn ask_udp(server: SocketAddr, bytes: &[u8]) -> Message {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.send_to(bytes, server).await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    let (n, _) = tokio::time::timeout(HANG, socket.recv_from(&mut buffer))
+        .await
+        .expect("a DNS answer in time")
+        .unwrap();
+    Message::from_vec(&buffer[..n]).unwrap()
+}
+
+async fn ask_tcp(server: SocketAddr, bytes: &[u8]) -> Message {
+    let mut stream = TcpStream::connect(server).await.unwrap();
+    let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
+    framed.extend(bytes);
+    stream.write_all(&framed).await.unwrap();
+    let len = tokio::time::timeout(HANG, stream.read_u16()).await.unwrap().unwrap();
+    let mut answer = vec![0u8; usize::from(len)];
+    stream.read_exact(&mut answer).await.unwrap();
+    Message::from_vec(&answer).unwrap()
+}
+
+fn a_records(message: &Message) -> Vec<Ipv4Addr> {
+    message
+        .answers
+        .iter()
+        .filter_map(|record| match &record.data {
+            RData::A(a) => Some(a.0),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn allowed_names_are_answered_with_the_proxy_address_over_udp_and_tcp() {
+    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
+    for answer in [
+        ask_udp(dns, &query("API.example.com.", RecordType::A)).await,
+        ask_tcp(dns, &query("api.example.com.", RecordType::A)).await,
+    ] {
+        assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(a_records(&answer), vec![Ipv4Addr::new(10, 9, 8, 7)]);
+        let record = proxy.record().await;
+        assert_eq!(record.kind, Kind::Dns);
+        assert_eq!(record.port, None);
+        assert_eq!(record.host, "api.example.com");
+        assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+    }
+    let answer = ask_udp(dns, &query("api.example.com.", RecordType::AAAA)).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+    assert!(answer.answers.is_empty());
+    assert_eq!(proxy.record().await.decision, Outcome::Allowed);
+}
+
+#[tokio::test]
+async fn other_names_get_nxdomain_and_a_blocked_record() {
+    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
+    for answer in [
+        ask_udp(dns, &query("exfil-abc123.evil.test.", RecordType::A)).await,
+        ask_tcp(dns, &query("exfil-abc123.evil.test.", RecordType::TXT)).await,
+    ] {
+        assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+        assert!(answer.answers.is_empty());
+        let record = proxy.record().await;
+        assert_eq!(record.host, "exfil-abc123.evil.test");
+        assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::NotAllowed));
+    }
+}
+
+#[tokio::test]
+async fn malformed_queries_get_formerr_and_a_bad_request_record() {
+    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
+    let mut garbage = query("api.example.com.", RecordType::A);
+    garbage.truncate(20);
+    let answer = ask_udp(dns, &garbage).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::FormErr);
+    let record = proxy.record().await;
+    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::BadRequest));
+}
+
+#[tokio::test]
+async fn hostile_query_names_are_escaped_into_one_log_line() {
+    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
+    let hostile: &[u8] = b"a\"b\n{\"v\":1}\x01\xff";
+    let name = Name::from_labels([hostile, b"test".as_slice()]).unwrap();
+    let mut message = Message::query();
+    message.add_query(Query::query(name, RecordType::A));
+    let answer = ask_udp(dns, &message.to_vec().unwrap()).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+    let record = proxy.record().await;
+    assert_eq!(record.decision, Outcome::Blocked);
+    let line = record.to_line();
+    assert!(!line.contains('\n'), "{line}");
+    assert!(line.contains(r#""host":"a\"b\n{\"v\":1}\u0001\\xff.test""#), "{line}");
+}
+
+/// A transparent listener on 127.0.0.1:P in front of a site on 127.0.0.2:P (same port, as
+/// a real site's :443 or :80 behind the proxy's own address).
+async fn transparent(site: &Site, yaml: &str) -> (TestProxy, SocketAddr) {
+    let port = site.port();
+    let proxy = TestProxy::start_with(yaml, &[("site.test", "127.0.0.2"), ("evil.test", "127.0.0.3")], |config| {
+        config.transparent_listen = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+    })
+    .await;
+    let listener = proxy.running().local_addrs().transparent[0];
+    (proxy, listener)
+}
+
+fn site_policy(port: u16) -> String {
+    allow_yaml(
+        &[("site.test", port)],
+        &format!("  - cidr: 127.0.0.2/32\n    ports: [{port}]\n"),
+    )
+}
+
+#[tokio::test]
+async fn transparent_tls_is_routed_by_sni() {
+    let echo = Site::echo("127.0.0.2").await;
+    let canary = Site::canary("127.0.0.3").await;
+    let (mut proxy, listener) = transparent(&echo, &site_policy(echo.port())).await;
+    let hello = client_hello(Some("site.test"), false);
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    stream.write_all(&hello).await.unwrap();
+    let mut back = vec![0u8; hello.len()];
+    tokio::time::timeout(HANG, stream.read_exact(&mut back)).await.unwrap().unwrap();
+    assert_eq!(back, hello);
+    drop(stream);
+    let record = proxy.record().await;
+    assert_eq!(record.kind, Kind::Tls);
+    assert_eq!(record.host, "site.test");
+    assert_eq!(record.port, Some(echo.port()));
+    assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    stream.write_all(&client_hello(Some("evil.test"), false)).await.unwrap();
+    assert!(read_to_close(&mut stream).await.is_empty());
+    let record = proxy.record().await;
+    assert_eq!((record.kind, record.decision, record.reason), (Kind::Tls, Outcome::Blocked, Reason::NotAllowed));
+    assert_eq!(canary.connection_count(), 0);
+}
+
+#[tokio::test]
+async fn transparent_http_is_routed_by_host() {
+    let site = Site::http("127.0.0.2", "site").await;
+    let (mut proxy, listener) = transparent(&site, &site_policy(site.port())).await;
+    let stream = TcpStream::connect(listener).await.unwrap();
+    let mut responses = Responses::new(stream);
+    responses
+        .stream
+        .write_all(b"GET /x HTTP/1.1\r\nHost: site.test\r\n\r\nGET /y HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        .await
+        .unwrap();
+    let first = responses.next().await;
+    assert!(first.ends_with(&format!("site /x site.test:{}", site.port())), "{first}");
+    let second = responses.next().await;
+    assert_eq!(status(&second), 403, "{second}");
+    assert!(!site.received_text().contains("/y"));
+    let mut records = vec![proxy.record().await, proxy.record().await];
+    records.sort_by_key(|r| r.host.clone());
+    assert_eq!((records[0].host.as_str(), records[0].reason), ("evil.test", Reason::NotAllowed));
+    assert_eq!((records[1].host.as_str(), records[1].kind, records[1].reason), ("site.test", Kind::Http, Reason::Rule));
+}
+
+#[tokio::test]
+async fn transparent_host_headers_with_quotes_are_logged_escaped() {
+    let site = Site::http("127.0.0.2", "site").await;
+    let (mut proxy, listener) = transparent(&site, &site_policy(site.port())).await;
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: \"quoted\"\t\xffhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let response = read_to_close(&mut stream).await;
+    assert_eq!(status(&response), 400, "{response}");
+    let line = proxy.record().await.to_line();
+    assert!(line.contains(r#""host":"\"quoted\"\t\\xffhost""#), "{line}");
+}
+
+#[tokio::test]
+async fn other_protocols_on_transparent_ports_are_closed_as_unsupported() {
+    let site = Site::echo("127.0.0.2").await;
+    let (mut proxy, listener) = transparent(&site, &site_policy(site.port())).await;
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    stream.write_all(b"\x00\x01binary").await.unwrap();
+    assert!(read_to_close(&mut stream).await.is_empty());
+    let record = proxy.record().await;
+    assert_eq!((record.kind, record.decision, record.reason), (Kind::Tcp, Outcome::Blocked, Reason::Unsupported));
+    assert_eq!(site.connection_count(), 0);
+}
