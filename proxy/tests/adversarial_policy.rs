@@ -172,14 +172,27 @@ fn confusables_never_match_the_ascii_rule() {
             panic!("{confusable} is not a name")
         };
         assert!(name.as_str().contains("xn--"), "{name}");
-        assert_eq!(set.decide(&parsed, 443).verdict, Verdict::Block, "{confusable}");
-        assert_eq!(set.decide_name(name).verdict, Verdict::Block, "{confusable}");
+        assert_eq!(
+            set.decide(&parsed, 443).verdict,
+            Verdict::Block,
+            "{confusable}"
+        );
+        assert_eq!(
+            set.decide_name(name).verdict,
+            Verdict::Block,
+            "{confusable}"
+        );
     }
     // Case and width variants of the same name are the same name.
     assert_eq!(decide(&set, "API.OPENAI.COM.", 443).verdict, Verdict::Allow);
-    assert_eq!(decide(&set, "ａｐｉ.openai.com", 443).verdict, Verdict::Allow);
+    assert_eq!(
+        decide(&set, "ａｐｉ.openai.com", 443).verdict,
+        Verdict::Allow
+    );
     // And the other way round: a rule written with a confusable does not allow ASCII.
-    let set = PolicySet::merge(vec![policy("version: 1\nallow:\n  - host: аpi.openai.com\n")]);
+    let set = PolicySet::merge(vec![policy(
+        "version: 1\nallow:\n  - host: аpi.openai.com\n",
+    )]);
     assert_eq!(decide(&set, "api.openai.com", 443).verdict, Verdict::Block);
 }
 
@@ -197,10 +210,18 @@ fn wildcards_stop_at_label_boundaries() {
         "xy.com",
         "y.com.x.net",
     ] {
-        assert_eq!(decide(&set, refused, 443).verdict, Verdict::Block, "{refused}");
+        assert_eq!(
+            decide(&set, refused, 443).verdict,
+            Verdict::Block,
+            "{refused}"
+        );
     }
     for allowed in ["a.x.com", "a.b.c.x.com", "A.X.COM.", "_srv.x.com", "y.com"] {
-        assert_eq!(decide(&set, allowed, 443).verdict, Verdict::Allow, "{allowed}");
+        assert_eq!(
+            decide(&set, allowed, 443).verdict,
+            Verdict::Allow,
+            "{allowed}"
+        );
     }
 }
 
@@ -215,14 +236,20 @@ fn deny_beats_allow_across_merged_policies_whatever_the_order() {
         let set = PolicySet::merge(policies);
         for port in [443, 8443] {
             let decision = decide(&set, "META.x.com.", port);
-            assert_eq!((decision.verdict, decision.reason), (Verdict::Block, Reason::Denied));
+            assert_eq!(
+                (decision.verdict, decision.reason),
+                (Verdict::Block, Reason::Denied)
+            );
             assert_eq!(decision.rule.unwrap().to_string(), "d:deny[0]");
         }
         assert_eq!(
             decide(&set, "db.internal.x.com", 8443).reason,
             Reason::Denied
         );
-        assert_eq!(decide(&set, "db.internal.x.com", 443).verdict, Verdict::Allow);
+        assert_eq!(
+            decide(&set, "db.internal.x.com", 443).verdict,
+            Verdict::Allow
+        );
         // The wildcard deny does not cover its own suffix: documented semantics.
         assert_eq!(decide(&set, "internal.x.com", 8443).verdict, Verdict::Allow);
         let name = HostName::parse("meta.x.com").unwrap();
@@ -232,12 +259,15 @@ fn deny_beats_allow_across_merged_policies_whatever_the_order() {
 
 #[test]
 fn ports_are_matched_exactly() {
-    let set = set(
-        "version: 1\nallow:\n  - host: a.test\n    ports: [443, 8443]\n  - host: b.test\n",
-    );
+    let set =
+        set("version: 1\nallow:\n  - host: a.test\n    ports: [443, 8443]\n  - host: b.test\n");
     assert_eq!(decide(&set, "a.test", 8443).verdict, Verdict::Allow);
     for port in [1, 80, 442, 444, 8080, 8444, 65535] {
-        assert_eq!(decide(&set, "a.test", port).reason, Reason::PortNotAllowed, "{port}");
+        assert_eq!(
+            decide(&set, "a.test", port).reason,
+            Reason::PortNotAllowed,
+            "{port}"
+        );
     }
     assert_eq!(decide(&set, "b.test", 443).verdict, Verdict::Allow);
     assert_eq!(decide(&set, "b.test", 80).reason, Reason::PortNotAllowed);
@@ -248,14 +278,26 @@ fn report_mode_never_lets_deny_rules_or_the_floor_through() {
     let report = set(
         "version: 1\nmode: report\nallow:\n  - host: a.test\ndeny:\n  - host: evil.test\n  - cidr: 192.0.2.0/24\n",
     );
-    assert_eq!(decide(&report, "other.test", 443).verdict, Verdict::WouldBlock);
+    assert_eq!(
+        decide(&report, "other.test", 443).verdict,
+        Verdict::WouldBlock
+    );
     assert_eq!(decide(&report, "a.test", 80).verdict, Verdict::WouldBlock);
     let denied = decide(&report, "evil.test", 443);
-    assert_eq!((denied.verdict, denied.reason), (Verdict::Block, Reason::Denied));
+    assert_eq!(
+        (denied.verdict, denied.reason),
+        (Verdict::Block, Reason::Denied)
+    );
     let denied_ip = decide(&report, "192.0.2.7", 443);
-    assert_eq!((denied_ip.verdict, denied_ip.reason), (Verdict::Block, Reason::Denied));
+    assert_eq!(
+        (denied_ip.verdict, denied_ip.reason),
+        (Verdict::Block, Reason::Denied)
+    );
     // An IP literal would only be would_block; the floor then stops it.
-    assert_eq!(decide(&report, "169.254.169.254", 80).verdict, Verdict::WouldBlock);
+    assert_eq!(
+        decide(&report, "169.254.169.254", 80).verdict,
+        Verdict::WouldBlock
+    );
     for private in ["127.0.0.1", "169.254.169.254", "10.0.0.1", "::1", "fe80::1"] {
         let decision = report.check_address(ip(private), 80);
         assert_eq!(
@@ -327,7 +369,8 @@ const PRIVATE: &[&str] = &[
 
 #[test]
 fn the_floor_refuses_every_private_spelling_without_a_cidr_exemption() {
-    let set = set("version: 1\nallow:\n  - host: a.test\n  - cidr: 198.51.100.0/24\n    ports: [8443]\n");
+    let set =
+        set("version: 1\nallow:\n  - host: a.test\n  - cidr: 198.51.100.0/24\n    ports: [8443]\n");
     for raw in PRIVATE {
         let addr = ip(raw);
         assert!(is_private(addr), "{raw} is not behind the floor");
@@ -341,9 +384,18 @@ fn the_floor_refuses_every_private_spelling_without_a_cidr_exemption() {
         }
     }
     // The exemption holds only for its own range and port.
-    assert_eq!(set.check_address(ip("198.51.100.7"), 8443).verdict, Verdict::Allow);
-    assert_eq!(set.check_address(ip("198.51.100.7"), 443).verdict, Verdict::Block);
-    assert_eq!(set.check_address(ip("::ffff:198.51.100.7"), 8443).verdict, Verdict::Allow);
+    assert_eq!(
+        set.check_address(ip("198.51.100.7"), 8443).verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        set.check_address(ip("198.51.100.7"), 443).verdict,
+        Verdict::Block
+    );
+    assert_eq!(
+        set.check_address(ip("::ffff:198.51.100.7"), 8443).verdict,
+        Verdict::Allow
+    );
     // Public addresses pass (pure check; nothing is contacted).
     for public in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
         assert!(!is_private(ip(public)), "{public}");
@@ -352,11 +404,27 @@ fn the_floor_refuses_every_private_spelling_without_a_cidr_exemption() {
 
 #[test]
 fn a_loopback_cidr_exemption_does_not_open_other_embeddings_of_loopback() {
-    let set = set("version: 1\nallow:\n  - host: a.test\n  - cidr: 127.0.0.2/32\n    ports: [443]\n");
-    assert_eq!(set.check_address(ip("127.0.0.2"), 443).verdict, Verdict::Allow);
-    assert_eq!(set.check_address(ip("::ffff:127.0.0.2"), 443).verdict, Verdict::Allow);
-    for other in ["127.0.0.3", "64:ff9b::7f00:3", "2002:7f00:3::", "::127.0.0.3"] {
-        assert_eq!(set.check_address(ip(other), 443).verdict, Verdict::Block, "{other}");
+    let set =
+        set("version: 1\nallow:\n  - host: a.test\n  - cidr: 127.0.0.2/32\n    ports: [443]\n");
+    assert_eq!(
+        set.check_address(ip("127.0.0.2"), 443).verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        set.check_address(ip("::ffff:127.0.0.2"), 443).verdict,
+        Verdict::Allow
+    );
+    for other in [
+        "127.0.0.3",
+        "64:ff9b::7f00:3",
+        "2002:7f00:3::",
+        "::127.0.0.3",
+    ] {
+        assert_eq!(
+            set.check_address(ip(other), 443).verdict,
+            Verdict::Block,
+            "{other}"
+        );
     }
 }
 
@@ -393,10 +461,23 @@ fn deny_cidrs_cover_ipv4_addresses_embedded_in_ipv6() {
 fn ip_targets_need_a_cidr_rule_and_names_cannot_stand_in_for_one() {
     let set = set("version: 1\nallow:\n  - host: a.test\n  - cidr: 198.51.100.0/24\n");
     assert_eq!(decide(&set, "198.51.100.7", 443).verdict, Verdict::Allow);
-    for literal in ["127.0.0.1", "0x7f000001", "[::ffff:127.0.0.1]", "8.8.8.8", "2130706433"] {
-        assert_eq!(decide(&set, literal, 443).reason, Reason::IpLiteral, "{literal}");
+    for literal in [
+        "127.0.0.1",
+        "0x7f000001",
+        "[::ffff:127.0.0.1]",
+        "8.8.8.8",
+        "2130706433",
+    ] {
+        assert_eq!(
+            decide(&set, literal, 443).reason,
+            Reason::IpLiteral,
+            "{literal}"
+        );
     }
-    assert_eq!(decide(&set, "198.51.100.7", 80).reason, Reason::PortNotAllowed);
+    assert_eq!(
+        decide(&set, "198.51.100.7", 80).reason,
+        Reason::PortNotAllowed
+    );
 }
 
 #[test]
@@ -405,38 +486,77 @@ fn hostile_policies_are_refused_with_a_position() {
         ("version: 1\nallow:\n  - host: \"*\"\n", "`*` alone"),
         ("version: 1\nallow:\n  - host: \"*.\"\n", "`*` alone"),
         ("version: 1\nallow:\n  - host: \"*.com\"\n", "top-level"),
-        ("version: 1\nallow:\n  - host: \"*.co.uk\"\n", "public suffix"),
-        ("version: 1\nallow:\n  - host: \"*.CO.UK.\"\n", "public suffix"),
+        (
+            "version: 1\nallow:\n  - host: \"*.co.uk\"\n",
+            "public suffix",
+        ),
+        (
+            "version: 1\nallow:\n  - host: \"*.CO.UK.\"\n",
+            "public suffix",
+        ),
         ("version: 1\nallow:\n  - host: \"*.рф\"\n", "top-level"),
-        ("version: 1\nallow:\n  - host: \"**.x.com\"\n", "first label"),
+        (
+            "version: 1\nallow:\n  - host: \"**.x.com\"\n",
+            "first label",
+        ),
         ("version: 1\nallow:\n  - host: \"*x.com\"\n", "first label"),
         ("version: 1\nallow:\n  - host: \"x.*.com\"\n", "first label"),
-        ("version: 1\nallow:\n  - host: \"*.*.x.com\"\n", "first label"),
+        (
+            "version: 1\nallow:\n  - host: \"*.*.x.com\"\n",
+            "first label",
+        ),
         ("version: 1\nallow:\n  - host: a.com:443\n", "port"),
         ("version: 1\nallow:\n  - host: http://a.com\n", "scheme"),
         ("version: 1\nallow:\n  - host: a.com/path\n", "path"),
         ("version: 1\nallow:\n  - host: user@a.com\n", "userinfo"),
         ("version: 1\nallow:\n  - host: 127.0.0.1\n", "IP address"),
-        ("version: 1\nallow:\n  - host: \"2130706433\"\n", "IP address"),
+        (
+            "version: 1\nallow:\n  - host: \"2130706433\"\n",
+            "IP address",
+        ),
         ("version: 1\nallow:\n  - host: \"[::1]\"\n", "IP address"),
         ("version: 1\nallow:\n  - host: \" a.com\"\n", "spaces"),
         ("version: 1\nallow:\n  - host: a..com\n", "empty label"),
-        ("version: 1\nallow:\n  - host: \"a.com\\0\"\n", "not a valid host"),
-        ("version: 1\nallow:\n  - host: a.com\n    ports: [0]\n", "outside"),
-        ("version: 1\nallow:\n  - host: a.com\n    ports: [65536]\n", "outside"),
-        ("version: 1\nallow:\n  - host: a.com\n    ports: [\"0x1bb\"]\n", "not a number"),
-        ("version: 1\nallow:\n  - host: a.com\n    ports: []\n", "empty"),
+        (
+            "version: 1\nallow:\n  - host: \"a.com\\0\"\n",
+            "not a valid host",
+        ),
+        (
+            "version: 1\nallow:\n  - host: a.com\n    ports: [0]\n",
+            "outside",
+        ),
+        (
+            "version: 1\nallow:\n  - host: a.com\n    ports: [65536]\n",
+            "outside",
+        ),
+        (
+            "version: 1\nallow:\n  - host: a.com\n    ports: [\"0x1bb\"]\n",
+            "not a number",
+        ),
+        (
+            "version: 1\nallow:\n  - host: a.com\n    ports: []\n",
+            "empty",
+        ),
         ("version: 1\nallow:\n  - cidr: 10.0.0.1/8\n", "host bits"),
         ("version: 1\nallow:\n  - cidr: 010.0.0.0/8\n", "not a CIDR"),
         ("version: 1\nallow:\n  - cidr: 10.0.0.0/33\n", "too long"),
-        ("version: 1\nallow:\n  - host: a.com\n    cidr: 10.0.0.0/8\n", "both"),
-        ("version: 1\nallow:\n  - host: a.com\n  - host: b.com\n    hosts: c.com\n", "unknown field"),
+        (
+            "version: 1\nallow:\n  - host: a.com\n    cidr: 10.0.0.0/8\n",
+            "both",
+        ),
+        (
+            "version: 1\nallow:\n  - host: a.com\n  - host: b.com\n    hosts: c.com\n",
+            "unknown field",
+        ),
         ("version: 1\nversion: 1\n", "duplicate"),
         ("version: 2\n", "unsupported version"),
         ("allow:\n  - host: a.com\n", "missing `version"),
         ("version: 1\nmode: Report\n", "unknown mode"),
         ("version: 1\nname: \"a\\nb\"\n", "`name`"),
-        ("version: 1\nname: \"x\\\",\\\"decision\\\":\\\"allowed\"\n", "`name`"),
+        (
+            "version: 1\nname: \"x\\\",\\\"decision\\\":\\\"allowed\"\n",
+            "`name`",
+        ),
     ] {
         let message = refused_yaml(yaml);
         assert!(message.contains(needle), "{yaml:?}: {message}");
@@ -477,7 +597,9 @@ fn an_empty_merge_denies_everything_and_the_dns_view_agrees() {
     let empty = PolicySet::merge(Vec::new());
     assert_eq!(decide(&empty, "a.test", 443).verdict, Verdict::Block);
     assert_eq!(
-        empty.decide_name(&HostName::parse("a.test").unwrap()).verdict,
+        empty
+            .decide_name(&HostName::parse("a.test").unwrap())
+            .verdict,
         Verdict::Block
     );
     let empty_lists = set("version: 1\nallow: []\ndeny: []\n");
