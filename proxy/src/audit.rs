@@ -373,7 +373,10 @@ mod tests {
         };
         let line = record.to_line();
         assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
-        assert!(line.contains(r#"evil\"host\r\n{\"v\":1}\u0000\u001b\\xff\\xfe.example"#), "{line}");
+        assert!(
+            line.contains(r#"evil\"host\r\n{\"v\":1}\u0000\u001b\\xff\\xfe.example"#),
+            "{line}"
+        );
         let back: AuditRecord = serde_json::from_str(&line).unwrap();
         assert_eq!(back, record);
     }
@@ -391,13 +394,17 @@ mod tests {
 
     #[test]
     fn timestamps_are_rfc3339_utc_millis() {
-        assert_eq!(timestamp(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            timestamp(SystemTime::UNIX_EPOCH),
+            "1970-01-01T00:00:00.000Z"
+        );
     }
 
     #[tokio::test]
     async fn dropped_attempts_are_recorded_and_counted() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let sink = AuditSink::start(AuditDestination::Channel(tx), Some("r-1".into()), "p").unwrap();
+        let sink =
+            AuditSink::start(AuditDestination::Channel(tx), Some("r-1".into()), "p").unwrap();
         {
             let mut attempt = Attempt::new(&sink, Kind::Connect, None);
             attempt.host = "example.com".into();
@@ -408,7 +415,10 @@ mod tests {
         assert_eq!(record.host, "example.com");
         assert_eq!(record.run.as_deref(), Some("r-1"));
         assert_eq!(record.policy.as_deref(), Some("p"));
-        assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::BadRequest));
+        assert_eq!(
+            (record.decision, record.reason),
+            (Outcome::Blocked, Reason::BadRequest)
+        );
         assert_eq!(sink.counts()[&(Outcome::Blocked, Reason::BadRequest)], 1);
     }
 }

@@ -50,8 +50,12 @@ pub(crate) async fn handle(
     let (target, port) = match parse_connect_authority(&authority) {
         Ok(found) => found,
         Err(detail) => {
-            let refusal =
-                gate.refuse_request(&mut attempt, authority.as_bytes(), Reason::BadRequest, detail);
+            let refusal = gate.refuse_request(
+                &mut attempt,
+                authority.as_bytes(),
+                Reason::BadRequest,
+                detail,
+            );
             return refusal_response(&refusal);
         }
     };

@@ -96,6 +96,13 @@ fn is_private_v6(addr: Ipv6Addr) -> bool {
         .any(|&(net, len)| prefix_matches_v6(bits, net, len))
 }
 
+/// The IPv4 addresses an IPv6 address carries, if it is one of the forms that reach IPv4
+/// hosts (mapped, compatible, SIIT, NAT64, 6to4, Teredo), e.g. for deny `cidr` rules that
+/// must hold for every spelling of an address.
+pub fn embedded_ipv4_of(addr: Ipv6Addr) -> Option<[Ipv4Addr; 2]> {
+    embedded_ipv4(u128::from(addr))
+}
+
 /// The IPv4 addresses an IPv6 address carries (the same one twice unless Teredo), for the forms that reach IPv4 hosts.
 /// `::` and `::1` fall in the IPv4-compatible range and come out as `0.0.0.0`/`0.0.0.1`,
 /// which the IPv4 list refuses.

@@ -196,12 +196,18 @@ impl Gate {
                     return Ok(stream);
                 }
                 Ok(Err(error)) => {
-                    failure = (Reason::ConnectFailed, format!("connecting to {addr}: {error}"));
+                    failure = (
+                        Reason::ConnectFailed,
+                        format!("connecting to {addr}: {error}"),
+                    );
                 }
                 Err(_) => {
                     failure = (
                         Reason::Timeout,
-                        format!("connecting to {addr} took longer than {:?}", self.connect_timeout),
+                        format!(
+                            "connecting to {addr} took longer than {:?}",
+                            self.connect_timeout
+                        ),
                     );
                     break;
                 }

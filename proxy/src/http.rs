@@ -169,11 +169,17 @@ impl ClientConnection {
         if let Err((reason, detail)) = check_request_shape(&request) {
             attempt.host = target.to_string();
             attempt.port = Some(port);
-            let refusal = self.shared.gate.refuse_request(&mut attempt, b"", reason, detail);
+            let refusal = self
+                .shared
+                .gate
+                .refuse_request(&mut attempt, b"", reason, detail);
             return refusal_response(&refusal);
         }
         let up = Arc::new(AtomicU64::new(0));
-        match self.forward(request, &target, port, &mut attempt, &up).await {
+        match self
+            .forward(request, &target, port, &mut attempt, &up)
+            .await
+        {
             Ok(response) => counted_response(response, attempt, up),
             Err(refusal) => refusal_response(&refusal),
         }
@@ -262,7 +268,9 @@ impl ClientConnection {
                 upstream
             }
             None => {
-                let stream = gate.connect_decided(attempt, target, port, &decision).await?;
+                let stream = gate
+                    .connect_decided(attempt, target, port, &decision)
+                    .await?;
                 let addr = attempt.addr.expect("a connected attempt has its address");
                 let (sender, connection) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -295,11 +303,11 @@ impl ClientConnection {
 /// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the
 /// connection would no longer be HTTP/1 requests we can judge one by one.
 fn check_request_shape(request: &Request<Incoming>) -> Result<(), (Reason, &'static str)> {
-    let upgrade_h2c = request
-        .headers()
-        .get_all(header::UPGRADE)
-        .iter()
-        .any(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase().contains("h2c"));
+    let upgrade_h2c = request.headers().get_all(header::UPGRADE).iter().any(|v| {
+        String::from_utf8_lossy(v.as_bytes())
+            .to_ascii_lowercase()
+            .contains("h2c")
+    });
     if upgrade_h2c || request.headers().contains_key("http2-settings") {
         return Err((Reason::Unsupported, "h2c upgrades are not supported"));
     }

@@ -42,8 +42,12 @@ pub async fn relay(
     }
 }
 
-async fn pump<R, W>(reader: &mut R, writer: &mut W, buffer_bytes: usize, count: &mut u64)
--> std::io::Result<()>
+async fn pump<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    buffer_bytes: usize,
+    count: &mut u64,
+) -> std::io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,

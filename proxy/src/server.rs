@@ -107,7 +107,9 @@ impl BoundProxy {
                     .await
                     .map_err(|source| ProxyError::Bind { addr, source })?;
                 // TCP on the same port as UDP, even when that port was 0.
-                let bound = udp.local_addr().map_err(|source| ProxyError::Bind { addr, source })?;
+                let bound = udp
+                    .local_addr()
+                    .map_err(|source| ProxyError::Bind { addr, source })?;
                 Some((udp, bind_tcp(bound).await?))
             }
             None => None,
@@ -115,13 +117,16 @@ impl BoundProxy {
         let addrs = LocalAddrs {
             listen: local_addr(&explicit)?,
             dns: match &dns {
-                Some((udp, _)) => Some(
-                    udp.local_addr()
-                        .map_err(|source| ProxyError::Bind { addr: config.listen, source })?,
-                ),
+                Some((udp, _)) => Some(udp.local_addr().map_err(|source| ProxyError::Bind {
+                    addr: config.listen,
+                    source,
+                })?),
                 None => None,
             },
-            transparent: transparent.iter().map(local_addr).collect::<Result<_, _>>()?,
+            transparent: transparent
+                .iter()
+                .map(local_addr)
+                .collect::<Result<_, _>>()?,
         };
         let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())
             .map_err(ProxyError::Audit)?;
@@ -130,7 +135,12 @@ impl BoundProxy {
             &config.upstream_dns,
             config.limits.resolve_timeout,
         );
-        let gate = Gate::new(config.policy, resolver, config.limits.connect_timeout, audit);
+        let gate = Gate::new(
+            config.policy,
+            resolver,
+            config.limits.connect_timeout,
+            audit,
+        );
         Ok(BoundProxy {
             shared: Arc::new(Shared {
                 gate,
@@ -280,10 +290,23 @@ async fn accept_loop(
         let task_shutdown = shutdown.clone();
         match connections.clone().try_acquire_owned() {
             Ok(permit) => {
-                tokio::spawn(serve_connection(stream, client, door, shared, task_shutdown, permit));
+                tokio::spawn(serve_connection(
+                    stream,
+                    client,
+                    door,
+                    shared,
+                    task_shutdown,
+                    permit,
+                ));
             }
             Err(_) => {
-                tokio::spawn(refuse_over_limit(stream, client, door, shared, task_shutdown));
+                tokio::spawn(refuse_over_limit(
+                    stream,
+                    client,
+                    door,
+                    shared,
+                    task_shutdown,
+                ));
             }
         }
     }

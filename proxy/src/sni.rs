@@ -72,7 +72,10 @@ async fn read_until_complete<R: AsyncRead + Unpin>(
     let mut fed = 0;
     let mut chunk = vec![0u8; 4096];
     loop {
-        if bytes.first().is_some_and(|&first| first != HANDSHAKE_RECORD) {
+        if bytes
+            .first()
+            .is_some_and(|&first| first != HANDSHAKE_RECORD)
+        {
             return Err(SniError::NotTls);
         }
         while fed < bytes.len() {
@@ -145,9 +148,10 @@ pub fn extension_types(records: &[u8]) -> Option<Vec<u16>> {
         message.extend_from_slice(fragment);
         rest = &rest[5 + len..];
         if message.len() >= 4 {
-            let total = 4 + (usize::from(message[1]) << 16
-                | usize::from(message[2]) << 8
-                | usize::from(message[3]));
+            let total = 4
+                + (usize::from(message[1]) << 16
+                    | usize::from(message[2]) << 8
+                    | usize::from(message[3]));
             if message.len() >= total {
                 message.truncate(total);
                 break;
@@ -197,7 +201,8 @@ impl<'a> Reader<'a> {
         self.take(1).map(|b| b[0])
     }
     fn u16(&mut self) -> Option<usize> {
-        self.take(2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        self.take(2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
     }
     fn u24(&mut self) -> Option<usize> {
         self.take(3)
@@ -218,7 +223,9 @@ mod tests {
 
     #[tokio::test]
     async fn reads_the_server_name() {
-        let hello = read(client_hello(Some("API.example.com"), false)).await.unwrap();
+        let hello = read(client_hello(Some("API.example.com"), false))
+            .await
+            .unwrap();
         assert_eq!(hello.server_name.as_deref(), Some("api.example.com"));
         assert!(!hello.ech);
         let expected = Target::parse_host("api.example.com").unwrap();
@@ -242,10 +249,14 @@ mod tests {
         assert_eq!(extension_types(&framed), extension_types(&whole));
         let (start, rest) = framed.split_at(3);
         let mut stream: &[u8] = rest;
-        let hello =
-            read_client_hello(&mut stream, start.to_vec(), 16 * 1024, Duration::from_secs(1))
-                .await
-                .unwrap();
+        let hello = read_client_hello(
+            &mut stream,
+            start.to_vec(),
+            16 * 1024,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
         assert_eq!(hello.server_name.as_deref(), Some("a.example"));
         assert_eq!(hello.bytes, framed);
     }
@@ -257,7 +268,10 @@ mod tests {
         let expected = Target::parse_host("a.example").unwrap();
         assert!(matches!(check(&expected, &hello), Err(SniError::Ech)));
         let hello = read(client_hello(None, false)).await.unwrap();
-        assert!(matches!(check(&expected, &hello), Err(SniError::MissingName)));
+        assert!(matches!(
+            check(&expected, &hello),
+            Err(SniError::MissingName)
+        ));
         let ip = Target::parse_host("127.0.0.1").unwrap();
         check(&ip, &hello).unwrap();
     }

@@ -117,7 +117,7 @@ impl fmt::Display for Target {
 
 impl Target {
     /// A bare host as a client gave it (CONNECT host part, URI host, SNI, DNS qname):
-    /// "API.Example.com.", "bücher.de", "127.1", "2852039166", "0x7f000001", "[::1]", "::1".
+    /// `API.Example.com.`, `bücher.de`, `127.1`, `2852039166`, `0x7f000001`, `[::1]`, `::1`.
     ///
     /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) become the IPv4 address they carry, so
     /// `cidr` rules and the floor see one spelling of each IPv4 destination.
@@ -138,21 +138,20 @@ impl Target {
         if looks_like_ipv6(raw) {
             return parse_ipv6(raw).map(canonical_ip);
         }
-        let ascii = to_ascii_lowercase_host(raw)?;
-        let host = match ascii.strip_suffix('.') {
-            Some(stripped) => stripped,
-            None => ascii.as_str(),
-        };
+        let mut host = to_ascii_lowercase_host(raw)?;
+        if host.ends_with('.') {
+            host.pop();
+        }
         if host.is_empty() {
             return Err(TargetError::Empty);
         }
-        if ends_in_number(host) {
-            return parse_ipv4_any(host)
+        if ends_in_number(&host) {
+            return parse_ipv4_any(&host)
                 .map(|ip| Target::Ip(IpAddr::V4(ip)))
                 .ok_or(TargetError::NumericNotAddress);
         }
-        validate_name(host)?;
-        Ok(Target::Name(HostName(host.to_owned())))
+        validate_name(&host)?;
+        Ok(Target::Name(HostName(host)))
     }
 
     /// "host:port" as in CONNECT or a Host header; `default_port` used when no port is given

@@ -53,11 +53,17 @@ async fn allowed_tunnel_relays_both_ways_and_records_bytes_on_close() {
     let mut proxy = TestProxy::start(&yaml, &[("tunnel.test", "127.0.0.2")]).await;
     let mut tunnel = open_tunnel(proxy.addr, &format!("Tunnel.Test.:{}", echo.port())).await;
     tunnel.write_all(b"hello through the tunnel").await.unwrap();
-    assert_eq!(read_exactly(&mut tunnel, 24).await, b"hello through the tunnel");
+    assert_eq!(
+        read_exactly(&mut tunnel, 24).await,
+        b"hello through the tunnel"
+    );
     drop(tunnel);
     let record = proxy.record().await;
     assert_eq!(record.kind, Kind::Connect);
-    assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
     assert_eq!(record.host, "tunnel.test");
     assert_eq!(record.addr.as_deref(), Some("127.0.0.2"));
     assert_eq!((record.bytes_up, record.bytes_down), (24, 24));
@@ -67,7 +73,11 @@ async fn allowed_tunnel_relays_both_ways_and_records_bytes_on_close() {
 async fn refused_connect_gets_403_naming_host_and_reason() {
     let canary = Site::canary("127.0.0.3").await;
     let yaml = allow_yaml(&[("tunnel.test", 443)], "");
-    let mut proxy = TestProxy::start(&yaml, &[("other.test", "127.0.0.3"), ("tunnel.test", "127.0.0.3")]).await;
+    let mut proxy = TestProxy::start(
+        &yaml,
+        &[("other.test", "127.0.0.3"), ("tunnel.test", "127.0.0.3")],
+    )
+    .await;
     let port = canary.port();
     for (authority, reason) in [
         (format!("other.test:{port}"), Reason::NotAllowed),
@@ -77,16 +87,33 @@ async fn refused_connect_gets_403_naming_host_and_reason() {
     ] {
         let response = exchange(
             proxy.addr,
-            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!(
+                "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await;
         assert_eq!(status(&response), 403, "{authority}: {response}");
-        assert!(response.contains(&format!("X-Egress-Blocked: {reason}")) || response.to_ascii_lowercase().contains(&format!("x-egress-blocked: {reason}")), "{response}");
+        assert!(
+            response.contains(&format!("X-Egress-Blocked: {reason}"))
+                || response
+                    .to_ascii_lowercase()
+                    .contains(&format!("x-egress-blocked: {reason}")),
+            "{response}"
+        );
         assert!(response.contains(&reason.to_string()), "{response}");
         let record = proxy.record().await;
-        assert_eq!((record.decision, record.reason), (Outcome::Blocked, reason), "{authority}");
+        assert_eq!(
+            (record.decision, record.reason),
+            (Outcome::Blocked, reason),
+            "{authority}"
+        );
     }
-    let response = exchange(proxy.addr, b"CONNECT tunnel.test HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    let response = exchange(
+        proxy.addr,
+        b"CONNECT tunnel.test HTTP/1.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert_eq!(status(&response), 400, "{response}");
     assert_eq!(proxy.record().await.reason, Reason::BadRequest);
     assert_eq!(canary.connection_count(), 0);
@@ -95,15 +122,21 @@ async fn refused_connect_gets_403_naming_host_and_reason() {
 #[tokio::test]
 async fn matching_sni_is_replayed_upstream() {
     let echo = Site::echo("127.0.0.2").await;
-    let mut proxy =
-        TestProxy::start(&tls_policy(echo.port(), "strict"), &[("tunnel.test", "127.0.0.2")]).await;
+    let mut proxy = TestProxy::start(
+        &tls_policy(echo.port(), "strict"),
+        &[("tunnel.test", "127.0.0.2")],
+    )
+    .await;
     let hello = client_hello(Some("TUNNEL.test"), false);
     let mut tunnel = open_tunnel(proxy.addr, &format!("tunnel.test:{}", echo.port())).await;
     tunnel.write_all(&hello).await.unwrap();
     assert_eq!(read_exactly(&mut tunnel, hello.len()).await, hello);
     drop(tunnel);
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
     assert_eq!(record.bytes_up, hello.len() as u64);
     assert_eq!(echo.received.lock().unwrap().as_slice(), hello.as_slice());
 }
@@ -111,8 +144,11 @@ async fn matching_sni_is_replayed_upstream() {
 #[tokio::test]
 async fn hello_sent_with_the_connect_head_is_checked_too() {
     let echo = Site::echo("127.0.0.2").await;
-    let mut proxy =
-        TestProxy::start(&tls_policy(echo.port(), "strict"), &[("tunnel.test", "127.0.0.2")]).await;
+    let mut proxy = TestProxy::start(
+        &tls_policy(echo.port(), "strict"),
+        &[("tunnel.test", "127.0.0.2")],
+    )
+    .await;
     let hello = client_hello(Some("tunnel.test"), false);
     let mut request = format!("CONNECT tunnel.test:{} HTTP/1.1\r\n\r\n", echo.port()).into_bytes();
     request.extend(&hello);
@@ -129,8 +165,11 @@ async fn hello_sent_with_the_connect_head_is_checked_too() {
 
 async fn assert_sni_refused(first_bytes: Vec<u8>) {
     let echo = Site::echo("127.0.0.2").await;
-    let mut proxy =
-        TestProxy::start(&tls_policy(echo.port(), "strict"), &[("tunnel.test", "127.0.0.2")]).await;
+    let mut proxy = TestProxy::start(
+        &tls_policy(echo.port(), "strict"),
+        &[("tunnel.test", "127.0.0.2")],
+    )
+    .await;
     let mut tunnel = open_tunnel(proxy.addr, &format!("tunnel.test:{}", echo.port())).await;
     tunnel.write_all(&first_bytes).await.unwrap();
     let mut rest = Vec::new();
@@ -138,7 +177,10 @@ async fn assert_sni_refused(first_bytes: Vec<u8>) {
     assert!(rest.is_empty(), "the tunnel answered: {rest:?}");
     let record = proxy.record().await;
     assert_eq!(record.kind, Kind::Connect);
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::SniMismatch));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::SniMismatch)
+    );
     assert_eq!(record.host, "tunnel.test");
     // The upstream was connected (so a dead one is an honest 502) but never got a byte.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -183,8 +225,11 @@ async fn a_silent_client_on_a_tls_port_is_cut_off() {
 #[tokio::test]
 async fn sni_off_lets_any_bytes_through() {
     let echo = Site::echo("127.0.0.2").await;
-    let mut proxy =
-        TestProxy::start(&tls_policy(echo.port(), "off"), &[("tunnel.test", "127.0.0.2")]).await;
+    let mut proxy = TestProxy::start(
+        &tls_policy(echo.port(), "off"),
+        &[("tunnel.test", "127.0.0.2")],
+    )
+    .await;
     let mut tunnel = open_tunnel(proxy.addr, &format!("tunnel.test:{}", echo.port())).await;
     tunnel.write_all(b"not tls").await.unwrap();
     assert_eq!(read_exactly(&mut tunnel, 7).await, b"not tls");
@@ -196,7 +241,10 @@ async fn sni_off_lets_any_bytes_through() {
 async fn ip_literal_allowed_by_cidr_needs_no_sni() {
     let echo = Site::echo("127.0.0.2").await;
     let port = echo.port();
-    let yaml = format!("version: 1\nallow:\n{}tls:\n  ports: [{port}]\n", loopback(port));
+    let yaml = format!(
+        "version: 1\nallow:\n{}tls:\n  ports: [{port}]\n",
+        loopback(port)
+    );
     let mut proxy = TestProxy::start(&yaml, &[]).await;
     let hello = client_hello(None, false);
     let mut tunnel = open_tunnel(proxy.addr, &format!("127.0.0.2:{port}")).await;
@@ -204,7 +252,10 @@ async fn ip_literal_allowed_by_cidr_needs_no_sni() {
     assert_eq!(read_exactly(&mut tunnel, hello.len()).await, hello);
     drop(tunnel);
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
     assert_eq!(record.host, "127.0.0.2");
 }
 
@@ -218,7 +269,11 @@ async fn shutdown_closes_open_tunnels_and_records_their_bytes() {
     assert_eq!(read_exactly(&mut tunnel, 5).await, b"12345");
     let started = std::time::Instant::now();
     proxy.shutdown().await;
-    assert!(started.elapsed() < Duration::from_secs(3), "shutdown took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
     let record = proxy.record().await;
     assert_eq!((record.bytes_up, record.bytes_down), (5, 5));
     let mut rest = Vec::new();

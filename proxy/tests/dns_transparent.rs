@@ -46,7 +46,10 @@ async fn ask_tcp(server: SocketAddr, bytes: &[u8]) -> Message {
     let mut framed = (bytes.len() as u16).to_be_bytes().to_vec();
     framed.extend(bytes);
     stream.write_all(&framed).await.unwrap();
-    let len = tokio::time::timeout(HANG, stream.read_u16()).await.unwrap().unwrap();
+    let len = tokio::time::timeout(HANG, stream.read_u16())
+        .await
+        .unwrap()
+        .unwrap();
     let mut answer = vec![0u8; usize::from(len)];
     stream.read_exact(&mut answer).await.unwrap();
     Message::from_vec(&answer).unwrap()
@@ -76,7 +79,10 @@ async fn allowed_names_are_answered_with_the_proxy_address_over_udp_and_tcp() {
         assert_eq!(record.kind, Kind::Dns);
         assert_eq!(record.port, None);
         assert_eq!(record.host, "api.example.com");
-        assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+        assert_eq!(
+            (record.decision, record.reason),
+            (Outcome::Allowed, Reason::Rule)
+        );
     }
     let answer = ask_udp(dns, &query("api.example.com.", RecordType::AAAA)).await;
     assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
@@ -95,7 +101,10 @@ async fn other_names_get_nxdomain_and_a_blocked_record() {
         assert!(answer.answers.is_empty());
         let record = proxy.record().await;
         assert_eq!(record.host, "exfil-abc123.evil.test");
-        assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::NotAllowed));
+        assert_eq!(
+            (record.decision, record.reason),
+            (Outcome::Blocked, Reason::NotAllowed)
+        );
     }
 }
 
@@ -107,7 +116,10 @@ async fn malformed_queries_get_formerr_and_a_bad_request_record() {
     let answer = ask_udp(dns, &garbage).await;
     assert_eq!(answer.metadata.response_code, ResponseCode::FormErr);
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::BadRequest));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::BadRequest)
+    );
 }
 
 #[tokio::test]
@@ -123,16 +135,23 @@ async fn hostile_query_names_are_escaped_into_one_log_line() {
     assert_eq!(record.decision, Outcome::Blocked);
     let line = record.to_line();
     assert!(!line.contains('\n'), "{line}");
-    assert!(line.contains(r#""host":"a\"b\n{\"v\":1}\u0001\\xff.test""#), "{line}");
+    assert!(
+        line.contains(r#""host":"a\"b\n{\"v\":1}\u0001\\xff.test""#),
+        "{line}"
+    );
 }
 
 /// A transparent listener on 127.0.0.1:P in front of a site on 127.0.0.2:P (same port, as
 /// a real site's :443 or :80 behind the proxy's own address).
 async fn transparent(site: &Site, yaml: &str) -> (TestProxy, SocketAddr) {
     let port = site.port();
-    let proxy = TestProxy::start_with(yaml, &[("site.test", "127.0.0.2"), ("evil.test", "127.0.0.3")], |config| {
-        config.transparent_listen = vec![SocketAddr::from(([127, 0, 0, 1], port))];
-    })
+    let proxy = TestProxy::start_with(
+        yaml,
+        &[("site.test", "127.0.0.2"), ("evil.test", "127.0.0.3")],
+        |config| {
+            config.transparent_listen = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+        },
+    )
     .await;
     let listener = proxy.running().local_addrs().transparent[0];
     (proxy, listener)
@@ -154,20 +173,32 @@ async fn transparent_tls_is_routed_by_sni() {
     let mut stream = TcpStream::connect(listener).await.unwrap();
     stream.write_all(&hello).await.unwrap();
     let mut back = vec![0u8; hello.len()];
-    tokio::time::timeout(HANG, stream.read_exact(&mut back)).await.unwrap().unwrap();
+    tokio::time::timeout(HANG, stream.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(back, hello);
     drop(stream);
     let record = proxy.record().await;
     assert_eq!(record.kind, Kind::Tls);
     assert_eq!(record.host, "site.test");
     assert_eq!(record.port, Some(echo.port()));
-    assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
 
     let mut stream = TcpStream::connect(listener).await.unwrap();
-    stream.write_all(&client_hello(Some("evil.test"), false)).await.unwrap();
+    stream
+        .write_all(&client_hello(Some("evil.test"), false))
+        .await
+        .unwrap();
     assert!(read_to_close(&mut stream).await.is_empty());
     let record = proxy.record().await;
-    assert_eq!((record.kind, record.decision, record.reason), (Kind::Tls, Outcome::Blocked, Reason::NotAllowed));
+    assert_eq!(
+        (record.kind, record.decision, record.reason),
+        (Kind::Tls, Outcome::Blocked, Reason::NotAllowed)
+    );
     assert_eq!(canary.connection_count(), 0);
 }
 
@@ -179,18 +210,29 @@ async fn transparent_http_is_routed_by_host() {
     let mut responses = Responses::new(stream);
     responses
         .stream
-        .write_all(b"GET /x HTTP/1.1\r\nHost: site.test\r\n\r\nGET /y HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        .write_all(
+            b"GET /x HTTP/1.1\r\nHost: site.test\r\n\r\nGET /y HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+        )
         .await
         .unwrap();
     let first = responses.next().await;
-    assert!(first.ends_with(&format!("site /x site.test:{}", site.port())), "{first}");
+    assert!(
+        first.ends_with(&format!("site /x site.test:{}", site.port())),
+        "{first}"
+    );
     let second = responses.next().await;
     assert_eq!(status(&second), 403, "{second}");
     assert!(!site.received_text().contains("/y"));
     let mut records = vec![proxy.record().await, proxy.record().await];
     records.sort_by_key(|r| r.host.clone());
-    assert_eq!((records[0].host.as_str(), records[0].reason), ("evil.test", Reason::NotAllowed));
-    assert_eq!((records[1].host.as_str(), records[1].kind, records[1].reason), ("site.test", Kind::Http, Reason::Rule));
+    assert_eq!(
+        (records[0].host.as_str(), records[0].reason),
+        ("evil.test", Reason::NotAllowed)
+    );
+    assert_eq!(
+        (records[1].host.as_str(), records[1].kind, records[1].reason),
+        ("site.test", Kind::Http, Reason::Rule)
+    );
 }
 
 #[tokio::test]
@@ -216,6 +258,9 @@ async fn other_protocols_on_transparent_ports_are_closed_as_unsupported() {
     stream.write_all(b"\x00\x01binary").await.unwrap();
     assert!(read_to_close(&mut stream).await.is_empty());
     let record = proxy.record().await;
-    assert_eq!((record.kind, record.decision, record.reason), (Kind::Tcp, Outcome::Blocked, Reason::Unsupported));
+    assert_eq!(
+        (record.kind, record.decision, record.reason),
+        (Kind::Tcp, Outcome::Blocked, Reason::Unsupported)
+    );
     assert_eq!(site.connection_count(), 0);
 }

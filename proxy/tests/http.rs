@@ -25,22 +25,36 @@ async fn allowed_request_is_forwarded_in_origin_form_with_the_uri_host() {
     );
     let response = exchange(proxy.addr, request.as_bytes()).await;
     assert_eq!(status(&response), 200, "{response}");
-    assert!(response.ends_with(&format!("site-a /path?q=1 a.test:{port}")), "{response}");
+    assert!(
+        response.ends_with(&format!("site-a /path?q=1 a.test:{port}")),
+        "{response}"
+    );
     let seen = site.received_text();
     assert!(seen.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "{seen}");
     let lower = seen.to_ascii_lowercase();
-    for gone in ["proxy-authorization", "x-drop", "proxy-connection", "evil.test"] {
+    for gone in [
+        "proxy-authorization",
+        "x-drop",
+        "proxy-connection",
+        "evil.test",
+    ] {
         assert!(!lower.contains(gone), "{gone} reached the upstream: {seen}");
     }
     let record = proxy.record().await;
     assert_eq!(record.kind, Kind::Http);
-    assert_eq!((record.decision, record.reason), (Outcome::Allowed, Reason::Rule));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
     assert_eq!(record.host, "a.test");
     assert_eq!(record.port, Some(port));
     assert_eq!(record.addr.as_deref(), Some("127.0.0.2"));
     assert_eq!(record.rule.as_deref(), Some("test:allow[0]"));
     assert_eq!(record.run.as_deref(), Some("r-test"));
-    assert_eq!(record.bytes_down, format!("site-a /path?q=1 a.test:{port}").len() as u64);
+    assert_eq!(
+        record.bytes_down,
+        format!("site-a /path?q=1 a.test:{port}").len() as u64
+    );
 }
 
 #[tokio::test]
@@ -55,10 +69,17 @@ async fn refused_host_gets_403_and_is_never_resolved_or_reached() {
     );
     let response = exchange(proxy.addr, request.as_bytes()).await;
     assert_eq!(status(&response), 403, "{response}");
-    assert!(response.to_ascii_lowercase().contains("x-egress-blocked: not_allowed"));
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("x-egress-blocked: not_allowed")
+    );
     assert!(response.contains("blocked.test"), "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::NotAllowed));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::NotAllowed)
+    );
     assert_eq!(record.addr, None);
     assert_eq!(canary.connection_count(), 0);
 }
@@ -74,7 +95,11 @@ async fn each_pipelined_request_is_judged_and_sent_to_its_own_upstream() {
     );
     let mut proxy = TestProxy::start(
         &yaml,
-        &[("a.test", "127.0.0.2"), ("b.test", "127.0.0.4"), ("c.test", "127.0.0.3")],
+        &[
+            ("a.test", "127.0.0.2"),
+            ("b.test", "127.0.0.4"),
+            ("c.test", "127.0.0.3"),
+        ],
     )
     .await;
     let request = format!(
@@ -93,16 +118,30 @@ async fn each_pipelined_request_is_judged_and_sent_to_its_own_upstream() {
     let second = responses.next().await;
     let third = responses.next().await;
     let fourth = responses.next().await;
-    assert!(first.starts_with("HTTP/1.1 200") && first.contains("site-a /1"), "{first}");
+    assert!(
+        first.starts_with("HTTP/1.1 200") && first.contains("site-a /1"),
+        "{first}"
+    );
     assert_eq!(status(&second), 403, "{second}");
-    assert!(third.starts_with("HTTP/1.1 200") && third.contains("site-b /3"), "{third}");
-    assert!(fourth.starts_with("HTTP/1.1 200") && fourth.contains("site-a /4"), "{fourth}");
+    assert!(
+        third.starts_with("HTTP/1.1 200") && third.contains("site-b /3"),
+        "{third}"
+    );
+    assert!(
+        fourth.starts_with("HTTP/1.1 200") && fourth.contains("site-a /4"),
+        "{fourth}"
+    );
     assert_eq!(canary.connection_count(), 0);
     let seen_a = a.received_text();
     assert!(!seen_a.contains("/2") && !seen_a.contains("/3"), "{seen_a}");
     assert_eq!(seen_a.matches("GET ").count(), 2, "{seen_a}");
     assert_eq!(b.received_text().matches("GET ").count(), 1);
-    let records = [proxy.record().await, proxy.record().await, proxy.record().await, proxy.record().await];
+    let records = [
+        proxy.record().await,
+        proxy.record().await,
+        proxy.record().await,
+        proxy.record().await,
+    ];
     let mut outcomes: Vec<_> = records.iter().map(|r| (r.host.clone(), r.reason)).collect();
     outcomes.sort();
     assert_eq!(
@@ -116,41 +155,88 @@ async fn each_pipelined_request_is_judged_and_sent_to_its_own_upstream() {
     );
 }
 
-async fn refused(request: &str, expected_status: u16, reason: Reason) -> egress_proxy::audit::AuditRecord {
+async fn refused(
+    request: &str,
+    expected_status: u16,
+    reason: Reason,
+) -> egress_proxy::audit::AuditRecord {
     let canary = Site::canary("127.0.0.3").await;
     let yaml = allow_yaml(&[("a.test", 80), ("a.test", 443)], "");
     let mut proxy = TestProxy::start(&yaml, &[("a.test", "127.0.0.3")]).await;
     let response = exchange(proxy.addr, request.as_bytes()).await;
-    assert_eq!(status(&response), expected_status, "{request:?} → {response}");
+    assert_eq!(
+        status(&response),
+        expected_status,
+        "{request:?} → {response}"
+    );
     assert!(
-        response.to_ascii_lowercase().contains(&format!("x-egress-blocked: {reason}")),
+        response
+            .to_ascii_lowercase()
+            .contains(&format!("x-egress-blocked: {reason}")),
         "{request:?} → {response}"
     );
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, reason), "{request:?}");
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, reason),
+        "{request:?}"
+    );
     assert_eq!(canary.connection_count(), 0);
     record
 }
 
 #[tokio::test]
 async fn malformed_and_unsupported_requests_get_400() {
-    refused("GET /path HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, Reason::BadRequest).await;
-    refused("GET https://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, Reason::Unsupported).await;
-    refused("GET ftp://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, Reason::Unsupported).await;
-    refused("GET http://user:pw@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, Reason::BadRequest).await;
+    refused(
+        "GET /path HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        400,
+        Reason::BadRequest,
+    )
+    .await;
+    refused(
+        "GET https://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        400,
+        Reason::Unsupported,
+    )
+    .await;
+    refused(
+        "GET ftp://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        400,
+        Reason::Unsupported,
+    )
+    .await;
+    refused(
+        "GET http://user:pw@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        400,
+        Reason::BadRequest,
+    )
+    .await;
     refused(
         "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
         400,
         Reason::Unsupported,
     )
     .await;
-    let record = refused("GET http://a..test/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, Reason::BadRequest).await;
+    let record = refused(
+        "GET http://a..test/ HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+        Reason::BadRequest,
+    )
+    .await;
     assert_eq!(record.host, "a..test");
 }
 
 #[tokio::test]
 async fn ip_literals_in_any_spelling_are_refused() {
-    for host in ["127.0.0.3", "127.1", "2130706435", "0x7f000003", "0177.0.0.3", "[::1]", "[::ffff:127.0.0.3]"] {
+    for host in [
+        "127.0.0.3",
+        "127.1",
+        "2130706435",
+        "0x7f000003",
+        "0177.0.0.3",
+        "[::1]",
+        "[::ffff:127.0.0.3]",
+    ] {
         let record = refused(
             &format!("GET http://{host}/ HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"),
             403,
@@ -163,7 +249,14 @@ async fn ip_literals_in_any_spelling_are_refused() {
 
 #[tokio::test]
 async fn allowed_names_resolving_to_private_addresses_are_refused() {
-    for ip in ["127.0.0.3", "10.1.2.3", "169.254.169.254", "::ffff:127.0.0.3", "::1", "100.64.0.1"] {
+    for ip in [
+        "127.0.0.3",
+        "10.1.2.3",
+        "169.254.169.254",
+        "::ffff:127.0.0.3",
+        "::1",
+        "100.64.0.1",
+    ] {
         let yaml = allow_yaml(&[("a.test", 80)], "");
         let mut proxy = TestProxy::start(&yaml, &[("a.test", ip)]).await;
         let response = exchange(
@@ -172,9 +265,17 @@ async fn allowed_names_resolving_to_private_addresses_are_refused() {
         )
         .await;
         assert_eq!(status(&response), 403, "{ip}: {response}");
-        assert!(response.to_ascii_lowercase().contains("x-egress-blocked: private_address"));
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("x-egress-blocked: private_address")
+        );
         let record = proxy.record().await;
-        assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::PrivateAddress), "{ip}");
+        assert_eq!(
+            (record.decision, record.reason),
+            (Outcome::Blocked, Reason::PrivateAddress),
+            "{ip}"
+        );
     }
 }
 
@@ -185,8 +286,14 @@ async fn report_mode_lets_unlisted_hosts_through_as_would_block_but_keeps_the_fl
         "version: 1\nname: audit-only\nmode: report\nallow:\n{}",
         loopback_cidr(site.port())
     );
-    let mut proxy =
-        TestProxy::start(&yaml, &[("other.test", "127.0.0.2"), ("meta.test", "169.254.169.254")]).await;
+    let mut proxy = TestProxy::start(
+        &yaml,
+        &[
+            ("other.test", "127.0.0.2"),
+            ("meta.test", "169.254.169.254"),
+        ],
+    )
+    .await;
     let request = format!(
         "GET http://other.test:{}/ HTTP/1.1\r\nConnection: close\r\n\r\n",
         site.port()
@@ -194,11 +301,21 @@ async fn report_mode_lets_unlisted_hosts_through_as_would_block_but_keeps_the_fl
     let response = exchange(proxy.addr, request.as_bytes()).await;
     assert_eq!(status(&response), 200, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::WouldBlock, Reason::NotAllowed));
-    let response = exchange(proxy.addr, b"GET http://meta.test/ HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::WouldBlock, Reason::NotAllowed)
+    );
+    let response = exchange(
+        proxy.addr,
+        b"GET http://meta.test/ HTTP/1.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert_eq!(status(&response), 403, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::PrivateAddress));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::PrivateAddress)
+    );
 }
 
 #[tokio::test]
@@ -213,17 +330,28 @@ async fn unreachable_and_unresolvable_upstreams_are_failures_not_refusals() {
     let mut proxy = TestProxy::start(&yaml, &[("down.test", "127.0.0.2")]).await;
     let response = exchange(
         proxy.addr,
-        format!("GET http://down.test:{closed_port}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET http://down.test:{closed_port}/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
     )
     .await;
     assert_eq!(status(&response), 502, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Failed, Reason::ConnectFailed));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Failed, Reason::ConnectFailed)
+    );
     // No DNS upstream in tests: an unpinned allowed name fails to resolve.
-    let response = exchange(proxy.addr, b"GET http://nowhere.test/ HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    let response = exchange(
+        proxy.addr,
+        b"GET http://nowhere.test/ HTTP/1.1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert_eq!(status(&response), 502, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Failed, Reason::ResolveFailed));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Failed, Reason::ResolveFailed)
+    );
 }
 
 #[tokio::test]
@@ -248,12 +376,19 @@ async fn a_silent_upstream_is_a_504_timeout() {
     .await;
     let response = exchange(
         proxy.addr,
-        format!("GET http://slow.test:{}/ HTTP/1.1\r\nConnection: close\r\n\r\n", addr.port()).as_bytes(),
+        format!(
+            "GET http://slow.test:{}/ HTTP/1.1\r\nConnection: close\r\n\r\n",
+            addr.port()
+        )
+        .as_bytes(),
     )
     .await;
     assert_eq!(status(&response), 504, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Failed, Reason::Timeout));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Failed, Reason::Timeout)
+    );
     drop(listener);
 }
 
@@ -272,14 +407,22 @@ async fn oversize_and_slow_heads_are_cut_off_and_recorded() {
     let response = exchange(proxy.addr, big.as_bytes()).await;
     assert_eq!(status(&response), 431, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::BadRequest));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::BadRequest)
+    );
 
     let mut slow = TcpStream::connect(proxy.addr).await.unwrap();
-    slow.write_all(b"GET http://a.test/ HTTP/1.1\r\nX-Slow: ").await.unwrap();
+    slow.write_all(b"GET http://a.test/ HTTP/1.1\r\nX-Slow: ")
+        .await
+        .unwrap();
     let rest = read_to_close(&mut slow).await;
     assert!(!rest.contains("200"), "{rest}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::BadRequest));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::BadRequest)
+    );
 }
 
 #[tokio::test]
@@ -294,7 +437,10 @@ async fn connections_over_the_limit_get_503_and_one_limit_record() {
     let response = exchange(proxy.addr, b"GET http://a.test/ HTTP/1.1\r\n\r\n").await;
     assert_eq!(status(&response), 503, "{response}");
     let record = proxy.record().await;
-    assert_eq!((record.decision, record.reason), (Outcome::Blocked, Reason::Limit));
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::Limit)
+    );
     assert!(proxy.records_now().await.is_empty());
 }
 
@@ -303,8 +449,12 @@ async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
     let a = Site::http("127.0.0.2", "site-a").await;
     let canary = Site::canary("127.0.0.3").await;
     let yaml = allow_yaml(&[("a.test", a.port())], &loopback_cidr(a.port()));
-    let mut proxy = TestProxy::start(&yaml, &[("a.test", "127.0.0.2"), ("c.test", "127.0.0.3")]).await;
-    let smuggled = format!("GET http://c.test:{}/ HTTP/1.1\r\nHost: c.test\r\n\r\n", canary.port());
+    let mut proxy =
+        TestProxy::start(&yaml, &[("a.test", "127.0.0.2"), ("c.test", "127.0.0.3")]).await;
+    let smuggled = format!(
+        "GET http://c.test:{}/ HTTP/1.1\r\nHost: c.test\r\n\r\n",
+        canary.port()
+    );
     let request = format!(
         "POST http://a.test:{}/ HTTP/1.1\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}",
         a.port(),
@@ -313,7 +463,15 @@ async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
     let response = exchange(proxy.addr, request.as_bytes()).await;
     assert!(!response.contains("c.test"), "{response}");
     assert_eq!(canary.connection_count(), 0);
-    assert!(!a.received_text().contains("c.test"), "{}", a.received_text());
+    assert!(
+        !a.received_text().contains("c.test"),
+        "{}",
+        a.received_text()
+    );
     let records = proxy.records_now().await;
-    assert!(records.iter().all(|r| r.host != "c.test" || r.decision == Outcome::Blocked));
+    assert!(
+        records
+            .iter()
+            .all(|r| r.host != "c.test" || r.decision == Outcome::Blocked)
+    );
 }

@@ -1,8 +1,205 @@
-//! TODO(helper): `egress-sandbox policy`.
+//! `egress-sandbox policy check FILE...` and `egress-sandbox policy test -p FILE... TARGET`:
+//! what a security team uses to validate policies and review what they do, without Docker.
+//!
+//! Exit status: `check` 0 when every file is valid (warnings allowed), 1 otherwise.
+//! `test` 0 when the target is allowed, 1 when it is blocked (or would be blocked in report
+//! mode) and when a policy is invalid (its diagnostics are printed), 2 on a usage error
+//! (no policy given, a target that is not host[:port] or an http(s) URL).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub fn run(args: crate::cli::PolicyArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("not built yet")
+use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict};
+use egress_proxy::target::Target;
+
+use crate::cli::{PolicyArgs, PolicyCommand};
+
+/// Exit status of `policy test` for a usage error.
+const USAGE_ERROR: u8 = 2;
+
+pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        PolicyCommand::Check { files } => Ok(check(&files)),
+        PolicyCommand::Test {
+            policies,
+            allow,
+            target,
+        } => Ok(test(&policies, &allow, &target)),
+    }
+}
+
+/// Prints every diagnostic and one summary line per file, on stdout: the report is the
+/// command's output.
+fn check(files: &[PathBuf]) -> ExitCode {
+    let mut all_valid = true;
+    for file in files {
+        let shown = file.display();
+        match Policy::load(file) {
+            Ok((policy, warnings)) => {
+                for warning in &warnings {
+                    println!("{warning}");
+                }
+                println!(
+                    "{shown}: ok ({}, {}, {})",
+                    count(policy.allow_count(), "allow rule"),
+                    count(policy.deny_count(), "deny rule"),
+                    count(warnings.len(), "warning"),
+                );
+            }
+            Err(error) => {
+                all_valid = false;
+                for diagnostic in &error.diagnostics {
+                    println!("{diagnostic}");
+                }
+                let errors = error.diagnostics.iter().filter(|d| d.is_error()).count();
+                let warnings = error.diagnostics.len() - errors;
+                println!(
+                    "{shown}: invalid ({}, {})",
+                    count(errors, "error"),
+                    count(warnings, "warning")
+                );
+            }
+        }
+    }
+    if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// Loads the policies and flags, decides, prints the verdict on stdout (diagnostics on
+/// stderr).
+fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
+    if files.is_empty() && allow.is_empty() {
+        eprintln!(
+            "egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]"
+        );
+        return ExitCode::from(USAGE_ERROR);
+    }
+    let (target, port) = match parse_test_target(raw_target) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            eprintln!("egress-sandbox: error: TARGET `{raw_target}`: {message}");
+            return ExitCode::from(USAGE_ERROR);
+        }
+    };
+    let Some(set) = load_set(files, allow) else {
+        return ExitCode::FAILURE;
+    };
+    let mut decision = set.decide(&target, port);
+    let mut checked_address = false;
+    if let Target::Ip(addr) = target
+        && decision.verdict != Verdict::Block
+    {
+        // The proxy connects to a literal address as given: the floor applies now.
+        let address = set.check_address(addr, port);
+        if address.verdict == Verdict::Block {
+            decision = address;
+        }
+        checked_address = true;
+    }
+    print_decision(&set, &target, port, &decision);
+    match &target {
+        Target::Name(_) if decision.verdict != Verdict::Block => println!(
+            "  note: the name was not resolved; the proxy resolves it when connecting and refuses \
+             private addresses (reason=private_address) unless a cidr rule covers them"
+        ),
+        Target::Ip(_) if checked_address => {
+            println!(
+                "  note: address checked against deny cidr rules and the private-address floor"
+            )
+        }
+        _ => {}
+    }
+    if decision.verdict == Verdict::Allow {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// One line a reviewer can paste, then the matching rule as written.
+fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decision) {
+    let verdict = match decision.verdict {
+        Verdict::Allow => "allowed",
+        Verdict::Block => "blocked",
+        Verdict::WouldBlock => "would_block",
+    };
+    let rule = decision
+        .rule
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), ToString::to_string);
+    println!(
+        "{verdict}  {target}:{port}  reason={}  rule={rule}  policy={}",
+        decision.reason,
+        set.name()
+    );
+    if let Some(rule) = &decision.rule
+        && let Some(text) = set.describe_rule(rule)
+    {
+        println!("  {rule}: {text}");
+    }
+    if decision.verdict == Verdict::WouldBlock {
+        println!("  note: report mode: the proxy lets this through and records it as would_block");
+    }
+}
+
+/// All policies and flags merged, or None after printing the diagnostics of a bad one.
+fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
+    let mut policies = Vec::with_capacity(files.len() + 1);
+    let mut failed = false;
+    let report = |diagnostics: &[Diagnostic]| {
+        for diagnostic in diagnostics {
+            eprintln!("{diagnostic}");
+        }
+    };
+    for file in files {
+        match Policy::load(file) {
+            Ok((policy, warnings)) => {
+                report(&warnings);
+                policies.push(policy);
+            }
+            Err(error) => {
+                report(&error.diagnostics);
+                failed = true;
+            }
+        }
+    }
+    if !allow.is_empty() {
+        match Policy::from_allow_flags(allow) {
+            Ok(policy) => policies.push(policy),
+            Err(error) => {
+                report(&error.diagnostics);
+                failed = true;
+            }
+        }
+    }
+    (!failed).then(|| PolicySet::merge(policies))
+}
+
+/// `host[:port]` (port default 443) or a URL `http(s)://host[:port]/...` (port from the
+/// scheme). Paths, queries and fragments of a URL are ignored: rules match hosts.
+fn parse_test_target(raw: &str) -> Result<(Target, u16), String> {
+    let (authority, default_port) = match raw.split_once("://") {
+        Some((scheme, rest)) => {
+            let port = match scheme.to_ascii_lowercase().as_str() {
+                "http" | "ws" => 80,
+                "https" | "wss" => 443,
+                other => return Err(format!("unsupported scheme `{other}`; use http or https")),
+            };
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            (&rest[..end], port)
+        }
+        None => (raw, 443),
+    };
+    Target::parse_authority(authority, Some(default_port)).map_err(|error| error.to_string())
 }

@@ -3,6 +3,19 @@
 //! The schema is INTERFACE.md's "Policy file". Several policies (and `--allow` flags, which
 //! become a policy named `cli`) merge into one [`PolicySet`]: union of allow rules, union of
 //! deny rules, strictest limits. The proxy only ever asks the set.
+//!
+//! "Pure" has one exception: [`Policy::load`] reads the file (bounded) and hands the text
+//! to [`Policy::from_yaml`].
+//!
+//! # Layout
+//!
+//! - `parse`: YAML → [`Policy`] with serde-saphyr under a tight budget; limits and `tls:`.
+//! - `host_pattern`: what a `host:` may be (exact or `*.suffix`), public-suffix and
+//!   shared-hosting checks.
+//! - `shadow`: warnings for rules that cannot change a decision.
+//! - `flags`: `--allow HOST[:PORT]` → a policy named `cli`.
+//! - `set`: [`PolicySet`], the merged, suffix-indexed matcher.
+//! - `diagnostic`: `FILE:LINE:COL: error: message`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,6 +35,7 @@ mod tests;
 
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{HostPattern, SHARED_HOSTING};
+pub use parse::{MAX_POLICY_BYTES, parse_duration, parse_size_value};
 pub use set::PolicySet;
 
 /// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
@@ -143,7 +157,7 @@ pub enum SniCheck {
 }
 
 /// `tls:` section of a policy (extension of the schema): which CONNECT ports must carry TLS
-/// whose SNI equals the CONNECT host, and how strictly. Defaults: ports [443], Strict.
+/// whose SNI equals the CONNECT host, and how strictly. Defaults: ports `[443]`, Strict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
     pub ports: Vec<u16>,

@@ -66,6 +66,7 @@ fn parser_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
         strict_booleans: true,
+        reject_unsupported_tags: true,
         with_snippet: false,
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: Some(MAX_POLICY_BYTES),
@@ -146,6 +147,9 @@ impl Policy {
             .map_err(|error| PolicyError::single(yaml_error(file, &error)))?;
         let mut findings = Findings::new(file);
         let policy = build(&mut findings, raw);
+        let by_position = |d: &Diagnostic| (d.line, d.column);
+        findings.errors.sort_by_key(by_position);
+        findings.warnings.sort_by_key(by_position);
         if findings.errors.is_empty() {
             Ok((policy, findings.warnings))
         } else {
@@ -206,7 +210,15 @@ fn yaml_error(file: &str, error: &serde_saphyr::Error) -> Diagnostic {
     let message = message
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
         .replace("expected string scalar", "expected a single value here")
-        .replace("budget breached: ", "parser budget exceeded: ");
+        .replace("budget breached: ", "parser budget exceeded: ")
+        .replace(
+            "expected mapping start",
+            "expected a mapping (`key: value` lines, e.g. `host: api.example.com`) here",
+        )
+        .replace(
+            "expected sequence start",
+            "expected a list (`- item` lines, or `[a, b]`) here",
+        );
     let message = message.lines().next().unwrap_or_default().to_owned();
     Diagnostic::error(file, line, column, format!("YAML: {message}"))
 }

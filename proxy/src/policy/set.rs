@@ -3,9 +3,15 @@
 //! Every exact name and every wildcard suffix is a key of one `HashMap`. To judge
 //! `a.b.example.com` the set looks up the name itself (exact rules) and then each proper
 //! suffix `b.example.com`, `example.com`, `com` (wildcard rules): at most one lookup per
-//! label, whatever the number of rules. `cidr` rules are few and scanned.
+//! label, whatever the number of rules. Two bitmasks record how many labels the keys have,
+//! so a suffix whose label count no key has is not even hashed (a 9-label name under a policy
+//! whose wildcards all have 3-label suffixes costs two lookups). The hash is a small
+//! multiplicative one (FxHash style) rather than SipHash: keys come from the policy, and
+//! lookups never insert, so a client cannot degrade the table. `cidr` rules are few and
+//! scanned.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -43,13 +49,65 @@ struct CidrRule {
     indexed: IndexedRule,
 }
 
+/// FxHash-style hasher for names: fast on short strings, not keyed (see module docs).
+#[derive(Default)]
+struct NameHasher(u64);
+
+const NAME_HASH_SEED: u64 = 0xf135_7aea_2e62_a9c5;
+
+impl NameHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(NAME_HASH_SEED);
+    }
+}
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            let mut word = [0u8; 8];
+            word[..tail.len()].copy_from_slice(tail);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+
+    fn finish(&self) -> u64 {
+        // Move the well-mixed high bits down, where the table picks its bucket.
+        self.0.rotate_left(26)
+    }
+}
+
+type NameMap = HashMap<Box<str>, NameRules, BuildHasherDefault<NameHasher>>;
+
+/// Bit n set: some key has n labels (names have at most 127).
+fn label_bit(labels: usize) -> u128 {
+    if labels < 128 { 1u128 << labels } else { 0 }
+}
+
+fn label_count(name: &str) -> usize {
+    name.bytes().filter(|&b| b == b'.').count() + 1
+}
+
 #[derive(Debug)]
 struct Index {
     name: String,
     mode: Mode,
     limits: Limits,
     tls: TlsSettings,
-    names: HashMap<Box<str>, NameRules>,
+    names: NameMap,
+    /// Label counts of keys with exact rules / with wildcard rules.
+    exact_labels: u128,
+    wildcard_labels: u128,
     allow_cidrs: Vec<CidrRule>,
     deny_cidrs: Vec<CidrRule>,
     /// The policies as given, to describe a rule for `policy test`.
@@ -72,6 +130,21 @@ struct Best<'a> {
 }
 
 impl<'a> Best<'a> {
+    /// Best rule regardless of port (for DNS: a name allowed on some port).
+    fn consider_any_port(&mut self, rules: &'a [IndexedRule], rank: u8) {
+        for rule in rules {
+            let better = match self.hit {
+                None => true,
+                Some((best, best_rank)) => {
+                    rank < best_rank || (rank == best_rank && rule.order < best.order)
+                }
+            };
+            if better {
+                self.hit = Some((rule, rank));
+            }
+        }
+    }
+
     fn consider(&mut self, rules: &'a [IndexedRule], port: Option<u16>, rank: u8) {
         for rule in rules {
             let port_ok = match port {
@@ -117,7 +190,9 @@ impl PolicySet {
             strictest(&acc, &policy.limits)
         });
         let tls = merge_tls(&policies);
-        let mut names: HashMap<Box<str>, NameRules> = HashMap::new();
+        let mut names = NameMap::default();
+        let mut exact_labels = 0u128;
+        let mut wildcard_labels = 0u128;
         let mut allow_cidrs = Vec::new();
         let mut deny_cidrs = Vec::new();
         let mut order: u32 = 0;
@@ -143,6 +218,11 @@ impl PolicySet {
                                 HostPattern::Exact(name) => (name, true),
                                 HostPattern::Wildcard(suffix) => (suffix, false),
                             };
+                            if exact {
+                                exact_labels |= label_bit(label_count(key));
+                            } else {
+                                wildcard_labels |= label_bit(label_count(key));
+                            }
                             let entry = names.entry(Box::from(key.as_str())).or_default();
                             let bucket = match (list, exact) {
                                 (RuleList::Allow, true) => &mut entry.allow_exact,
@@ -171,6 +251,8 @@ impl PolicySet {
                 limits,
                 tls,
                 names,
+                exact_labels,
+                wildcard_labels,
                 allow_cidrs,
                 deny_cidrs,
                 policies,
@@ -227,7 +309,7 @@ impl PolicySet {
     /// An Allow names the covering `cidr` allow rule if there is one, else no rule.
     pub fn check_address(&self, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical(addr);
-        if let Some(deny) = find_cidr(&self.index.deny_cidrs, addr, port) {
+        if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));
         }
         let exempting = find_cidr(&self.index.allow_cidrs, addr, port);
@@ -243,38 +325,43 @@ impl PolicySet {
 
     /// For the DNS responder: is the name allowed on any port (and not denied)?
     pub fn decide_name(&self, name: &HostName) -> Decision {
-        let name = name.as_str();
+        // One walk without allocating: the common case (no port-specific deny rule on this
+        // name) is decided here.
         let mut deny_all = Best::default();
-        self.walk(name, |rules, exact| {
+        let mut best_allow = Best::default();
+        let mut port_specific_deny = false;
+        self.walk(name.as_str(), |rules, exact| {
             let rank = u8::from(!exact);
-            let deny = if exact {
-                &rules.deny_exact
+            let (allow, deny) = if exact {
+                (&rules.allow_exact, &rules.deny_exact)
             } else {
-                &rules.deny_wildcard
+                (&rules.allow_wildcard, &rules.deny_wildcard)
             };
             deny_all.consider(deny, None, rank);
+            port_specific_deny |= deny.iter().any(|rule| rule.ports != PortSet::Any);
+            best_allow.consider_any_port(allow, rank);
         });
-        if let Some((rule, _)) = deny_all.hit {
-            return block(Reason::Denied, Some(&rule.rule));
+        if let Some((deny, _)) = deny_all.hit {
+            return block(Reason::Denied, Some(&deny.rule));
         }
-        // Allowed when some allow rule matches on a port no port-specific deny rule takes.
+        match best_allow.hit {
+            None => return self.refuse(Reason::NotAllowed, None),
+            Some((rule, _)) if !port_specific_deny => return allow(&rule.rule),
+            Some(_) => {}
+        }
         let mut candidates: Vec<(&IndexedRule, u8)> = Vec::new();
         let mut denies: Vec<&IndexedRule> = Vec::new();
-        self.walk(name, |rules, exact| {
+        self.walk(name.as_str(), |rules, exact| {
             let rank = u8::from(!exact);
-            let allow = if exact {
-                &rules.allow_exact
+            let (allow, deny) = if exact {
+                (&rules.allow_exact, &rules.deny_exact)
             } else {
-                &rules.allow_wildcard
+                (&rules.allow_wildcard, &rules.deny_wildcard)
             };
             candidates.extend(allow.iter().map(|rule| (rule, rank)));
-            let deny = if exact {
-                &rules.deny_exact
-            } else {
-                &rules.deny_wildcard
-            };
             denies.extend(deny.iter());
         });
+        // Allowed when some allow rule matches on a port no port-specific deny rule takes.
         candidates.sort_by_key(|(rule, rank)| (*rank, rule.order));
         let denied = |port: u16| denies.iter().find(|deny| deny.ports.contains(port));
         let mut first_denial = None;
@@ -298,7 +385,7 @@ impl PolicySet {
     }
 
     fn decide_ip(&self, addr: IpAddr, port: u16) -> Decision {
-        if let Some(deny) = find_cidr(&self.index.deny_cidrs, addr, port) {
+        if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));
         }
         if let Some(rule) = find_cidr(&self.index.allow_cidrs, addr, port) {
@@ -343,17 +430,23 @@ impl PolicySet {
     /// Calls `visit` with the rules keyed by `name` itself (exact = true) and then by each
     /// proper suffix of it (exact = false), longest first.
     fn walk<'a>(&'a self, name: &str, mut visit: impl FnMut(&'a NameRules, bool)) {
-        let names = &self.index.names;
-        if names.is_empty() {
+        let index = &*self.index;
+        if index.names.is_empty() {
             return;
         }
-        if let Some(rules) = names.get(name) {
+        let mut labels = label_count(name);
+        if index.exact_labels & label_bit(labels) != 0
+            && let Some(rules) = index.names.get(name)
+        {
             visit(rules, true);
         }
         let mut rest = name;
         while let Some(dot) = rest.find('.') {
             rest = &rest[dot + 1..];
-            if let Some(rules) = names.get(rest) {
+            labels -= 1;
+            if index.wildcard_labels & label_bit(labels) != 0
+                && let Some(rules) = index.names.get(rest)
+            {
                 visit(rules, false);
             }
         }
@@ -386,6 +479,29 @@ fn block(reason: Reason, rule: Option<&RuleRef>) -> Decision {
         verdict: Verdict::Block,
         reason,
         rule: rule.cloned(),
+    }
+}
+
+/// The deny cidr rule refusing `addr`: matched on the address and, for IPv6 forms that
+/// carry an IPv4 address (NAT64, 6to4, compatible, Teredo …), on that IPv4 address too —
+/// a deny rule holds for every spelling of the address it names.
+fn find_deny_cidr(rules: &[CidrRule], addr: IpAddr, port: u16) -> Option<&IndexedRule> {
+    if rules.is_empty() {
+        return None;
+    }
+    let direct = find_cidr(rules, addr, port);
+    let embedded = match addr {
+        IpAddr::V6(v6) => floor::embedded_ipv4_of(v6).and_then(|carried| {
+            carried
+                .iter()
+                .filter_map(|&v4| find_cidr(rules, IpAddr::V4(v4), port))
+                .min_by_key(|rule| rule.order)
+        }),
+        IpAddr::V4(_) => None,
+    };
+    match (direct, embedded) {
+        (Some(a), Some(b)) => Some(if b.order < a.order { b } else { a }),
+        (a, b) => a.or(b),
     }
 }
 

@@ -50,7 +50,12 @@ impl TestProxy {
         config.upstream_dns = Upstream::None;
         config.pins = pins
             .iter()
-            .map(|(name, ip)| (HostName::parse(name).unwrap(), ip.parse::<IpAddr>().unwrap()))
+            .map(|(name, ip)| {
+                (
+                    HostName::parse(name).unwrap(),
+                    ip.parse::<IpAddr>().unwrap(),
+                )
+            })
             .collect();
         adjust(&mut config);
         let proxy = Proxy::bind(config).await.expect("proxy binds");
@@ -86,7 +91,9 @@ impl TestProxy {
 
     pub async fn shutdown(&mut self) {
         if let Some(proxy) = self.proxy.take() {
-            tokio::time::timeout(HANG, proxy.shutdown()).await.expect("shutdown in time");
+            tokio::time::timeout(HANG, proxy.shutdown())
+                .await
+                .expect("shutdown in time");
         }
     }
 }
@@ -113,7 +120,10 @@ pub struct Site {
 
 impl Site {
     pub async fn http(ip: &str, name: &'static str) -> Site {
-        Self::spawn(ip, move |stream, received| serve_http(stream, received, name)).await
+        Self::spawn(ip, move |stream, received| {
+            serve_http(stream, received, name)
+        })
+        .await
     }
 
     pub async fn echo(ip: &str) -> Site {
@@ -200,7 +210,8 @@ async fn serve_http(mut stream: TcpStream, received: Arc<Mutex<Vec<u8>>>, name: 
                 .lines()
                 .find_map(|line| {
                     let (key, value) = line.split_once(':')?;
-                    key.eq_ignore_ascii_case("host").then(|| value.trim().to_owned())
+                    key.eq_ignore_ascii_case("host")
+                        .then(|| value.trim().to_owned())
                 })
                 .unwrap_or_default();
             let length = text

@@ -309,3 +309,44 @@ fn policy_set_is_shareable() {
     fn assert_shareable<T: Clone + Send + Sync + 'static>() {}
     assert_shareable::<PolicySet>();
 }
+
+#[test]
+fn lookups_skip_only_label_counts_no_rule_has() {
+    let set = set(
+        "version: 1\nallow:\n  - host: \"*.b.c\"\n  - host: \"*.d.e.f.g\"\n  - host: x.y\ndeny:\n  - host: \"*.q.b.c\"\n",
+    );
+    assert!(allowed(&set, "a.b.c", 443));
+    assert!(allowed(&set, "z.z.z.z.z.z.z.z.b.c", 443));
+    assert!(allowed(&set, "a.d.e.f.g", 443));
+    assert!(allowed(&set, "x.y", 443));
+    assert!(!allowed(&set, "a.x.y", 443));
+    assert_eq!(decide(&set, "p.q.b.c", 443).1, Reason::Denied);
+    assert_eq!(decide(&set, "q.b.c", 443).1, Reason::Rule);
+    // The longest possible name: 127 one-letter labels.
+    let longest = vec!["a"; 125].join(".") + ".b.c";
+    assert_eq!(longest.len(), 253);
+    assert!(allowed(&set, &longest, 443));
+}
+
+#[test]
+fn deny_cidrs_hold_for_ipv4_embedded_in_ipv6() {
+    let set = set(
+        "version: 1\nname: t\nallow:\n  - cidr: 64:ff9b::/96\n  - cidr: 2002::/16\n  - cidr: 2001::/32\n  - cidr: ::/96\ndeny:\n  - cidr: 93.184.216.34/32\n",
+    );
+    for spelling in [
+        "[64:ff9b::5db8:d822]",
+        "[2002:5db8:d822::1]",
+        "[::93.184.216.34]",
+        "[::ffff:93.184.216.34]",
+        "[2001:0:808:808::a247:27dd]",
+    ] {
+        assert_eq!(
+            decide(&set, spelling, 443),
+            (Verdict::Block, Reason::Denied, Some("t:deny[0]".into())),
+            "{spelling}"
+        );
+        let addr = spelling.trim_matches(['[', ']']);
+        assert_eq!(address(&set, addr, 443).1, Reason::Denied, "{addr}");
+    }
+    assert_eq!(decide(&set, "[64:ff9b::5db8:d823]", 443).0, Verdict::Allow);
+}

@@ -18,11 +18,30 @@ fn positions_of_yaml_errors() {
     );
     assert_eq!(
         error("version: 1\nallow: {\n"),
-        "test.yaml:2:8: error: YAML: expected sequence start"
+        "test.yaml:2:8: error: YAML: expected a list (`- item` lines, or `[a, b]`) here"
     );
     assert_eq!(
         error("version: 1\nfoo: bar\n"),
         "test.yaml:2:1: error: YAML: unknown field `foo`, expected one of version, name, mode, allow, deny, limits, tls"
+    );
+}
+
+#[test]
+fn nested_duplicates_tags_and_documents_are_errors() {
+    assert_eq!(
+        error("version: 1\nallow:\n  - host: a.com\n    host: b.com\n"),
+        "test.yaml:4:5: error: YAML: duplicate mapping key: host"
+    );
+    assert!(error("version: 1\nallow:\n  - host: !secret a.com\n").starts_with("test.yaml:3:"));
+    assert!(error("version: 1\n---\nversion: 1\n").starts_with("test.yaml:"));
+    assert!(error("- version: 1\n").starts_with("test.yaml:1:1: error: YAML: "));
+}
+
+#[test]
+fn a_rule_must_be_a_mapping() {
+    assert_eq!(
+        error("version: 1\nallow:\n  - api.openai.com\n"),
+        "test.yaml:3:5: error: YAML: expected a mapping (`key: value` lines, e.g. `host: api.example.com`) here"
     );
 }
 

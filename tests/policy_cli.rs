@@ -1,0 +1,354 @@
+//! `egress-sandbox policy check|test` with the real binary, on good and bad files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"));
+    command.env_remove("EGRESS_SANDBOX_LOG");
+    command
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Run {
+    let output: Output = binary().args(args).output().expect("run egress-sandbox");
+    Run {
+        code: output.status.code().expect("exit code"),
+        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write policy");
+    path
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn repo_policies() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("policies/ exists")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "yaml" || ext == "yml")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_example_policy_passes_check_without_errors() {
+    let files = repo_policies();
+    assert!(files.len() >= 5, "{files:?}");
+    for file in &files {
+        let result = run(&["policy", "check", path_str(file)]);
+        assert_eq!(
+            result.code,
+            0,
+            "{}:\n{}{}",
+            file.display(),
+            result.stdout,
+            result.stderr
+        );
+        assert!(!result.stdout.contains(": error: "), "{}", result.stdout);
+        let summary = result.stdout.lines().last().expect("summary line");
+        assert!(
+            summary.starts_with(&format!("{}: ok (", file.display())),
+            "{summary}"
+        );
+    }
+}
+
+#[test]
+fn check_good_file_prints_summary_with_counts_and_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "openai.yaml",
+        "version: 1\nname: openai-agent\nallow:\n  - host: api.openai.com\n  - host: \"*.githubusercontent.com\"\n",
+    );
+    let result = run(&["policy", "check", path_str(&file)]);
+    assert_eq!(result.code, 0, "{}{}", result.stdout, result.stderr);
+    let lines: Vec<&str> = result.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with(&format!("{}:5:11: warning: ", file.display())),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "{}: ok (2 allow rules, 0 deny rules, 1 warning)",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn check_bad_file_prints_located_errors_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(
+        dir.path(),
+        "good.yaml",
+        "version: 1\nallow:\n  - host: a.com\n",
+    );
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "version: 1\nallow:\n  - host: \"*.co.uk\"\n  - host: a.com\n    ports: [99999]\n",
+    );
+    let result = run(&["policy", "check", path_str(&good), path_str(&bad)]);
+    assert_eq!(result.code, 1, "{}{}", result.stdout, result.stderr);
+    let bad_name = bad.display().to_string();
+    let lines: Vec<&str> = result.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("{}: ok (1 allow rule, 0 deny rules, 0 warnings)", good.display()).as_str(),
+            format!("{bad_name}:3:11: error: `*.co.uk` covers the public suffix `co.uk`, under which anyone can register names; list the hosts you need").as_str(),
+            format!("{bad_name}:5:13: error: port 99999 is outside 1–65535").as_str(),
+            format!("{bad_name}: invalid (2 errors, 0 warnings)").as_str(),
+        ]
+    );
+}
+
+#[test]
+fn check_yaml_errors_are_located() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "dup.yaml", "version: 1\nallow: []\nallow: []\n");
+    let result = run(&["policy", "check", path_str(&file)]);
+    assert_eq!(result.code, 1);
+    assert!(
+        result.stdout.starts_with(&format!(
+            "{}:3:1: error: YAML: duplicate mapping key: allow\n",
+            file.display()
+        )),
+        "{}",
+        result.stdout
+    );
+}
+
+#[test]
+fn check_unreadable_or_huge_file_exits_1_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let result = run(&["policy", "check", path_str(&missing)]);
+    assert_eq!(result.code, 1);
+    assert!(result.stdout.contains("cannot read: "), "{}", result.stdout);
+    assert!(
+        result.stdout.contains(path_str(&missing)),
+        "{}",
+        result.stdout
+    );
+
+    let huge = dir.path().join("huge.yaml");
+    std::fs::write(&huge, "#".repeat(2 * 1024 * 1024)).unwrap();
+    let result = run(&["policy", "check", path_str(&huge)]);
+    assert_eq!(result.code, 1);
+    assert!(
+        result.stdout.contains("the limit is 1048576 (1 MiB)"),
+        "{}",
+        result.stdout
+    );
+
+    let binary_file = write(dir.path(), "bin.yaml", "");
+    std::fs::write(&binary_file, [0xff, 0xfe, 0x00]).unwrap();
+    let result = run(&["policy", "check", path_str(&binary_file)]);
+    assert_eq!(result.code, 1);
+    assert!(result.stdout.contains("not UTF-8"), "{}", result.stdout);
+}
+
+fn openai(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "openai.yaml",
+        "version: 1\nname: openai-agent\nallow:\n  - host: api.openai.com\n  - cidr: 127.0.0.0/8\n    ports: [8080]\ndeny:\n  - host: files.openai.com\n",
+    )
+}
+
+#[test]
+fn test_allowed_target_exits_0_and_says_the_name_was_not_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = openai(dir.path());
+    for target in [
+        "api.openai.com",
+        "API.OpenAI.com.:443",
+        "https://api.openai.com/v1/chat?x=1",
+    ] {
+        let result = run(&["policy", "test", "-p", path_str(&policy), target]);
+        assert_eq!(
+            result.code, 0,
+            "{target}: {}{}",
+            result.stdout, result.stderr
+        );
+        let lines: Vec<&str> = result.stdout.lines().collect();
+        assert_eq!(
+            lines[0],
+            "allowed  api.openai.com:443  reason=rule  rule=openai-agent:allow[0]  policy=openai-agent"
+        );
+        assert_eq!(
+            lines[1],
+            "  openai-agent:allow[0]: host: api.openai.com, ports: [443]"
+        );
+        assert!(lines[2].contains("not resolved"), "{}", lines[2]);
+    }
+}
+
+#[test]
+fn test_blocked_targets_exit_1_with_reason_and_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = openai(dir.path());
+    let cases = [
+        (
+            "evil.com",
+            "blocked  evil.com:443  reason=not_allowed  rule=-  policy=openai-agent",
+        ),
+        (
+            "http://api.openai.com/",
+            "blocked  api.openai.com:80  reason=port_not_allowed  rule=openai-agent:allow[0]  policy=openai-agent",
+        ),
+        (
+            "files.openai.com",
+            "blocked  files.openai.com:443  reason=denied  rule=openai-agent:deny[0]  policy=openai-agent",
+        ),
+        (
+            "2852039166",
+            "blocked  169.254.169.254:443  reason=ip_literal  rule=-  policy=openai-agent",
+        ),
+        (
+            "[::1]:443",
+            "blocked  [::1]:443  reason=ip_literal  rule=-  policy=openai-agent",
+        ),
+    ];
+    for (target, expected) in cases {
+        let result = run(&["policy", "test", "-p", path_str(&policy), target]);
+        assert_eq!(
+            result.code, 1,
+            "{target}: {}{}",
+            result.stdout, result.stderr
+        );
+        assert_eq!(result.stdout.lines().next(), Some(expected), "{target}");
+    }
+}
+
+#[test]
+fn test_ip_literal_goes_through_the_floor_and_cidr_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = openai(dir.path());
+    let result = run(&["policy", "test", "-p", path_str(&policy), "127.1:8080"]);
+    assert_eq!(result.code, 0, "{}{}", result.stdout, result.stderr);
+    assert!(result.stdout.starts_with(
+        "allowed  127.0.0.1:8080  reason=rule  rule=openai-agent:allow[1]  policy=openai-agent\n"
+    ));
+    assert!(
+        result.stdout.contains("private-address floor"),
+        "{}",
+        result.stdout
+    );
+}
+
+#[test]
+fn test_merges_policies_and_allow_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = openai(dir.path());
+    let result = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&policy),
+        "--allow",
+        "pypi.org",
+        "pypi.org",
+    ]);
+    assert_eq!(result.code, 0, "{}{}", result.stdout, result.stderr);
+    assert!(result.stdout.starts_with(
+        "allowed  pypi.org:443  reason=rule  rule=cli:allow[0]  policy=openai-agent+cli\n"
+    ));
+}
+
+#[test]
+fn test_report_mode_says_would_block_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "trial.yaml",
+        "version: 1\nmode: report\nallow:\n  - host: a.com\n",
+    );
+    let result = run(&["policy", "test", "-p", path_str(&policy), "b.com"]);
+    assert_eq!(result.code, 1);
+    assert!(
+        result
+            .stdout
+            .starts_with("would_block  b.com:443  reason=not_allowed  rule=-  policy=trial\n")
+    );
+    assert!(result.stdout.contains("report mode"), "{}", result.stdout);
+}
+
+#[test]
+fn test_bad_policy_exits_1_with_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "version: 1\nallow:\n  - host: \"*\"\n",
+    );
+    let result = run(&["policy", "test", "-p", path_str(&bad), "a.com"]);
+    assert_eq!(result.code, 1);
+    assert!(result.stdout.is_empty(), "{}", result.stdout);
+    assert!(
+        result
+            .stderr
+            .starts_with(&format!("{}:3:11: error: ", bad.display())),
+        "{}",
+        result.stderr
+    );
+    let result = run(&["policy", "test", "--allow", "10.0.0.1", "a.com"]);
+    assert_eq!(result.code, 1);
+    assert!(
+        result.stderr.starts_with("--allow:1:1: error: "),
+        "{}",
+        result.stderr
+    );
+}
+
+#[test]
+fn test_usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = openai(dir.path());
+    let no_policy = run(&["policy", "test", "a.com"]);
+    assert_eq!(no_policy.code, 2);
+    assert!(
+        no_policy.stderr.contains("at least one policy"),
+        "{}",
+        no_policy.stderr
+    );
+    for target in [
+        "a b.com",
+        "ftp://a.com/",
+        "a.com:0",
+        "user@a.com",
+        "[fe80::1%eth0]:443",
+        "::1:443",
+    ] {
+        let result = run(&["policy", "test", "-p", path_str(&policy), target]);
+        assert_eq!(
+            result.code, 2,
+            "{target}: {}{}",
+            result.stdout, result.stderr
+        );
+        assert!(result.stderr.contains("TARGET"), "{}", result.stderr);
+    }
+}

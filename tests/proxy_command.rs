@@ -1,0 +1,180 @@
+//! `egress-sandbox proxy` as a process: the readiness line, audit records on stdout after
+//! it, inline policies, `--resolve`, and a prompt clean exit on SIGTERM with tunnel records.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct ProxyProcess {
+    child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ProxyProcess {
+    fn start(args: &[&str]) -> ProxyProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .arg("proxy")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the binary starts");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        ProxyProcess { child, stdout }
+    }
+
+    fn line(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("a line on stdout");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Accepts one connection and echoes it, on 127.0.0.2.
+fn echo_site() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buffer) {
+                    if n == 0 || stream.write_all(&buffer[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn ready_line_then_audit_records_then_clean_exit_on_sigterm() {
+    let site = echo_site();
+    let port = site.port();
+    let policy = format!(
+        "version: 1\nallow:\n  - host: site.test\n    ports: [{port}]\n  - cidr: 127.0.0.2/32\n    ports: [{port}]\n"
+    );
+    let mut proxy = ProxyProcess::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--policy-yaml",
+        &format!("inline.yaml={policy}"),
+        "--allow",
+        "api.example.com",
+        "--resolve",
+        "site.test=127.0.0.2",
+        "--dns-listen",
+        "127.0.0.1:0",
+        "--run-id",
+        "r-cmd",
+    ]);
+    let ready = proxy.line();
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert!(ready["dns"].is_string(), "{ready}");
+    assert_eq!(ready["transparent"], serde_json::json!([]));
+    let listen: SocketAddr = ready["listen"].as_str().unwrap().parse().unwrap();
+
+    // A refused request: its record comes at once, after the ready line.
+    let mut refused = TcpStream::connect(listen).unwrap();
+    refused
+        .write_all(b"GET http://blocked.test/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    refused.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let record = proxy.line();
+    assert_eq!(record["decision"], "blocked");
+    assert_eq!(record["reason"], "not_allowed");
+    assert_eq!(record["run"], "r-cmd");
+    assert_eq!(record["policy"], "inline+cli");
+    assert_eq!(record["v"], 1);
+
+    // An open tunnel: its record comes when SIGTERM closes it, with the bytes it moved.
+    let mut tunnel = TcpStream::connect(listen).unwrap();
+    tunnel
+        .write_all(format!("CONNECT site.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        tunnel.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    tunnel.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    tunnel.read_exact(&mut pong).unwrap();
+    let started = Instant::now();
+    let status = proxy.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let record = proxy.line();
+    assert_eq!(record["kind"], "connect");
+    assert_eq!(record["decision"], "allowed");
+    assert_eq!(record["addr"], "127.0.0.2");
+    assert_eq!(record["bytes_up"], 4);
+    assert_eq!(record["bytes_down"], 4);
+}
+
+#[test]
+fn bad_policies_and_addresses_refuse_to_start() {
+    for args in [
+        vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--policy-yaml",
+            "bad.yaml=allow: [1",
+        ],
+        vec!["--listen", "localhost:3128", "--allow", "a.example"],
+        vec!["--listen", "127.0.0.1:0", "--resolve", "a.example"],
+        vec!["--listen", "127.0.0.1:0", "--dns-listen", "0.0.0.0:0"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .arg("proxy")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(125), "{args:?}");
+        assert!(output.stdout.is_empty(), "{args:?}: no ready line");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
+    }
+}
