@@ -614,6 +614,7 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
         b"\xff\xfe\xc0\x80\xed\xa0\x80",
         b"\x00\x1b[31m\x7f\x08",
         "\u{2028}\u{2029}\u{85}".as_bytes(),
+        "\u{202e}lmth.exe\u{2066}".as_bytes(),
         b"\\\"\\u0000",
     ];
     for raw in hostile {
@@ -640,7 +641,9 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
         // Python's str.splitlines() and JavaScript split there too: a record must stay
         // one line for every reader, so C1 controls and the Unicode separators are escaped.
         assert!(
-            !line.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']),
+            !line.contains([
+                '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{202e}', '\u{2066}'
+            ]),
             "{line:?}"
         );
         assert_eq!(line.matches("\"decision\":").count(), 1, "{line}");
