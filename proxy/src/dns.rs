@@ -79,8 +79,12 @@ fn answer_query(
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
         return ResponseCode::NotImp;
     }
+    // A label may carry any byte on the wire, dots included: the one label `site.test` is
+    // not the name site.test, so joining labels with dots must not turn it into that name.
+    let dotted_label = query.name().iter().any(|label| label.contains(&b'.'));
     let target = std::str::from_utf8(&raw)
         .ok()
+        .filter(|_| !dotted_label)
         .and_then(|raw| Target::parse_host(raw).ok());
     let name = match target {
         Some(Target::Name(name)) => name,
