@@ -1563,3 +1563,187 @@ async fn hostile_hosts_never_forge_or_split_an_audit_line() {
     }
     assert_eq!(site.connection_count(), 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// Resolution through a real (test) DNS server: rebinding and mixed answers
+// ---------------------------------------------------------------------------------------
+
+/// A DNS server on 127.0.0.x that answers every A/AAAA question from a script: the answer
+/// to the `n`th question of a kind (counting from 0) is `script(n, kind)`, with TTL 0 so that nothing
+/// is cached between attempts.
+async fn scripted_dns(
+    ip: &str,
+    script: impl Fn(usize, RecordType) -> Vec<IpAddr> + Send + 'static,
+) -> SocketAddr {
+    use hickory_proto::op::{MessageType, OpCode};
+    use hickory_proto::rr::rdata::{A, AAAA};
+    use hickory_proto::rr::{RData, Record};
+    let socket = UdpSocket::bind((ip.parse::<IpAddr>().unwrap(), 0))
+        .await
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 4096];
+        let mut asked = std::collections::HashMap::<RecordType, usize>::new();
+        while let Ok((n, client)) = socket.recv_from(&mut buffer).await {
+            let Ok(query) = Message::from_vec(&buffer[..n]) else {
+                continue;
+            };
+            let mut response = Message::response(query.metadata.id, OpCode::Query);
+            response.metadata.message_type = MessageType::Response;
+            response.metadata.recursion_available = true;
+            response.queries = query.queries.clone();
+            if let Some(question) = query.queries.first() {
+                let kind = question.query_type();
+                let n = asked.entry(kind).or_default();
+                for ip in script(*n, kind) {
+                    let data = match (ip, kind) {
+                        (IpAddr::V4(v4), RecordType::A) => RData::A(A(v4)),
+                        (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(v6)),
+                        _ => continue,
+                    };
+                    response.add_answer(Record::from_rdata(question.name().clone(), 0, data));
+                }
+                *n += 1;
+            }
+            if let Ok(bytes) = response.to_vec() {
+                let _ = socket.send_to(&bytes, client).await;
+            }
+        }
+    });
+    addr
+}
+
+/// DNS rebinding: the allowed name's answers flip between the site and the canary. Every
+/// attempt resolves once and connects only to an address it checked.
+#[tokio::test]
+async fn rebinding_answers_never_lead_to_a_private_address() {
+    let site = Site::http("127.0.0.2", "site").await;
+    let s = site.port();
+    let canary_listener = TcpListener::bind(("127.0.0.3", s))
+        .await
+        .expect("the canary binds the site's port on 127.0.0.3");
+    let reached = Arc::new(Mutex::new(0usize));
+    let counter = reached.clone();
+    tokio::spawn(async move {
+        while let Ok(_accepted) = canary_listener.accept().await {
+            *counter.lock().unwrap() += 1;
+        }
+    });
+    let dns = scripted_dns("127.0.0.5", |n, kind| match (n % 4, kind) {
+        (0, RecordType::A) => vec!["127.0.0.2".parse().unwrap()],
+        (1, RecordType::A) => vec!["127.0.0.3".parse().unwrap()],
+        (2, RecordType::A) => vec!["127.0.0.3".parse().unwrap(), "127.0.0.2".parse().unwrap()],
+        (_, RecordType::A) => vec!["0.0.0.0".parse().unwrap()],
+        (0, RecordType::AAAA) => Vec::new(),
+        (_, RecordType::AAAA) => vec!["::ffff:127.0.0.3".parse().unwrap()],
+        _ => Vec::new(),
+    })
+    .await;
+    let mut proxy = TestProxy::start_with(&site_policy(s, ""), &[], |config| {
+        config.upstream_dns = Upstream::Servers(vec![dns]);
+        config.limits.resolve_timeout = Duration::from_secs(3);
+    })
+    .await;
+    let mut allowed = 0;
+    for round in 0..12 {
+        let request = format!(
+            "GET http://rebind.site.test:{s}/r{round} HTTP/1.1\r\nConnection: close\r\n\r\n"
+        );
+        // rebind.site.test is not allowed: refused before any lookup.
+        let (response, record) = attempt(&mut proxy, request.as_bytes()).await;
+        assert_eq!(status(&response), 403, "{response}");
+        assert_eq!(record.reason, Reason::NotAllowed);
+        let request =
+            format!("GET http://site.test:{s}/r{round} HTTP/1.1\r\nConnection: close\r\n\r\n");
+        let (response, record) = attempt(&mut proxy, request.as_bytes()).await;
+        match status(&response) {
+            200 => {
+                allowed += 1;
+                assert_eq!(record.addr.as_deref(), Some("127.0.0.2"), "{record:?}");
+            }
+            403 => assert_eq!(record.reason, Reason::PrivateAddress, "{record:?}"),
+            502 => assert_eq!(record.reason, Reason::ResolveFailed, "{record:?}"),
+            other => panic!("round {round}: status {other}: {response}"),
+        }
+    }
+    assert!(
+        allowed > 0,
+        "the site was never reached: the script did not run"
+    );
+    assert_eq!(
+        *reached.lock().unwrap(),
+        0,
+        "a rebound private address was connected to"
+    );
+}
+
+/// Plain HTTP on a port the policy marks as TLS is outside the SNI check (which covers
+/// CONNECT only), but it is still judged by its host: another host is refused.
+#[tokio::test]
+async fn plain_http_to_a_tls_port_is_still_judged_by_host() {
+    let site = Site::http("127.0.0.2", "site").await;
+    let canary = Site::canary("127.0.0.3").await;
+    let s = site.port();
+    let yaml = site_policy(s, &format!("tls:\n  ports: [{s}]\n"));
+    let (mut proxy, listener) = transparent_proxy(&site, &yaml).await;
+    let c = canary.port();
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    stream
+        .write_all(
+            format!("GET / HTTP/1.1\r\nHost: evil.test:{c}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status(&read_to_close(&mut stream).await), 403);
+    assert_eq!(proxy.record().await.reason, Reason::NotAllowed);
+    let (response, record) = attempt(
+        &mut proxy,
+        format!("GET http://evil.test:{c}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&response), 403);
+    assert_eq!(record.reason, Reason::NotAllowed);
+    assert_eq!(canary.connection_count(), 0);
+}
+
+/// The CONNECT authority decides; a Host header naming another host changes nothing, and
+/// a wildcard rule does not make SNI for a sibling name acceptable.
+#[tokio::test]
+async fn connect_ignores_host_headers_and_sni_must_equal_the_connect_host() {
+    let echo = Site::echo("127.0.0.2").await;
+    let s = echo.port();
+    let yaml = format!(
+        "version: 1\nallow:\n  - host: \"*.site.test\"\n    ports: [{s}]\n  - cidr: 127.0.0.2/32\n    ports: [{s}]\ntls:\n  ports: [{s}]\n"
+    );
+    let mut proxy = TestProxy::start(
+        &yaml,
+        &[("a.site.test", "127.0.0.2"), ("b.site.test", "127.0.0.2")],
+    )
+    .await;
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut responses = Responses::new(stream);
+    responses
+        .stream
+        .write_all(
+            format!("CONNECT a.site.test:{s} HTTP/1.1\r\nHost: evil.test:1\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status(&responses.next().await), 200);
+    let mut tunnel = responses.stream;
+    tunnel
+        .write_all(&client_hello(Some("b.site.test"), false))
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(HANG, tunnel.read_to_end(&mut rest)).await;
+    assert!(rest.is_empty());
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.host.as_str(), record.reason),
+        ("a.site.test", Reason::SniMismatch)
+    );
+    assert!(echo.received.lock().unwrap().is_empty());
+}
