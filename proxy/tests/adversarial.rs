@@ -339,6 +339,13 @@ async fn request_target_tricks_are_refused_or_judged_by_the_real_host() {
             400,
             Some(Reason::BadRequest),
         ),
+        (format!("connect site.test:{s} HTTP/1.1"), 400, None),
+        (format!("GET site.test:{s} HTTP/1.1"), 400, None),
+        (
+            format!("GET //evil.test:{c}/ HTTP/1.1\r\nHost: site.test"),
+            400,
+            None,
+        ),
         (format!("CONNECT evil.test:{c}/x HTTP/1.1"), 400, None),
     ];
     for (head, expected, reason) in cases {

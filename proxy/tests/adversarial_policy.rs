@@ -655,3 +655,83 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
     let long = vec![b'a'; 10_000];
     assert_eq!(raw_host_for_log(&long).len(), 256);
 }
+
+/// A hostile policy file must fail fast and cleanly, never hang or overflow the stack.
+#[test]
+fn yaml_bombs_and_oddities_are_refused_quickly() {
+    let started = std::time::Instant::now();
+    let mut laughs = String::from("version: 1\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..12 {
+        let previous = level - 1;
+        laughs.push_str(&format!(
+            "a{level}: &a{level} [*a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}, *a{previous}]\n"
+        ));
+    }
+    let deep = format!(
+        "version: 1\nallow: {}{}\n",
+        "[".repeat(50_000),
+        "]".repeat(50_000)
+    );
+    let deep_block = {
+        let mut text = String::from("version: 1\nallow:\n");
+        for depth in 0..5_000 {
+            text.push_str(&" ".repeat(depth * 2 + 2));
+            text.push_str("- \n");
+        }
+        text
+    };
+    let huge = format!("version: 1\n#{}\n", "x".repeat(2 * 1024 * 1024));
+    let many_docs = "version: 1\n---\nversion: 1\nallow:\n  - host: evil.test\n".to_owned();
+    let merge_key = "version: 1\nbase: &b\n  host: a.test\nallow:\n  - <<: *b\n".to_owned();
+    let null_host = "version: 1\nallow:\n  - host: ~\n".to_owned();
+    let bool_port = "version: 1\nallow:\n  - host: a.test\n    ports: [true]\n".to_owned();
+    let float_port = "version: 1\nallow:\n  - host: a.test\n    ports: [443.0]\n".to_owned();
+    let scalar_ports = "version: 1\nallow:\n  - host: a.test\n    ports: 443\n".to_owned();
+    let bom_and_nul = "\u{feff}version: 1\nallow:\n  - host: \"a.test\\0b\"\n".to_owned();
+    for (label, yaml) in [
+        ("billion laughs", laughs),
+        ("deep flow nesting", deep),
+        ("deep block nesting", deep_block),
+        ("over 1 MiB", huge),
+        ("two documents", many_docs),
+        ("merge key", merge_key),
+        ("null host", null_host),
+        ("boolean port", bool_port),
+        ("float port", float_port),
+        ("scalar ports", scalar_ports),
+        ("NUL in host", bom_and_nul),
+    ] {
+        let result = Policy::from_yaml("bomb.yaml", &yaml);
+        assert!(result.is_err(), "{label}: accepted");
+        let message = result.err().unwrap().to_string();
+        assert!(message.starts_with("bomb.yaml:"), "{label}: {message}");
+        assert!(!message.contains('\n') || message.lines().all(|l| l.starts_with("bomb.yaml:")));
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "hostile policies took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Reviewers read policies like code: a host must be the text they see. A YAML `!!binary`
+/// tag would otherwise decode `ZXZpbC50ZXN0` into an allowed `evil.test`.
+#[test]
+fn encoded_scalars_cannot_hide_a_host_from_a_reviewer() {
+    for yaml in [
+        "version: 1\nallow:\n  - host: !!binary ZXZpbC50ZXN0\n",
+        "version: 1\nallow:\n  - host: !!binary |\n      ZXZpbC50ZXN0\n",
+        "version: 1\ndeny: []\nallow:\n  - host: a.test\n    ports: [!!binary NDQz]\n  - host: !!binary ZXZpbC50ZXN0\n",
+    ] {
+        if let Ok((policy, _)) = Policy::from_yaml("red.yaml", yaml) {
+            let set = PolicySet::merge(vec![policy]);
+            assert_eq!(
+                decide(&set, "evil.test", 443).verdict,
+                Verdict::Block,
+                "{yaml:?} allows a host its text does not show"
+            );
+        }
+    }
+    let hidden_version = Policy::from_yaml("red.yaml", "version: !!binary MQ==\n");
+    assert!(hidden_version.is_err(), "an encoded `version` was accepted");
+}
