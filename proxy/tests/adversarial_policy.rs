@@ -735,3 +735,31 @@ fn encoded_scalars_cannot_hide_a_host_from_a_reviewer() {
     let hidden_version = Policy::from_yaml("red.yaml", "version: !!binary MQ==\n");
     assert!(hidden_version.is_err(), "an encoded `version` was accepted");
 }
+
+#[test]
+fn merging_never_weakens_the_tls_check_and_wide_cidrs_are_flagged() {
+    use egress_proxy::policy::SniCheck;
+    let lax =
+        policy("version: 1\nname: lax\nallow:\n  - host: a.test\ntls:\n  ports: []\n  sni: off\n");
+    let strict = policy("version: 1\nname: strict\nallow:\n  - host: b.test\n");
+    for policies in [vec![lax.clone(), strict.clone()], vec![strict, lax]] {
+        let set = PolicySet::merge(policies);
+        assert_eq!(set.tls().sni, SniCheck::Strict);
+        assert!(set.tls().ports.contains(&443));
+    }
+    for wide in [
+        "0.0.0.0/0",
+        "::/0",
+        "169.254.0.0/16",
+        "::ffff:0:0/96",
+        "64:ff9b::/96",
+        "2002::/16",
+    ] {
+        let yaml = format!("version: 1\nallow:\n  - cidr: \"{wide}\"\n");
+        let (_, warnings) = Policy::from_yaml("red.yaml", &yaml).unwrap();
+        assert!(
+            warnings.iter().any(|w| w.message.contains("private")),
+            "{wide}: no warning that it opens the private-address floor: {warnings:?}"
+        );
+    }
+}
