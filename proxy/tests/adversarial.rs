@@ -1189,11 +1189,16 @@ async fn dns_names_are_judged_exactly_as_they_are_on_the_wire() {
         let record = proxy.record().await;
         assert_eq!(record.decision, Outcome::Blocked, "{refused}");
     }
-    // A single label that contains dots is not the name `site.test`.
+    // A single label that contains dots (or characters IDNA turns into dots) is not the
+    // name `site.test`.
     for labels in [
         vec![&b"site.test"[..]],
         vec![&b"a.wild"[..], &b"test"[..]],
         vec![&b"site"[..], &b"test."[..]],
+        // Dots in disguise: IDNA maps the ideographic and fullwidth full stops to `.`.
+        vec!["site\u{3002}test".as_bytes()],
+        vec!["site\u{ff0e}test".as_bytes()],
+        vec!["a\u{ff61}wild".as_bytes(), &b"test"[..]],
     ] {
         let mut bytes = dns_header(0x4242, 0x0100, 1, 0, 0, 0);
         bytes.extend(question(wire_name(&labels), 1));
