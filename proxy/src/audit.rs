@@ -97,13 +97,19 @@ pub fn timestamp(at: SystemTime) -> String {
 }
 
 /// An untrusted host as bytes, made safe for the log: invalid UTF-8 bytes become the text
-/// `\xNN`, and the result is cut to [`MAX_RAW_HOST_BYTES`] on a character boundary. Control
-/// characters stay characters here; JSON serialisation escapes them as `\u00XX`.
+/// `\xNN`, and the result is cut to [`MAX_RAW_HOST_BYTES`] on a character boundary. ASCII
+/// control characters stay characters here; JSON serialisation escapes them as `\u00XX`.
+/// C1 controls, line/paragraph separators and bidi overrides become the text `\uXXXX`.
 pub fn raw_host_for_log(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_RAW_HOST_BYTES));
     for chunk in raw.utf8_chunks() {
         for c in chunk.valid().chars() {
-            if !push_bounded(&mut out, c.encode_utf8(&mut [0; 4])) {
+            let pushed = if breaks_lines_or_reorders_text(c) {
+                push_bounded(&mut out, &format!("\\u{:04x}", u32::from(c)))
+            } else {
+                push_bounded(&mut out, c.encode_utf8(&mut [0; 4]))
+            };
+            if !pushed {
                 return out;
             }
         }
@@ -114,6 +120,13 @@ pub fn raw_host_for_log(raw: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Characters JSON leaves raw that still end a line for some readers (C1 controls such as
+/// NEL, U+2028, U+2029: Python's `splitlines`, JavaScript) or reorder what a terminal shows
+/// (bidirectional overrides). They are written as the text `\uXXXX`, like invalid bytes.
+fn breaks_lines_or_reorders_text(c: char) -> bool {
+    matches!(c, '\u{80}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 fn push_bounded(out: &mut String, piece: &str) -> bool {

@@ -80,8 +80,17 @@ fn answer_query(
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
         return ResponseCode::NotImp;
     }
+    // A label may carry any byte on the wire, dots included: the one label `site.test` is
+    // not the name site.test, so joining labels with dots must not turn it into that name.
+    // Non-ASCII is refused too: resolvers send IDNs as punycode, and IDNA would map full
+    // stops such as `。` inside one label to `.` as well.
+    let label_bytes_ok = query
+        .name()
+        .iter()
+        .all(|label| label.is_ascii() && !label.contains(&b'.'));
     let target = std::str::from_utf8(&raw)
         .ok()
+        .filter(|_| label_bytes_ok)
         .and_then(|raw| Target::parse_host(raw).ok());
     let name = match target {
         Some(Target::Name(name)) => name,

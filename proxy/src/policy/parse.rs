@@ -66,6 +66,9 @@ fn parser_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
         strict_booleans: true,
+        // A `!!binary` scalar stays its visible text: a reviewer must see the host a rule
+        // allows, not a base64 blob that decodes to it.
+        ignore_binary_tag_for_string: true,
         reject_unsupported_tags: true,
         with_snippet: false,
         budget: serde_saphyr::budget! {
