@@ -39,6 +39,7 @@ pub mod floor;
 pub mod gate;
 pub mod http;
 pub mod policy;
+mod pool;
 pub mod relay;
 pub mod resolve;
 pub mod server;
