@@ -58,6 +58,12 @@ pub struct ProxyLimits {
     pub relay_buffer_bytes: usize,
     /// On shutdown, open connections get this long to finish writing before they are cut.
     pub shutdown_grace: Duration,
+    /// Idle upstream connections kept for plain HTTP requests to the same target and port
+    /// (0 = none): reuse saves a connect per small request.
+    pub max_idle_upstreams: usize,
+    /// An idle upstream connection older than this is not reused; servers close idle
+    /// connections themselves after a few seconds, and a dead one would cost a retry.
+    pub upstream_idle_timeout: Duration,
 }
 
 impl Default for ProxyLimits {
@@ -72,6 +78,8 @@ impl Default for ProxyLimits {
             resolve_timeout: Duration::from_secs(5),
             relay_buffer_bytes: 256 * 1024,
             shutdown_grace: Duration::from_millis(500),
+            max_idle_upstreams: 64,
+            upstream_idle_timeout: Duration::from_secs(4),
         }
     }
 }

@@ -256,47 +256,84 @@ impl ClientConnection {
         let gate = &self.shared.gate;
         let decision = gate.decide(attempt, target, port)?;
         let mut slot = self.upstream.lock().await;
-        let reusable = match slot.take() {
-            Some(mut upstream) if &upstream.target == target && upstream.port == port => {
-                upstream.sender.ready().await.is_ok().then_some(upstream)
+        let previous = match slot.take() {
+            Some(upstream) if &upstream.target == target && upstream.port == port => {
+                let mut sender = upstream.sender;
+                sender
+                    .ready()
+                    .await
+                    .is_ok()
+                    .then_some((upstream.addr, sender))
             }
-            _ => None,
+            Some(other) => {
+                self.shared
+                    .pool
+                    .put(other.target, other.port, other.addr, other.sender);
+                None
+            }
+            None => None,
         };
-        let mut upstream = match reusable {
-            Some(upstream) => {
-                attempt.addr = Some(upstream.addr);
-                upstream
-            }
-            None => {
-                let stream = gate
-                    .connect_decided(attempt, target, port, &decision)
-                    .await?;
-                let addr = attempt.addr.expect("a connected attempt has its address");
-                let (sender, connection) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                        .await
-                        .map_err(|error| upstream_failure(attempt, &error))?;
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "upstream connection ended");
-                    }
-                });
-                Upstream {
-                    target: target.clone(),
-                    port,
-                    addr,
-                    sender,
+        let reusable = match previous {
+            Some(found) => Some(found),
+            None => self.shared.pool.take(target, port).await,
+        };
+        let mut outgoing = upstream_request(request, target, port, up.clone());
+        if let Some((addr, mut sender)) = reusable {
+            attempt.addr = Some(addr);
+            match sender.try_send_request(outgoing).await {
+                Ok(response) => {
+                    *slot = Some(Upstream {
+                        target: target.clone(),
+                        port,
+                        addr,
+                        sender,
+                    });
+                    return Ok(response);
                 }
+                Err(mut error) => match error.take_message() {
+                    // Never sent (the idle connection had closed): use a fresh one.
+                    Some(request) => outgoing = request,
+                    None => return Err(upstream_failure(attempt, error.error())),
+                },
             }
-        };
-        let outgoing = upstream_request(request, target, port, up.clone());
-        let response = upstream
-            .sender
+        }
+        let stream = gate
+            .connect_decided(attempt, target, port, &decision)
+            .await?;
+        let addr = attempt.addr.expect("a connected attempt has its address");
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| upstream_failure(attempt, &error))?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "upstream connection ended");
+            }
+        });
+        let response = sender
             .send_request(outgoing)
             .await
             .map_err(|error| upstream_failure(attempt, &error))?;
-        *slot = Some(upstream);
+        *slot = Some(Upstream {
+            target: target.clone(),
+            port,
+            addr,
+            sender,
+        });
         Ok(response)
+    }
+}
+
+impl Drop for ClientConnection {
+    /// The last upstream of a closing client connection goes to the shared pool.
+    fn drop(&mut self) {
+        if let Some(upstream) = self.upstream.get_mut().take() {
+            self.shared.pool.put(
+                upstream.target,
+                upstream.port,
+                upstream.addr,
+                upstream.sender,
+            );
+        }
     }
 }
 

@@ -16,7 +16,8 @@
 //! - [`audit`]: the audit record and its single writer.
 //! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
 //! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors;
-//!   [`relay`] moves a tunnel's bytes ([`splice`] keeps them in the kernel); [`config`] is the typed configuration.
+//!   [`relay`] moves a tunnel's bytes ([`splice`] keeps them in the kernel); [`config`] is
+//!   the typed configuration; a private pool keeps idle upstream connections per target.
 //!
 //! # Use
 //!
@@ -39,6 +40,7 @@ pub mod floor;
 pub mod gate;
 pub mod http;
 pub mod policy;
+mod pool;
 pub mod relay;
 pub mod resolve;
 pub mod server;

@@ -42,6 +42,7 @@ pub(crate) struct Shared {
     pub gate: Gate,
     pub limits: ProxyLimits,
     pub dns_answer: Option<std::net::Ipv4Addr>,
+    pub pool: crate::pool::UpstreamPool,
 }
 
 /// A task's view of shutdown. Holding one also keeps [`RunningProxy::shutdown`] waiting for
@@ -135,6 +136,10 @@ impl BoundProxy {
         Ok(BoundProxy {
             shared: Arc::new(Shared {
                 gate,
+                pool: crate::pool::UpstreamPool::new(
+                    config.limits.max_idle_upstreams,
+                    config.limits.upstream_idle_timeout,
+                ),
                 limits: config.limits,
                 dns_answer,
             }),

@@ -505,3 +505,38 @@ async fn deny_rules_beat_allow_rules() {
     assert_eq!(record.rule.as_deref(), Some("test:deny[0]"));
     assert_eq!(canary.connection_count(), 0);
 }
+
+#[tokio::test]
+async fn idle_upstream_connections_are_reused_only_for_the_same_target() {
+    let a = Site::http("127.0.0.2", "site-a").await;
+    let b = Site::http("127.0.0.4", "site-b").await;
+    let yaml = allow_yaml(
+        &[("a.test", a.port()), ("b.test", b.port())],
+        &format!("{}{}", loopback_cidr(a.port()), loopback_cidr(b.port())),
+    );
+    let mut proxy =
+        TestProxy::start(&yaml, &[("a.test", "127.0.0.2"), ("b.test", "127.0.0.4")]).await;
+    for (host, port, path) in [
+        ("a.test", a.port(), "/first"),
+        ("b.test", b.port(), "/second"),
+        ("a.test", a.port(), "/third"),
+    ] {
+        let request =
+            format!("GET http://{host}:{port}{path} HTTP/1.1\r\nConnection: close\r\n\r\n");
+        let response = exchange(proxy.addr, request.as_bytes()).await;
+        assert!(
+            response.contains(&format!(" {path} {host}:{port}")),
+            "{response}"
+        );
+        let record = proxy.record().await;
+        assert_eq!((record.host.as_str(), record.reason), (host, Reason::Rule));
+    }
+    assert_eq!(
+        a.connection_count(),
+        1,
+        "the second request to a.test reused the first connection"
+    );
+    assert_eq!(b.connection_count(), 1);
+    assert!(!a.received_text().contains("/second"));
+    assert!(!b.received_text().contains("/first") && !b.received_text().contains("/third"));
+}
