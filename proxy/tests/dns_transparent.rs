@@ -223,7 +223,7 @@ async fn transparent_http_is_routed_by_host() {
     let second = responses.next().await;
     assert_eq!(status(&second), 403, "{second}");
     assert!(!site.received_text().contains("/y"));
-    let mut records = vec![proxy.record().await, proxy.record().await];
+    let mut records = [proxy.record().await, proxy.record().await];
     records.sort_by_key(|r| r.host.clone());
     assert_eq!(
         (records[0].host.as_str(), records[0].reason),
