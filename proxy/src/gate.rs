@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, AuditSink, Outcome};
-use crate::policy::{Decision, PolicySet, Reason, Verdict};
+use crate::policy::{Decision, PolicySet, Reason, SniCheck, Verdict};
 use crate::resolve::Resolver;
 use crate::target::Target;
 
@@ -108,6 +108,25 @@ impl Gate {
             return Err(self.refusal(attempt, explain(decision.reason)));
         }
         Ok(decision)
+    }
+
+    /// Plain (non-TLS) HTTP to a port the policy reserves for TLS is refused as
+    /// `sni_mismatch`, exactly like non-TLS bytes in a CONNECT tunnel to that port, so the
+    /// doors agree on the TLS-port rule (`tls.ports` with `sni: strict`).
+    pub fn refuse_plain_on_tls_port(
+        &self,
+        attempt: &mut Attempt,
+        port: u16,
+    ) -> Result<(), Refusal> {
+        let tls = self.policy.tls();
+        if tls.sni == SniCheck::Strict && tls.ports.contains(&port) {
+            attempt.set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
+            return Err(self.refusal(
+                attempt,
+                format!("port {port} is reserved for TLS, and this request is plain HTTP"),
+            ));
+        }
+        Ok(())
     }
 
     /// The whole pipeline for one attempt: decide, resolve once, check every address, and

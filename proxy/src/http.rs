@@ -255,6 +255,7 @@ impl ClientConnection {
     ) -> Result<Response<Incoming>, Refusal> {
         let gate = &self.shared.gate;
         let decision = gate.decide(attempt, target, port)?;
+        gate.refuse_plain_on_tls_port(attempt, port)?;
         let mut slot = self.upstream.lock().await;
         let previous = match slot.take() {
             Some(upstream) if &upstream.target == target && upstream.port == port => {

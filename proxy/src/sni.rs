@@ -37,8 +37,10 @@ pub enum SniError {
     TooLarge(usize),
     #[error("no complete ClientHello within {0:?}")]
     Timeout(Duration),
-    #[error("the client closed before a complete ClientHello")]
-    Closed,
+    /// `received` tells a client that left without trying anything (0) from one that
+    /// started a ClientHello and gave up, which is judged like any other bad ClientHello.
+    #[error("the client closed after {received} bytes, before a complete ClientHello")]
+    Closed { received: usize },
     #[error("reading the ClientHello: {0}")]
     Io(#[from] std::io::Error),
     #[error("the ClientHello uses encrypted client hello (ECH)")]
@@ -109,7 +111,9 @@ async fn read_until_complete<R: AsyncRead + Unpin>(
         let want = chunk.len().min(max_bytes - bytes.len());
         let n = stream.read(&mut chunk[..want]).await?;
         if n == 0 {
-            return Err(SniError::Closed);
+            return Err(SniError::Closed {
+                received: bytes.len(),
+            });
         }
         bytes.extend_from_slice(&chunk[..n]);
     }
@@ -284,7 +288,10 @@ mod tests {
         ));
         let mut truncated = client_hello(Some("a.example"), false);
         truncated.truncate(30);
-        assert!(matches!(read(truncated).await, Err(SniError::Closed)));
+        assert!(matches!(
+            read(truncated).await,
+            Err(SniError::Closed { received }) if received > 0
+        ));
         let mut garbage = vec![0x16, 0x03, 0x01, 0x00, 0x05];
         garbage.extend([0xff; 5]);
         assert!(matches!(read(garbage).await, Err(SniError::Invalid(_))));

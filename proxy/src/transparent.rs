@@ -77,7 +77,7 @@ async fn serve_tls(
             return;
         }
         Ok(hello) => hello,
-        Err(SniError::Closed | SniError::Io(_)) => return,
+        Err(SniError::Closed { received: 0 } | SniError::Io(_)) => return,
         Err(error) => {
             tracing::debug!(%error, "transparent TLS without a readable ClientHello");
             attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);

@@ -1690,10 +1690,12 @@ async fn rebinding_answers_never_lead_to_a_private_address() {
     );
 }
 
-/// Plain HTTP on a port the policy marks as TLS is outside the SNI check (which covers
-/// CONNECT only), but it is still judged by its host: another host is refused.
+/// Plain HTTP on a port the policy marks as TLS is judged by its host first (another host
+/// is refused as not allowed), and then refused as `sni_mismatch` even for the allowed host,
+/// through the transparent listener and the explicit proxy alike: every door applies the
+/// TLS-port rule that CONNECT applies to non-TLS bytes.
 #[tokio::test]
-async fn plain_http_to_a_tls_port_is_still_judged_by_host() {
+async fn plain_http_to_a_tls_port_is_judged_by_host_then_refused_as_not_tls() {
     let site = Site::http("127.0.0.2", "site").await;
     let canary = Site::canary("127.0.0.3").await;
     let s = site.port();
@@ -1718,6 +1720,31 @@ async fn plain_http_to_a_tls_port_is_still_judged_by_host() {
     assert_eq!(status(&response), 403);
     assert_eq!(record.reason, Reason::NotAllowed);
     assert_eq!(canary.connection_count(), 0);
+
+    let mut stream = TcpStream::connect(listener).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET /transparent HTTP/1.1\r\nHost: site.test:{s}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status(&read_to_close(&mut stream).await), 403);
+    assert_eq!(proxy.record().await.reason, Reason::SniMismatch);
+    let (response, record) = attempt(
+        &mut proxy,
+        format!("GET http://site.test:{s}/explicit HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&response), 403);
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::SniMismatch)
+    );
+    assert_eq!(site.received_text(), "");
 }
 
 /// The CONNECT authority decides; a Host header naming another host changes nothing, and

@@ -208,6 +208,29 @@ async fn plain_bytes_on_a_tls_port_are_refused() {
 }
 
 #[tokio::test]
+async fn half_a_client_hello_then_close_is_a_refusal_not_an_allowed_tunnel() {
+    let echo = Site::echo("127.0.0.2").await;
+    let mut proxy = TestProxy::start(
+        &tls_policy(echo.port(), "strict"),
+        &[("tunnel.test", "127.0.0.2")],
+    )
+    .await;
+    let mut tunnel = open_tunnel(proxy.addr, &format!("tunnel.test:{}", echo.port())).await;
+    let mut hello = client_hello(Some("tunnel.test"), false);
+    hello.truncate(hello.len() / 2);
+    tunnel.write_all(&hello).await.unwrap();
+    drop(tunnel);
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::SniMismatch)
+    );
+    assert_eq!(record.bytes_up, 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(echo.received.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn a_silent_client_on_a_tls_port_is_cut_off() {
     let echo = Site::echo("127.0.0.2").await;
     let mut proxy = TestProxy::start_with(
