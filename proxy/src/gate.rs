@@ -105,7 +105,7 @@ impl Gate {
         let decision = self.policy.decide(target, port);
         attempt.set_decision(&decision);
         if decision.verdict == Verdict::Block {
-            return Err(self.refusal(attempt, explain(decision.reason)));
+            return Err(self.refusal(attempt, String::new()));
         }
         Ok(decision)
     }
@@ -175,24 +175,23 @@ impl Gate {
         port: u16,
     ) -> Result<Vec<IpAddr>, Refusal> {
         let mut passed = Vec::new();
-        let mut first_refusal: Option<(IpAddr, Decision)> = None;
+        let mut first_refusal: Option<Decision> = None;
         for &ip in addresses {
             let verdict = self.policy.check_address(ip, port);
             if verdict.verdict == Verdict::Block {
                 tracing::debug!(%ip, reason = %verdict.reason, "address refused");
-                first_refusal.get_or_insert((ip, verdict));
+                first_refusal.get_or_insert(verdict);
             } else {
                 passed.push(ip);
             }
         }
         if passed.is_empty() {
-            let (ip, verdict) = first_refusal.expect("a resolution is never empty");
+            let verdict = first_refusal.expect("a resolution is never empty");
             attempt.set_decision(&verdict);
             attempt.addr = None;
-            return Err(self.refusal(
-                attempt,
-                format!("it resolves to {ip}: {}", explain(verdict.reason)),
-            ));
+            // Which address stays out of the answer (it is in the debug log): the sandbox
+            // has no business learning where an allowed name points inside a network.
+            return Err(self.refusal(attempt, "the name resolves to such an address"));
         }
         Ok(passed)
     }

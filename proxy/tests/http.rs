@@ -270,6 +270,14 @@ async fn allowed_names_resolving_to_private_addresses_are_refused() {
                 .to_ascii_lowercase()
                 .contains("x-egress-blocked: private_address")
         );
+        // The answer says why, once, and never where the name points.
+        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        assert_eq!(
+            body,
+            "egress-sandbox: a.test:80 blocked (private_address): private, loopback and \
+             link-local addresses are refused; the name resolves to such an address\n",
+            "{ip}"
+        );
         let record = proxy.record().await;
         assert_eq!(
             (record.decision, record.reason),
