@@ -6,7 +6,9 @@
 //!          ├─ egress network ───┼─┬─ create proxy → connect egress → attach → start → ready ─┐
 //!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
-//!    stop proxy (flushes records) ∥ remove sandbox → remove proxy → remove network
+//!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
+//!                                ├─ disconnect proxy from the run network ─┐
+//!                                └─ sandbox stopped → remove sandbox ──────┴─ remove network
 //! ```
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
@@ -341,35 +343,44 @@ impl Run<'_> {
             (status, exit_code, duration, output)
         };
         // Once the command is over: stop the proxy so it writes its last records, then
-        // remove its container and the network.
+        // remove its container. Meanwhile the proxy leaves the run network (nothing is left
+        // on it to serve), so the network goes as soon as the sandbox is reported stopped
+        // instead of after the proxy's own exit (~0.1 s of engine bookkeeping).
         let proxy_side = async {
             command_over.notified().await;
-            let tally = self.stop_proxy(proxy).await;
-            // Once the engine reports both containers stopped, their endpoints are
-            // released: the network can go at the same time as the proxy container (a
-            // network whose containers have stopped can be removed before them). Removing
-            // it earlier would only fail and retry, which loads the engine.
-            if let Err(_elapsed) =
-                tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(&self.names.proxy))
-                    .await
-            {
-                tracing::debug!("the proxy container did not report its stop in time");
-            }
-            tracing::debug!("proxy container stopped");
-            sandbox_stopped.notified().await;
-            let (proxy_removed, network_removed) = tokio::join!(
-                engine.remove_container(&self.names.proxy),
-                engine.remove_network(&self.names.network)
-            );
-            tracing::debug!("proxy container and run network removed");
-            match proxy_removed {
-                Ok(()) => self.teardown.forget_container(&self.names.proxy),
-                Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
-            }
-            match network_removed {
-                Ok(()) => self.teardown.forget_network(),
-                Err(error) => tracing::debug!(%error, "network removal failed; teardown retries"),
-            }
+            let network = self.names.network.as_str();
+            let proxy_name = self.names.proxy.as_str();
+            let remove_network = async {
+                if let Err(error) = engine.disconnect_network(network, proxy_name).await {
+                    tracing::debug!(%error, "cannot disconnect the proxy from the run network");
+                }
+                tracing::debug!("proxy disconnected from the run network");
+                sandbox_stopped.notified().await;
+                match engine.remove_network(network).await {
+                    Ok(()) => self.teardown.forget_network(),
+                    Err(error) => {
+                        tracing::debug!(%error, "network removal failed; teardown retries")
+                    }
+                }
+                tracing::debug!("run network removed");
+            };
+            let stop_then_remove_proxy = async {
+                let tally = self.stop_proxy(proxy).await;
+                if let Err(_elapsed) =
+                    tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(proxy_name))
+                        .await
+                {
+                    tracing::debug!("the proxy container did not report its stop in time");
+                }
+                tracing::debug!("proxy container stopped");
+                match engine.remove_container(proxy_name).await {
+                    Ok(()) => self.teardown.forget_container(proxy_name),
+                    Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
+                }
+                tracing::debug!("proxy container removed");
+                tally
+            };
+            let (tally, ()) = tokio::join!(stop_then_remove_proxy, remove_network);
             tally
         };
         let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
