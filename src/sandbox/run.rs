@@ -3,8 +3,8 @@
 //! ```text
 //! connect ─┬─ proxy image ──────┐
 //!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → connect egress → attach → start → ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────┴─ start sandbox
+//!          ├─ egress network ───┼─┬─ create proxy → attach → start → connect egress, ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ───────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
@@ -494,11 +494,6 @@ impl Run<'_> {
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
-        engine
-            .connect_network(egress, name, EndpointSettings::default())
-            .await
-            .map_err(docker_step("connect the proxy to the egress network"))?;
-        tracing::debug!("proxy connected to the egress network");
         let frames = engine
             .attach_output(name)
             .await
@@ -509,6 +504,15 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
+        // Connected after the start rather than before: a start with one network is
+        // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
+        // comes meanwhile. The gate opens only after both, so the command never runs
+        // before the proxy can reach the outside.
+        engine
+            .connect_network(egress, name, EndpointSettings::default())
+            .await
+            .map_err(docker_step("connect the proxy to the egress network"))?;
+        tracing::debug!("proxy connected to the egress network");
         match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
             Ok(Ok(Ok(()))) => {
                 tracing::debug!("proxy ready");
