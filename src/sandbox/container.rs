@@ -113,7 +113,8 @@ pub fn proxy_command(spec: &RunSpec, subnet: RunSubnet, run_id: &str) -> Vec<Str
 }
 
 /// The proxy container: on the run network at `.2`; the egress network is connected
-/// before start (API 1.41 takes only one network at create).
+/// right after start, before the sandbox's gate opens (API 1.41 takes only one network at
+/// create, and a start with one network is the cheaper one).
 pub fn proxy_body(
     spec: &RunSpec,
     image: &str,

@@ -12,7 +12,7 @@ use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Network,
-    NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest, NetworkInspect,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -184,6 +184,23 @@ impl Engine {
             endpoint_config: Some(endpoint),
         };
         self.docker.connect_network(network, request).await
+    }
+
+    /// Disconnects a container from a network; a container or network already gone counts
+    /// as disconnected.
+    pub async fn disconnect_network(
+        &self,
+        network: &str,
+        container: &str,
+    ) -> Result<(), BollardError> {
+        let request = NetworkDisconnectRequest {
+            container: container.to_string(),
+            force: Some(true),
+        };
+        match self.docker.disconnect_network(network, request).await {
+            Err(error) if is_not_found(&error) => Ok(()),
+            result => result,
+        }
     }
 
     /// Removes a network; one that is already gone counts as removed. Endpoints of containers

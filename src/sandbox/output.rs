@@ -136,8 +136,19 @@ impl Sink {
     }
 }
 
+/// How the sandbox's output stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The engine closed it after the container's stdout and stderr closed. The sandbox's
+    /// init (`--init`, PID 1) holds both until it exits, and its exit kills every other
+    /// process of the container: the command is over.
+    Eof,
+    /// The attach connection failed; the command may still be running.
+    Error,
+}
+
 /// Relays `frames` into `sinks` until the stream ends.
-pub async fn relay<S>(mut frames: S, sinks: OutputSinks, limit: u64) -> OutputStats
+pub async fn relay<S>(mut frames: S, sinks: OutputSinks, limit: u64) -> (OutputStats, StreamEnd)
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
 {
@@ -159,7 +170,7 @@ where
             Ok(LogOutput::StdIn { .. }) => continue,
             Err(error) => {
                 tracing::debug!(%error, "output stream ended with an error");
-                break;
+                return (cap.stats, StreamEnd::Error);
             }
         };
         let (pass, crossed) = cap.admit(channel, &message);
@@ -172,7 +183,7 @@ where
             stderr.write(cap.marker().as_bytes()).await;
         }
     }
-    cap.stats
+    (cap.stats, StreamEnd::Eof)
 }
 
 #[cfg(test)]
@@ -230,7 +241,8 @@ mod tests {
         ]);
         let (out_writer, mut out_reader) = tokio::io::duplex(1 << 16);
         let (err_writer, mut err_reader) = tokio::io::duplex(1 << 16);
-        let stats = relay(frames, OutputSinks::new(out_writer, err_writer), 15).await;
+        let (stats, end) = relay(frames, OutputSinks::new(out_writer, err_writer), 15).await;
+        assert_eq!(end, StreamEnd::Eof);
         let mut out = String::new();
         let mut err = String::new();
         use tokio::io::AsyncReadExt;

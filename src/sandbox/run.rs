@@ -3,10 +3,12 @@
 //! ```text
 //! connect ─┬─ proxy image ──────┐
 //!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → connect egress → attach → start → ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────┴─ start sandbox
+//!          ├─ egress network ───┼─┬─ create proxy → attach → start → connect egress, ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ───────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
-//!    stop proxy (flushes records) ∥ remove sandbox → remove proxy → remove network
+//!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
+//!                                ├─ disconnect proxy from the run network ─┐
+//!                                └─ sandbox stopped → remove sandbox ──────┴─ remove network
 //! ```
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
@@ -50,7 +52,7 @@ use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
-use super::output::{self, OutputSinks, OutputStats};
+use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
 use super::teardown::Teardown;
 use crate::report::{AttemptCounts, AuditTally, RefusalGroup};
@@ -275,83 +277,113 @@ impl Run<'_> {
         }
         let started = Instant::now();
         tracing::debug!("sandbox started");
-        let relay = tokio::spawn(output::relay(
-            sandbox_output,
-            sinks,
-            self.spec.limits.output,
-        ));
+        // The proxy is stopped as soon as the command is over, which the output stream's
+        // end shows well before the engine reports the container stopped (~0.1 s: the
+        // engine's exit bookkeeping). Both containers' exits then overlap.
+        let command_over = std::sync::Arc::new(tokio::sync::Notify::new());
+        // The engine reports the sandbox stopped: its endpoint on the run network is gone.
+        let sandbox_stopped = tokio::sync::Notify::new();
+        let relay = tokio::spawn({
+            let command_over = command_over.clone();
+            let relayed = output::relay(sandbox_output, sinks, self.spec.limits.output);
+            async move {
+                let (stats, end) = relayed.await;
+                tracing::debug!(?end, "sandbox output ended");
+                if end == StreamEnd::Eof {
+                    command_over.notify_one();
+                }
+                stats
+            }
+        });
 
-        let wait = engine.wait_container(sandbox);
-        tokio::pin!(wait);
-        let end = tokio::select! {
-            status = &mut wait => End::Exited(self.exit_status(status).await),
-            () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
-            signal = interrupt.as_mut() => End::Interrupted(signal),
-        };
-        let duration = started.elapsed();
-        tracing::debug!("sandbox ended");
-        if !matches!(end, End::Exited(_)) {
-            // The container, not a process: a double-forked child that ignores SIGTERM dies too.
-            if let Err(error) = engine.kill_container(sandbox, "SIGKILL").await {
-                tracing::warn!(%error, "cannot kill the sandbox; removing it");
-                let _ = engine.remove_container(sandbox).await;
+        let sandbox_side = async {
+            let wait = engine.wait_container(sandbox);
+            tokio::pin!(wait);
+            let end = tokio::select! {
+                status = &mut wait => End::Exited(self.exit_status(status).await),
+                () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
+                signal = interrupt.as_mut() => End::Interrupted(signal),
+            };
+            let duration = started.elapsed();
+            tracing::debug!("sandbox ended");
+            if !matches!(end, End::Exited(_)) {
+                // The container, not a process: a double-forked child that ignores SIGTERM
+                // dies too.
+                if let Err(error) = engine.kill_container(sandbox, "SIGKILL").await {
+                    tracing::warn!(%error, "cannot kill the sandbox; removing it");
+                    let _ = engine.remove_container(sandbox).await;
+                }
+                let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
             }
-            let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
-        }
-        let (status, exit_code) = match end {
-            End::Exited(code) if code == 137 && self.oom_killed().await => (RunStatus::Oom, 137),
-            End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
-            End::Timeout => (RunStatus::Timeout, 124),
-            End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
-        };
-
-        let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
-            Ok(Ok(stats)) => stats,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "output relay failed");
-                OutputStats::default()
-            }
-            Err(_) => {
-                tracing::warn!("output did not end after the sandbox stopped");
-                OutputStats::default()
-            }
-        };
-        // The sandbox is gone: stop the proxy so it writes its last records, and remove
-        // the sandbox meanwhile; then the proxy container and the network.
-        let remove_sandbox = async {
+            command_over.notify_one();
+            sandbox_stopped.notify_one();
+            let (status, exit_code) = match end {
+                End::Exited(code) if code == 137 && self.oom_killed().await => {
+                    (RunStatus::Oom, 137)
+                }
+                End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
+                End::Timeout => (RunStatus::Timeout, 124),
+                End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
+            };
+            let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
+                Ok(Ok(stats)) => stats,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "output relay failed");
+                    OutputStats::default()
+                }
+                Err(_) => {
+                    tracing::warn!("output did not end after the sandbox stopped");
+                    OutputStats::default()
+                }
+            };
             match engine.remove_container(sandbox).await {
                 Ok(()) => self.teardown.forget_container(sandbox),
                 Err(error) => tracing::debug!(%error, "sandbox removal failed; teardown retries"),
             }
+            (status, exit_code, duration, output)
         };
-        let stop_proxy_then_remove = async {
-            let tally = self.stop_proxy(proxy).await;
-            // Once the engine reports the proxy stopped, its endpoints are released: the
-            // network can go at the same time as the container (a network whose containers
-            // have stopped can be removed before them). Removing it earlier would only fail
-            // and retry, which loads the engine.
-            if let Err(_elapsed) =
-                tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(&self.names.proxy))
-                    .await
-            {
-                tracing::debug!("the proxy container did not report its stop in time");
-            }
-            let (proxy_removed, network_removed) = tokio::join!(
-                engine.remove_container(&self.names.proxy),
-                engine.remove_network(&self.names.network)
-            );
-            tracing::debug!("proxy container and run network removed");
-            match proxy_removed {
-                Ok(()) => self.teardown.forget_container(&self.names.proxy),
-                Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
-            }
-            match network_removed {
-                Ok(()) => self.teardown.forget_network(),
-                Err(error) => tracing::debug!(%error, "network removal failed; teardown retries"),
-            }
+        // Once the command is over: stop the proxy so it writes its last records, then
+        // remove its container. Meanwhile the proxy leaves the run network (nothing is left
+        // on it to serve), so the network goes as soon as the sandbox is reported stopped
+        // instead of after the proxy's own exit (~0.1 s of engine bookkeeping).
+        let proxy_side = async {
+            command_over.notified().await;
+            let network = self.names.network.as_str();
+            let proxy_name = self.names.proxy.as_str();
+            let remove_network = async {
+                if let Err(error) = engine.disconnect_network(network, proxy_name).await {
+                    tracing::debug!(%error, "cannot disconnect the proxy from the run network");
+                }
+                tracing::debug!("proxy disconnected from the run network");
+                sandbox_stopped.notified().await;
+                match engine.remove_network(network).await {
+                    Ok(()) => self.teardown.forget_network(),
+                    Err(error) => {
+                        tracing::debug!(%error, "network removal failed; teardown retries")
+                    }
+                }
+                tracing::debug!("run network removed");
+            };
+            let stop_then_remove_proxy = async {
+                let tally = self.stop_proxy(proxy).await;
+                if let Err(_elapsed) =
+                    tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(proxy_name))
+                        .await
+                {
+                    tracing::debug!("the proxy container did not report its stop in time");
+                }
+                tracing::debug!("proxy container stopped");
+                match engine.remove_container(proxy_name).await {
+                    Ok(()) => self.teardown.forget_container(proxy_name),
+                    Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
+                }
+                tracing::debug!("proxy container removed");
+                tally
+            };
+            let (tally, ()) = tokio::join!(stop_then_remove_proxy, remove_network);
             tally
         };
-        let (tally, ()) = tokio::join!(stop_proxy_then_remove, remove_sandbox);
+        let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
         tracing::debug!("proxy stopped, containers and network removed");
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
@@ -462,11 +494,6 @@ impl Run<'_> {
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
-        engine
-            .connect_network(egress, name, EndpointSettings::default())
-            .await
-            .map_err(docker_step("connect the proxy to the egress network"))?;
-        tracing::debug!("proxy connected to the egress network");
         let frames = engine
             .attach_output(name)
             .await
@@ -477,6 +504,15 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
+        // Connected after the start rather than before: a start with one network is
+        // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
+        // comes meanwhile. The gate opens only after both, so the command never runs
+        // before the proxy can reach the outside.
+        engine
+            .connect_network(egress, name, EndpointSettings::default())
+            .await
+            .map_err(docker_step("connect the proxy to the egress network"))?;
+        tracing::debug!("proxy connected to the egress network");
         match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
             Ok(Ok(Ok(()))) => {
                 tracing::debug!("proxy ready");
@@ -535,6 +571,7 @@ impl Run<'_> {
             .start_container(name)
             .await
             .map_err(docker_step("start the sandbox"))?;
+        tracing::debug!("sandbox started behind its gate");
         Ok((output, Some(stdin)))
     }
 
