@@ -1,6 +1,8 @@
 //! Diagnostics go to stderr through `tracing`, never into the audit stream or the sandboxed
 //! command's output.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// `-v` turns on debug diagnostics; `EGRESS_SANDBOX_LOG` (an `EnvFilter`) overrides.
@@ -15,6 +17,8 @@ pub fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only for a person: the proxy container's stderr is read by `run`.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }
