@@ -2,9 +2,6 @@
 
 mod run_support;
 
-use std::io::Read;
-use std::process::Stdio;
-
 use run_support::*;
 
 fn random_id() -> String {
@@ -49,17 +46,7 @@ fn gc_removes_leftovers_of_a_dead_owner_and_keeps_live_ones() {
 fn gc_leaves_a_running_run_alone() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
-    let mut child = binary()
-        .args(["run", "--timeout", "120s", "--report"])
-        .arg(&report)
-        .args(["--", "sh", "-c", "echo running; exec sleep 600"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut first = [0u8; 8];
-    stdout.read_exact(&mut first).unwrap();
+    let mut child = start_long_run(&report);
 
     let gc = binary().arg("gc").output().unwrap();
     let owner_filter = format!("{}:", child.id());
@@ -79,10 +66,7 @@ fn gc_leaves_a_running_run_alone() {
             .filter(|owner| owner.starts_with(&owner_filter))
             .count()
     };
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    send_signal(child.id(), "INT");
     let status = child.wait().unwrap();
 
     assert_eq!(code(&gc), 0);

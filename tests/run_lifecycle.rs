@@ -3,8 +3,6 @@
 
 mod run_support;
 
-use std::io::Read;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use run_support::*;
@@ -73,26 +71,9 @@ fn time_limit_kills_the_whole_container_with_124() {
 fn sigterm_tears_down_and_exits_143() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
-    let mut child = binary()
-        .args(["run", "--timeout", "120s", "--report"])
-        .arg(&report)
-        .args(["--", "sh", "-c", "echo running; exec sleep 600"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut first = [0u8; 8];
-    stdout.read_exact(&mut first).unwrap();
-    assert_eq!(&first, b"running\n");
+    let mut child = start_long_run(&report);
     let pid = child.id();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    send_signal(pid, "TERM");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(143));
     let report = read_report(&report);

@@ -2,12 +2,42 @@
 
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The binary under test.
 pub fn binary() -> Command {
     Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+}
+
+/// Starts `egress-sandbox run --report REPORT` with a command that prints `running` and then
+/// sleeps, and returns once that line arrived: the command is running inside the sandbox.
+pub fn start_long_run(report: &Path) -> Child {
+    let mut child = binary()
+        .args(["run", "--timeout", "120s", "--report"])
+        .arg(report)
+        .args(["--", "sh", "-c", "echo running; exec sleep 600"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start egress-sandbox");
+    let mut first = [0u8; 8];
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    stdout
+        .read_exact(&mut first)
+        .expect("the command's first line");
+    assert_eq!(&first, b"running\n");
+    child
+}
+
+/// Sends `signal` (`TERM`, `INT`, …) to `pid` with kill(1).
+pub fn send_signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{signal} {pid} failed");
 }
 
 /// `egress-sandbox run ARGS...`, waited for.
