@@ -13,7 +13,8 @@
 //!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
 //! - [`floor`]: the private-address floor, a pure function over `IpAddr`.
 //! - [`resolve`]: the proxy's own resolver (hickory, never getaddrinfo) and `--resolve` pins.
-//! - [`audit`]: the audit record and its single writer.
+//! - [`audit`]: the audit record and its single writer; [`text`] makes untrusted text safe
+//!   to show a person.
 //! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
 //! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors;
 //!   [`relay`] moves a tunnel's bytes ([`splice`] keeps them in the kernel); [`config`] is
@@ -47,6 +48,7 @@ pub mod server;
 pub mod sni;
 pub mod splice;
 pub mod target;
+pub mod text;
 pub mod transparent;
 
 pub use config::{ProxyConfig, ProxyLimits};
