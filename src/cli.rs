@@ -157,6 +157,10 @@ pub struct ProxyArgs {
     /// Run id written into every audit record.
     #[arg(long = "run-id", value_name = "ID")]
     pub run_id: Option<String>,
+    /// Read the run's configuration (policies, pins, run id) as one JSON line from stdin
+    /// before binding (how a run hands it to its proxy container; `handoff` module).
+    #[arg(long = "config-stdin", hide = true)]
+    pub config_stdin: bool,
 }
 
 #[derive(Debug, Args)]

@@ -39,6 +39,7 @@ pub mod connect;
 pub mod dns;
 pub mod floor;
 pub mod gate;
+pub mod handoff;
 pub mod http;
 pub mod policy;
 mod pool;

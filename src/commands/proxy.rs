@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use egress_proxy::audit::AuditDestination;
+use egress_proxy::handoff::Handoff;
 use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
 use egress_proxy::{BoundProxy, ProxyConfig};
@@ -60,8 +61,28 @@ async fn wait_for_signal() -> Result<()> {
 }
 
 /// Turns the flags into a checked configuration; nothing is bound yet.
-fn config_from_args(args: ProxyArgs) -> Result<ProxyConfig> {
-    let policy = load_policies(&args.policies, &args.policy_yaml, &args.allow)?;
+fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
+    let handoff = if args.config_stdin {
+        Handoff::read_line(std::io::stdin().lock())?
+    } else {
+        Handoff::default()
+    };
+    args.allow.extend(handoff.allow);
+    args.resolve.extend(handoff.resolve);
+    if handoff.run_id.is_some() {
+        args.run_id = handoff.run_id;
+    }
+    let inline: Vec<(String, String)> = args
+        .policy_yaml
+        .iter()
+        .map(|raw| {
+            raw.split_once('=')
+                .map(|(name, yaml)| (name.to_owned(), yaml.to_owned()))
+                .ok_or_else(|| anyhow!("--policy-yaml needs NAME=YAML"))
+        })
+        .chain(handoff.policies.into_iter().map(|p| Ok((p.file, p.yaml))))
+        .collect::<Result<_>>()?;
+    let policy = load_policies(&args.policies, &inline, &args.allow)?;
     let listen = parse_addr("--listen", &args.listen)?;
     let mut config = ProxyConfig::new(policy, listen);
     config.dns_listen = args
@@ -95,9 +116,13 @@ fn config_from_args(args: ProxyArgs) -> Result<ProxyConfig> {
     Ok(config)
 }
 
-/// Policies from `-p` files, `--policy-yaml NAME=YAML` and `--allow` flags, merged. Warnings
-/// go to stderr; any error refuses to start.
-fn load_policies(files: &[PathBuf], inline: &[String], allow: &[String]) -> Result<PolicySet> {
+/// Policies from `-p` files, inline `(file name, YAML)` pairs (`--policy-yaml`, the handoff)
+/// and `--allow` flags, merged. Warnings go to stderr; any error refuses to start.
+fn load_policies(
+    files: &[PathBuf],
+    inline: &[(String, String)],
+    allow: &[String],
+) -> Result<PolicySet> {
     let mut policies = Vec::new();
     let mut failures = Vec::new();
     let mut accept = |loaded: Result<(Policy, Vec<Diagnostic>), PolicyError>| match loaded {
@@ -112,10 +137,7 @@ fn load_policies(files: &[PathBuf], inline: &[String], allow: &[String]) -> Resu
     for file in files {
         accept(Policy::load(file));
     }
-    for raw in inline {
-        let Some((name, yaml)) = raw.split_once('=') else {
-            bail!("--policy-yaml needs NAME=YAML");
-        };
+    for (name, yaml) in inline {
         accept(Policy::from_yaml(name, yaml));
     }
     if !allow.is_empty() {
@@ -149,8 +171,9 @@ mod tests {
     }
 
     #[test]
-    fn inline_policies_need_a_name() {
-        let error = load_policies(&[], &["no-equals-sign".into()], &[]).unwrap_err();
-        assert!(error.to_string().contains("NAME=YAML"));
+    fn inline_policies_keep_any_file_name() {
+        let inline = [("a=b.yaml".to_owned(), "version: 1\n".to_owned())];
+        let policy = load_policies(&[], &inline, &[]).unwrap();
+        assert!(!policy.name().is_empty(), "merged: {}", policy.name());
     }
 }

@@ -1,0 +1,131 @@
+//! What a run hands its proxy over the proxy container's attached stdin, before the proxy
+//! binds a listener: one JSON object on one line.
+//!
+//! Arguments and labels are visible to anyone who can `docker inspect`, and a policy's file
+//! name can hold any character (`a=b.yaml`), so what is the run's own — its policies, its
+//! pins, and anything secret — travels here instead. A warm proxy (one started before its run
+//! is known) waits on this line; it is the only input the proxy takes after its start.
+//! Both sides use this one type, so they cannot disagree about a field.
+
+use std::io::{self, BufRead, Read};
+
+use serde::{Deserialize, Serialize};
+
+/// The handoff line is refused past this many bytes: a policy is small (1 MiB at most).
+pub const MAX_HANDOFF_BYTES: u64 = 16 * 1024 * 1024;
+
+/// One policy given as YAML text, with the file name its diagnostics name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InlinePolicy {
+    /// Shown in diagnostics (`NAME:LINE:COL`), and the policy's default name.
+    pub file: String,
+    pub yaml: String,
+}
+
+/// Everything a run hands its proxy. Every field is optional; what is given here merges
+/// with the proxy's own flags (`-p`, `--allow`, `--resolve`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Handoff {
+    /// Policies as YAML text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<InlinePolicy>,
+    /// `HOST[:PORT]` allow flags, as `--allow`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// `NAME=IP` pins, as `--resolve`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolve: Vec<String>,
+    /// The run id written into every audit record (overrides `--run-id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// Why no handoff could be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    #[error("cannot read the run's configuration from stdin: {0}")]
+    Read(#[from] io::Error),
+    #[error("stdin closed before the run's configuration arrived")]
+    Closed,
+    #[error("the run's configuration on stdin is over {MAX_HANDOFF_BYTES} bytes")]
+    TooLarge,
+    #[error("the run's configuration on stdin is not valid: {0}")]
+    Invalid(#[from] serde_json::Error),
+}
+
+impl Handoff {
+    /// The handoff as the one line the proxy reads (with its newline).
+    pub fn to_line(&self) -> String {
+        let mut line = serde_json::to_string(self).expect("a Handoff always serialises");
+        line.push('\n');
+        line
+    }
+
+    /// Reads exactly one line from `input` (blocking until it arrives) and parses it.
+    pub fn read_line(input: impl Read) -> Result<Handoff, HandoffError> {
+        let mut reader = io::BufReader::new(input.take(MAX_HANDOFF_BYTES + 1));
+        let mut line = Vec::new();
+        reader.read_until(b'\n', &mut line)?;
+        if line.last() != Some(&b'\n') {
+            return Err(if line.len() as u64 > MAX_HANDOFF_BYTES {
+                HandoffError::TooLarge
+            } else {
+                HandoffError::Closed
+            });
+        }
+        Ok(serde_json::from_slice(&line)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handoff_survives_its_line_whatever_the_file_name() {
+        let handoff = Handoff {
+            policies: vec![InlinePolicy {
+                file: "a=b\nc.yaml".into(),
+                yaml: "version: 1\nallow:\n  - host: x.example\n".into(),
+            }],
+            allow: vec!["api.example.com:8443".into()],
+            resolve: vec!["api.example.com=203.0.113.5".into()],
+            run_id: Some("r-1".into()),
+        };
+        let line = handoff.to_line();
+        assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
+        assert_eq!(Handoff::read_line(line.as_bytes()).unwrap(), handoff);
+    }
+
+    #[test]
+    fn an_empty_object_is_an_empty_handoff() {
+        assert_eq!(
+            Handoff::read_line(&b"{}\n"[..]).unwrap(),
+            Handoff::default()
+        );
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_a_reason() {
+        assert!(matches!(
+            Handoff::read_line(&b""[..]),
+            Err(HandoffError::Closed)
+        ));
+        assert!(matches!(
+            Handoff::read_line(&b"{}"[..]),
+            Err(HandoffError::Closed)
+        ));
+        assert!(matches!(
+            Handoff::read_line(&b"{\"allw\":[]}\n"[..]),
+            Err(HandoffError::Invalid(_))
+        ));
+        let huge = vec![b' '; MAX_HANDOFF_BYTES as usize + 10];
+        assert!(matches!(
+            Handoff::read_line(&huge[..]),
+            Err(HandoffError::TooLarge)
+        ));
+    }
+}
