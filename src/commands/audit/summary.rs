@@ -6,16 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use egress_proxy::audit::AuditRecord;
 
-use crate::cli::{AuditArgs, AuditCommand};
 use crate::report::AuditTally;
 
-pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
-    match args.command {
-        AuditCommand::Summary { files } => summary(&files),
-    }
-}
-
-fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
+pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
     let mut tally = AuditTally::default();
     for path in files {
         let file =
