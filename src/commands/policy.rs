@@ -18,6 +18,18 @@ use crate::cli::{PolicyArgs, PolicyCommand};
 /// Exit status of `policy test` for a usage error.
 const USAGE_ERROR: u8 = 2;
 
+/// One line on stdout. Everything printed here may quote a policy file's text, its file
+/// name or a target someone pasted: control, bidi and separator characters are shown as
+/// visible escapes (`text::visible`), never raw.
+macro_rules! say {
+    ($($arg:tt)*) => { println!("{}", visible(&format!($($arg)*))) };
+}
+
+/// As [`say!`], on stderr.
+macro_rules! warn {
+    ($($arg:tt)*) => { eprintln!("{}", visible(&format!($($arg)*))) };
+}
+
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         PolicyCommand::Check { files } => Ok(check(&files)),
@@ -42,9 +54,9 @@ fn check(files: &[PathBuf]) -> ExitCode {
         match Policy::load(file) {
             Ok((policy, warnings)) => {
                 for warning in &warnings {
-                    println!("{warning}");
+                    say!("{warning}");
                 }
-                println!(
+                say!(
                     "{shown}: ok ({}, {}, {})",
                     count(policy.allow_count(), "allow rule"),
                     count(policy.deny_count(), "deny rule"),
@@ -54,11 +66,11 @@ fn check(files: &[PathBuf]) -> ExitCode {
             Err(error) => {
                 all_valid = false;
                 for diagnostic in &error.diagnostics {
-                    println!("{diagnostic}");
+                    say!("{diagnostic}");
                 }
                 let errors = error.diagnostics.iter().filter(|d| d.is_error()).count();
                 let warnings = error.diagnostics.len() - errors;
-                println!(
+                say!(
                     "{shown}: invalid ({}, {})",
                     count(errors, "error"),
                     count(warnings, "warning")
@@ -85,26 +97,21 @@ fn count(n: usize, noun: &str) -> String {
 /// stderr).
 fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &str) -> ExitCode {
     if files.is_empty() && allow.is_empty() {
-        eprintln!(
-            "egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]"
-        );
+        warn!("egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]");
         return ExitCode::from(USAGE_ERROR);
     }
     let shown_target = visible(raw_target);
     let (target, port, path) = match parse_test_target(raw_target) {
         Ok(parsed) => parsed,
         Err(message) => {
-            eprintln!("egress-sandbox: error: TARGET `{shown_target}`: {message}");
+            warn!("egress-sandbox: error: TARGET `{shown_target}`: {message}");
             return ExitCode::from(USAGE_ERROR);
         }
     };
     if let Some(method) = method
         && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()))
     {
-        eprintln!(
-            "egress-sandbox: error: METHOD `{}` is not an HTTP method (e.g. GET, POST)",
-            visible(method)
-        );
+        warn!("egress-sandbox: error: METHOD `{method}` is not an HTTP method (e.g. GET, POST)");
         return ExitCode::from(USAGE_ERROR);
     }
     let Some(set) = load_set(files, allow) else {
@@ -124,14 +131,12 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
     }
     print_decision(&set, &target, port, &decision);
     match &target {
-        Target::Name(_) if decision.verdict != Verdict::Block => println!(
+        Target::Name(_) if decision.verdict != Verdict::Block => say!(
             "  note: the name was not resolved; the proxy resolves it when connecting and refuses \
              private addresses (reason=private_address) unless a cidr rule covers them"
         ),
         Target::Ip(_) if checked_address => {
-            println!(
-                "  note: address checked against deny cidr rules and the private-address floor"
-            )
+            say!("  note: address checked against deny cidr rules and the private-address floor")
         }
         _ => {}
     }
@@ -152,7 +157,7 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
 /// Whether the proxy reads this target's requests in clear, and which credential it adds.
 fn print_inspection(set: &PolicySet, target: &Target, port: u16) {
     let Some(inspection) = set.inspection(target, port) else {
-        println!("  inspected: no (tunnelled as is; the proxy never sees its requests)");
+        say!("  inspected: no (tunnelled as is; the proxy never sees its requests)");
         return;
     };
     let why = match (inspection.credential.is_some(), inspection.restricted) {
@@ -160,13 +165,16 @@ fn print_inspection(set: &PolicySet, target: &Target, port: u16) {
         (true, false) => "a credential applies",
         _ => "method/path rules apply",
     };
-    println!(
+    say!(
         "  inspected: yes ({why}); TLS is terminated with the run CA and re-originated to the upstream, verified"
     );
     if let Some(credential) = inspection.credential {
-        println!(
+        say!(
             "  credential: secret {} sent as `{}: {}` (the client's own `{}` is dropped)",
-            credential.secret, credential.header, credential.value, credential.header
+            credential.secret,
+            credential.header,
+            credential.value,
+            credential.header
         );
     }
 }
@@ -182,16 +190,14 @@ fn print_request(set: &PolicySet, method: &str, path: &str, decision: &Decision)
         .rule
         .as_ref()
         .map_or_else(|| "-".to_owned(), ToString::to_string);
-    println!(
-        "request: {verdict}  {} {}  reason={}  rule={rule}",
-        visible(method),
-        visible(path),
+    say!(
+        "request: {verdict}  {method} {path}  reason={}  rule={rule}",
         decision.reason
     );
     if let Some(rule) = &decision.rule
         && let Some(text) = set.describe_rule(rule)
     {
-        println!("  {rule}: {text}");
+        say!("  {rule}: {text}");
     }
 }
 
@@ -206,7 +212,7 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
         .rule
         .as_ref()
         .map_or_else(|| "-".to_owned(), ToString::to_string);
-    println!(
+    say!(
         "{verdict}  {target}:{port}  reason={}  rule={rule}  policy={}",
         decision.reason,
         set.name()
@@ -214,10 +220,10 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
     if let Some(rule) = &decision.rule
         && let Some(text) = set.describe_rule(rule)
     {
-        println!("  {rule}: {text}");
+        say!("  {rule}: {text}");
     }
     if decision.verdict == Verdict::WouldBlock {
-        println!("  note: report mode: the proxy lets this through and records it as would_block");
+        say!("  note: report mode: the proxy lets this through and records it as would_block");
     }
 }
 
@@ -227,7 +233,7 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     let mut failed = false;
     let report = |diagnostics: &[Diagnostic]| {
         for diagnostic in diagnostics {
-            eprintln!("{diagnostic}");
+            warn!("{diagnostic}");
         }
     };
     for file in files {
@@ -256,7 +262,7 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     }
     let set = PolicySet::merge(policies);
     for conflict in set.credential_conflicts() {
-        eprintln!("egress-sandbox: error: {conflict}");
+        warn!("egress-sandbox: error: {conflict}");
     }
     Some(set)
 }

@@ -134,15 +134,27 @@ mod tests {
         assert_eq!(check_header_name("X-Totally-New").unwrap(), "x-totally-new");
         assert!(check_header_name("Host").unwrap_err().contains("frames"));
         assert!(check_header_name("Content-Length").is_err());
-        assert!(check_header_name("Bad Header").unwrap_err().contains("not a valid"));
+        assert!(
+            check_header_name("Bad Header")
+                .unwrap_err()
+                .contains("not a valid")
+        );
     }
 
     #[test]
     fn values_hold_the_one_placeholder_and_nothing_else() {
         assert!(check_value_template("Bearer {secret}").is_ok());
         assert!(check_value_template("{secret}").is_ok());
-        assert!(check_value_template("Bearer x").unwrap_err().contains("must hold"));
-        assert!(check_value_template("Bearer {key}{secret}").unwrap_err().contains("only placeholder"));
+        assert!(
+            check_value_template("Bearer x")
+                .unwrap_err()
+                .contains("must hold")
+        );
+        assert!(
+            check_value_template("Bearer {key}{secret}")
+                .unwrap_err()
+                .contains("only placeholder")
+        );
         assert!(check_value_template("{secret}}").is_err());
         assert!(check_value_template("Bearer {secret}\r\nX: y").is_err());
     }

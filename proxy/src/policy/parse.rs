@@ -11,9 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
-use super::credential::{
-    Credential, check_header_name, check_secret_name, check_value_template,
-};
+use super::credential::{Credential, check_header_name, check_secret_name, check_value_template};
 use super::host_pattern::{HostPattern, PatternUse, parse_host_pattern};
 use super::request::{RequestRules, parse_method, parse_path_pattern};
 use super::shadow::shadow_warnings;
@@ -636,14 +634,23 @@ fn build_request_rules(
     let mut ok = true;
     let mut rules = RequestRules::default();
     for (key, list, parse) in [
-        ("methods", methods, parse_method as fn(&str) -> Result<String, String>),
-        ("paths", paths, |raw: &str| parse_path_pattern(raw).map(|p| p.to_string())),
+        (
+            "methods",
+            methods,
+            parse_method as fn(&str) -> Result<String, String>,
+        ),
+        ("paths", paths, |raw: &str| {
+            parse_path_pattern(raw).map(|p| p.to_string())
+        }),
     ] {
         let Some(list) = list else { continue };
         if list.value.is_empty() {
             findings.error_at(
                 &list.referenced,
-                format!("{rule_name}: `{key}` is empty; omit it to allow every {}", &key[..key.len() - 1]),
+                format!(
+                    "{rule_name}: `{key}` is empty; omit it to allow every {}",
+                    &key[..key.len() - 1]
+                ),
             );
             ok = false;
             continue;
@@ -651,10 +658,9 @@ fn build_request_rules(
         let mut seen: Vec<String> = Vec::new();
         for item in &list.value {
             match parse(&item.value) {
-                Ok(value) if seen.contains(&value) => findings.warning_at(
-                    &item.referenced,
-                    format!("`{value}` is listed twice"),
-                ),
+                Ok(value) if seen.contains(&value) => {
+                    findings.warning_at(&item.referenced, format!("`{value}` is listed twice"))
+                }
                 Ok(value) => seen.push(value),
                 Err(message) => {
                     findings.error_at(&item.referenced, message);

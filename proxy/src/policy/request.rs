@@ -95,7 +95,10 @@ pub(crate) fn parse_method(raw: &str) -> Result<String, String> {
             "method `{shown}` is longer than {MAX_METHOD_BYTES} bytes"
         ));
     }
-    if !raw.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_') {
+    if !raw
+        .bytes()
+        .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_')
+    {
         return Err(format!(
             "`{shown}` is not an HTTP method (letters only, e.g. `GET`, `POST`)"
         ));
@@ -183,7 +186,9 @@ pub fn check_request_path(path: &str) -> Result<(), PathError> {
 /// The path part of a request target: everything before `?` (and `#`, which a client
 /// should not send; it is cut too).
 pub fn split_path(path_and_query: &str) -> &str {
-    let end = path_and_query.find(['?', '#']).unwrap_or(path_and_query.len());
+    let end = path_and_query
+        .find(['?', '#'])
+        .unwrap_or(path_and_query.len());
     &path_and_query[..end]
 }
 
@@ -328,7 +333,13 @@ mod tests {
         ] {
             assert_eq!(check_request_path(path), Err(expected), "{path}");
         }
-        for path in ["/", "/v1/models/", "/v1/a.b/..c/.d", "/v1/%41bc", "/v1/chat"] {
+        for path in [
+            "/",
+            "/v1/models/",
+            "/v1/a.b/..c/.d",
+            "/v1/%41bc",
+            "/v1/chat",
+        ] {
             assert_eq!(check_request_path(path), Ok(()), "{path}");
         }
     }
@@ -345,7 +356,11 @@ mod tests {
         assert_eq!(parse_method("POST").unwrap(), "POST");
         assert!(parse_method("post").unwrap_err().contains("`POST`"));
         assert!(parse_method("CONNECT").unwrap_err().contains("tunnel"));
-        assert!(parse_method("GE T").unwrap_err().contains("not an HTTP method"));
+        assert!(
+            parse_method("GE T")
+                .unwrap_err()
+                .contains("not an HTTP method")
+        );
         assert!(parse_method("").is_err());
         assert!(parse_method(&"A".repeat(40)).is_err());
     }

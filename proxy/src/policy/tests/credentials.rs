@@ -102,11 +102,15 @@ fn credential_errors_point_at_the_line_and_column() {
     }
     // A deny rule of the same policy refusing the host: not admitted either.
     assert_eq!(
-        error("version: 1\nallow:\n  - host: \"*.x.com\"\ndeny:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: K\n"),
+        error(
+            "version: 1\nallow:\n  - host: \"*.x.com\"\ndeny:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: K\n"
+        ),
         "test.yaml:7:5: error: credential for api.x.com:443: no allow rule of this policy admits it (denied)"
     );
     // A wildcard allow rule admits an exact credential host.
-    policy("version: 1\nallow:\n  - host: \"*.x.com\"\ncredentials:\n  - host: api.x.com\n    secret: K\n");
+    policy(
+        "version: 1\nallow:\n  - host: \"*.x.com\"\ncredentials:\n  - host: api.x.com\n    secret: K\n",
+    );
 }
 
 #[test]
@@ -141,7 +145,11 @@ fn method_and_path_errors_point_at_the_entry() {
             "test.yaml:4:14: error: allow[0]: `methods` and `paths` need a `host` rule, not a `cidr` rule",
         ),
     ] {
-        assert_eq!(error(&format!("version: 1\nallow:\n{rule}")), expected, "{rule}");
+        assert_eq!(
+            error(&format!("version: 1\nallow:\n{rule}")),
+            expected,
+            "{rule}"
+        );
     }
     assert_eq!(
         error("version: 1\ndeny:\n  - host: a.com\n    methods: [GET]\n"),
@@ -171,9 +179,18 @@ fn only_credential_hosts_and_restricted_hosts_are_inspected() {
 fn requests_are_judged_by_method_and_path() {
     let set = set(OPENAI);
     let allowed = (Verdict::Allow, Reason::Rule);
-    assert_eq!(request(&set, "api.openai.com", "POST", "/v1/chat/completions"), allowed);
-    assert_eq!(request(&set, "api.openai.com", "GET", "/v1/models/gpt-4o"), allowed);
-    assert_eq!(request(&set, "api.openai.com", "GET", "/v1/files/a/b"), allowed);
+    assert_eq!(
+        request(&set, "api.openai.com", "POST", "/v1/chat/completions"),
+        allowed
+    );
+    assert_eq!(
+        request(&set, "api.openai.com", "GET", "/v1/models/gpt-4o"),
+        allowed
+    );
+    assert_eq!(
+        request(&set, "api.openai.com", "GET", "/v1/files/a/b"),
+        allowed
+    );
     assert_eq!(
         request(&set, "api.openai.com", "DELETE", "/v1/chat/completions"),
         (Verdict::Block, Reason::MethodNotAllowed)
@@ -209,28 +226,40 @@ fn requests_are_judged_by_method_and_path() {
 
 #[test]
 fn a_wildcard_never_widens_an_exact_rule_with_methods() {
-    let set = set(
-        "version: 1\nallow:\n  - host: \"*.x.com\"\n  - host: api.x.com\n    methods: [GET]\n",
-    );
+    let set =
+        set("version: 1\nallow:\n  - host: \"*.x.com\"\n  - host: api.x.com\n    methods: [GET]\n");
     assert_eq!(
         request(&set, "api.x.com", "POST", "/"),
         (Verdict::Block, Reason::MethodNotAllowed)
     );
-    assert_eq!(request(&set, "other.x.com", "POST", "/"), (Verdict::Allow, Reason::Rule));
+    assert_eq!(
+        request(&set, "other.x.com", "POST", "/"),
+        (Verdict::Allow, Reason::Rule)
+    );
     // The exact rule is not reported as covered by the wildcard.
     assert!(
-        warnings("version: 1\nallow:\n  - host: \"*.x.com\"\n  - host: api.x.com\n    methods: [GET]\n")
-            .is_empty()
+        warnings(
+            "version: 1\nallow:\n  - host: \"*.x.com\"\n  - host: api.x.com\n    methods: [GET]\n"
+        )
+        .is_empty()
     );
 }
 
 #[test]
 fn merged_rules_for_one_host_are_a_union() {
     let narrow = policy("version: 1\nname: a\nallow:\n  - host: api.x.com\n    methods: [GET]\n");
-    let other = policy("version: 1\nname: b\nallow:\n  - host: api.x.com\n    methods: [POST]\n    paths: [\"/v1/*\"]\n");
+    let other = policy(
+        "version: 1\nname: b\nallow:\n  - host: api.x.com\n    methods: [POST]\n    paths: [\"/v1/*\"]\n",
+    );
     let set = PolicySet::merge(vec![narrow, other]);
-    assert_eq!(request(&set, "api.x.com", "GET", "/any"), (Verdict::Allow, Reason::Rule));
-    assert_eq!(request(&set, "api.x.com", "POST", "/v1/a"), (Verdict::Allow, Reason::Rule));
+    assert_eq!(
+        request(&set, "api.x.com", "GET", "/any"),
+        (Verdict::Allow, Reason::Rule)
+    );
+    assert_eq!(
+        request(&set, "api.x.com", "POST", "/v1/a"),
+        (Verdict::Allow, Reason::Rule)
+    );
     assert_eq!(
         request(&set, "api.x.com", "POST", "/v2/a"),
         (Verdict::Block, Reason::PathNotAllowed)
@@ -252,10 +281,20 @@ fn report_mode_lets_method_and_path_refusals_through_but_not_bad_paths() {
 
 #[test]
 fn disagreeing_credentials_of_merged_policies_are_a_conflict() {
-    let a = policy("version: 1\nname: a\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: K\n");
-    let same = policy("version: 1\nname: b\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: K\n");
-    let other = policy("version: 1\nname: c\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: L\n");
-    assert!(PolicySet::merge(vec![a.clone(), same]).credential_conflicts().is_empty());
+    let a = policy(
+        "version: 1\nname: a\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: K\n",
+    );
+    let same = policy(
+        "version: 1\nname: b\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: K\n",
+    );
+    let other = policy(
+        "version: 1\nname: c\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: L\n",
+    );
+    assert!(
+        PolicySet::merge(vec![a.clone(), same])
+            .credential_conflicts()
+            .is_empty()
+    );
     let conflicts = PolicySet::merge(vec![a, other]);
     assert_eq!(
         conflicts.credential_conflicts(),
