@@ -54,8 +54,8 @@ use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
+use super::tally::{AttemptCounts, AuditCounts, AuditTally, RefusalGroup};
 use super::teardown::Teardown;
-use crate::report::{AttemptCounts, AuditTally, RefusalGroup};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -115,8 +115,13 @@ pub struct RunOutcome {
     pub policy: String,
     pub output: OutputStats,
     pub attempts: AttemptCounts,
-    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first.
+    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
+    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
     pub blocked: Vec<RefusalGroup>,
+    /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
+    pub blocked_more: u64,
+    /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
+    pub audit: AuditCounts,
     /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
     pub teardown_errors: Vec<String>,
 }
@@ -402,6 +407,7 @@ impl Run<'_> {
         };
         let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
         tracing::debug!("proxy stopped, containers and network removed");
+        let refusals = tally.refusals();
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
             status,
@@ -412,7 +418,9 @@ impl Run<'_> {
             policy: self.spec.policy_name().to_string(),
             output,
             attempts: tally.attempts,
-            blocked: tally.refusals(),
+            blocked: refusals.groups,
+            blocked_more: refusals.more,
+            audit: tally.audit(),
             teardown_errors: Vec::new(),
         })
     }
@@ -679,6 +687,8 @@ impl Run<'_> {
             output: OutputStats::default(),
             attempts: AttemptCounts::default(),
             blocked: Vec::new(),
+            blocked_more: 0,
+            audit: AuditCounts::default(),
             teardown_errors: Vec::new(),
         }
     }
