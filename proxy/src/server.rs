@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::audit::{Attempt, AuditCounts, AuditSink, Kind, Outcome};
 use crate::config::ProxyConfig;
 use crate::policy::Reason;
-use crate::shared::{Door, Shared};
+use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 #[derive(Debug, thiserror::Error)]
@@ -261,7 +261,7 @@ async fn accept_loop(
                     door,
                     shared,
                     task_shutdown,
-                    permit,
+                    ConnectionSlot::new(permit),
                 ));
             }
             Err(_) => {
@@ -283,12 +283,12 @@ async fn serve_connection(
     door: Door,
     shared: Arc<Shared>,
     shutdown: Shutdown,
-    _permit: OwnedSemaphorePermit,
+    slot: ConnectionSlot,
 ) {
     match door {
-        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown).await,
+        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown, slot).await,
         Door::Transparent { port } => {
-            crate::transparent::serve(stream, client, port, shared, shutdown).await;
+            crate::transparent::serve(stream, client, port, shared, shutdown, slot).await;
         }
     }
 }
