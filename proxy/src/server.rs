@@ -73,10 +73,10 @@ impl BoundProxy {
                 _ => return Err(ProxyError::DnsAnswer(listen)),
             },
         };
-        let explicit = bind_tcp(config.listen).await?;
+        let explicit = bind_tcp(config.listen)?;
         let mut transparent = Vec::new();
         for addr in &config.transparent_listen {
-            transparent.push(bind_tcp(*addr).await?);
+            transparent.push(bind_tcp(*addr)?);
         }
         let dns = match config.dns_listen {
             Some(addr) => Some(bind_dns(addr).await?),
@@ -208,7 +208,7 @@ async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyErr
         let bound = udp
             .local_addr()
             .map_err(|source| ProxyError::Bind { addr, source })?;
-        match bind_tcp(bound).await {
+        match bind_tcp(bound) {
             Ok(tcp) => return Ok((udp, tcp)),
             Err(error) => last = Some(error),
         }
@@ -216,10 +216,8 @@ async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyErr
     Err(last.expect("at least one attempt"))
 }
 
-async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ProxyError::Bind { addr, source })
+fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    crate::listen::tcp_listener(addr).map_err(|source| ProxyError::Bind { addr, source })
 }
 
 fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ProxyError> {
