@@ -3,8 +3,8 @@
 //! ```text
 //! connect ─┬─ proxy image ──────┐
 //!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → attach → start → connect egress, ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ───────────────────────────────┴─ start sandbox
+//!          ├─ egress network ───┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
@@ -47,7 +47,7 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, ProxyOutput};
-use super::container::{Gate, proxy_body, sandbox_body};
+use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
@@ -134,6 +134,11 @@ pub enum RunError {
     ProxyNotReady { detail: String },
     #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
     ProxyReadyTimeout,
+    #[error("cannot hand the run's configuration to the proxy: {source}")]
+    Handoff {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot signal the sandbox's gate: {source}")]
     Gate {
         #[source]
@@ -476,14 +481,7 @@ impl Run<'_> {
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(
-            self.spec,
-            image,
-            &self.names.network,
-            subnet,
-            &self.names.id,
-            &self.labels,
-        );
+        let body = proxy_body(image, &self.names.network, subnet, &self.labels);
         self.teardown.track_container(name);
         self.teardown
             .complete(
@@ -494,8 +492,8 @@ impl Run<'_> {
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
-        let frames = engine
-            .attach_output(name)
+        let (frames, mut stdin) = engine
+            .attach_with_stdin(name)
             .await
             .map_err(docker_step("attach to the proxy"))?;
         let mut proxy = audit_trail::spawn_reader(frames, audit_log);
@@ -504,6 +502,18 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
+        // The run's own configuration goes over stdin, never into arguments (visible to
+        // `docker inspect`); the proxy reads this one line before it binds anything.
+        {
+            use tokio::io::AsyncWriteExt;
+            let line = proxy_handoff(self.spec, &self.names.id).to_line();
+            stdin
+                .write_all(line.as_bytes())
+                .await
+                .and(stdin.shutdown().await)
+                .map_err(|source| RunError::Handoff { source })?;
+        }
+        tracing::debug!("handoff written to the proxy");
         // Connected after the start rather than before: a start with one network is
         // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
         // comes meanwhile. The gate opens only after both, so the command never runs

@@ -1,8 +1,4 @@
 //! `egress-sandbox audit summary FILE...`: refused attempts grouped by host, port and reason.
-//! `audit export` and `audit report` live in their own modules.
-
-mod export;
-mod html;
 
 use std::io::BufRead;
 use std::process::ExitCode;
@@ -10,18 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use egress_proxy::audit::AuditRecord;
 
-use crate::cli::{AuditArgs, AuditCommand};
 use crate::report::AuditTally;
 
-pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
-    match args.command {
-        AuditCommand::Summary { files } => summary(&files),
-        AuditCommand::Export { format, files } => export::export(format, &files),
-        AuditCommand::Report { html, files } => html::report(&html, &files),
-    }
-}
-
-fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
+pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
     let mut tally = AuditTally::default();
     for path in files {
         let file =
@@ -75,16 +62,4 @@ fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One warning on stderr per line of the logs that is not an audit record.
-fn warn_skipped(log: &crate::audit_tools::log::AuditLog) {
-    for skipped in &log.skipped {
-        eprintln!(
-            "egress-sandbox: warning: {}:{}: {}; skipped",
-            skipped.file.display(),
-            skipped.line,
-            egress_proxy::text::visible(&skipped.why)
-        );
-    }
 }
