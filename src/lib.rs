@@ -18,3 +18,4 @@ pub mod commands;
 pub mod logging;
 pub mod report;
 pub mod sandbox;
+pub mod secret_flags;

@@ -31,6 +31,8 @@ pub struct ProxyConfig {
     /// Where unpinned names are resolved.
     pub upstream_dns: Upstream,
     pub limits: ProxyLimits,
+    /// Secret values, upstream CAs and the run CA's lifetime, for inspected hosts.
+    pub credentials: crate::secrets::CredentialConfig,
 }
 
 /// Bounds on everything that happens before a tunnel or request is established. After it,
@@ -99,6 +101,7 @@ impl ProxyConfig {
             pins: Vec::new(),
             upstream_dns: Upstream::System,
             limits: ProxyLimits::default(),
+            credentials: crate::secrets::CredentialConfig::default(),
         }
     }
 }

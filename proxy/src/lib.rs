@@ -52,6 +52,7 @@
 
 pub mod audit;
 mod body;
+pub mod ca;
 pub mod config;
 pub mod connect;
 pub mod dns;
@@ -59,12 +60,14 @@ pub mod floor;
 pub mod gate;
 pub mod handoff;
 pub mod http;
+pub mod inspect;
 pub mod listen;
 pub mod policy;
 mod pool;
 pub mod refusal;
 pub mod relay;
 pub mod resolve;
+pub mod secrets;
 pub mod server;
 mod shared;
 pub mod shutdown;
@@ -73,6 +76,7 @@ pub mod splice;
 pub mod target;
 pub mod text;
 pub mod transparent;
+pub mod upstream;
 
 pub use config::{ProxyConfig, ProxyLimits};
 pub use server::{BoundProxy, LocalAddrs, Proxy, ProxyError, RunningProxy};

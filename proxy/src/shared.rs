@@ -22,12 +22,18 @@ pub(crate) struct Shared {
     /// The address the DNS responder answers allowed names with, if it runs.
     pub dns_answer: Option<Ipv4Addr>,
     pub pool: UpstreamPool,
+    /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
+    pub inspect: Option<crate::inspect::Inspector>,
 }
 
 impl Shared {
     /// Starts the audit writer and builds the gate from `config`. Fails only when the audit
     /// destination cannot be opened.
-    pub fn new(config: ProxyConfig, dns_answer: Option<Ipv4Addr>) -> std::io::Result<Shared> {
+    pub fn new(
+        config: ProxyConfig,
+        dns_answer: Option<Ipv4Addr>,
+        inspect: Option<crate::inspect::Inspector>,
+    ) -> std::io::Result<Shared> {
         let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())?;
         let resolver = Resolver::new(
             config.pins,
@@ -48,6 +54,7 @@ impl Shared {
             ),
             limits: config.limits,
             dns_answer,
+            inspect,
         })
     }
 }
