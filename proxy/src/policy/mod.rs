@@ -16,6 +16,7 @@
 //! - `flags`: `--allow HOST[:PORT]` → a policy named `cli`.
 //! - `set`: [`PolicySet`], the merged, suffix-indexed matcher.
 //! - `diagnostic`: `FILE:LINE:COL: error: message`.
+//! - `within`: `policy check --within UPPER`: allow rules that reach beyond an upper policy.
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,11 +33,13 @@ mod set;
 mod shadow;
 #[cfg(test)]
 mod tests;
+mod within;
 
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{HostPattern, SHARED_HOSTING};
 pub use parse::{MAX_POLICY_BYTES, parse_duration, parse_size_value};
 pub use set::PolicySet;
+pub use within::check_within;
 
 /// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
