@@ -46,10 +46,10 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::events::{AuditTee, RunEvent};
-use super::gate_signal::{self, GateSetup};
 use super::container::{Gate, proxy_body, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
+use super::events::{AuditTee, RunEvent};
+use super::gate_signal::{self, GateSetup};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};

@@ -360,7 +360,8 @@ impl RunSpecBuilder {
         }
         let mut files_bytes = 0u64;
         for file in &self.files {
-            task_files::check_path(&file.path).map_err(|reason| invalid("files", &file.path, reason))?;
+            task_files::check_path(&file.path)
+                .map_err(|reason| invalid("files", &file.path, reason))?;
             files_bytes += file.contents.len() as u64;
         }
         let files_limit = limits.tmp.min(task_files::MAX_TASK_FILES_BYTES);

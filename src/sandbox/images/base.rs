@@ -305,7 +305,9 @@ async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
         .from_src("-")
         .repo(repo)
         .tag(tag)
-        .message(&format!("egress-sandbox base: debootstrap --variant=minbase bookworm + {PACKAGES}"))
+        .message(&format!(
+            "egress-sandbox base: debootstrap --variant=minbase bookworm + {PACKAGES}"
+        ))
         .changes(vec![
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             "ENV LANG=C.UTF-8".into(),
