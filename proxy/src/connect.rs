@@ -18,10 +18,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome};
-use crate::http::{ProxyBody, refusal_response};
+use crate::body::ProxyBody;
 use crate::policy::{Reason, SniCheck};
+use crate::refusal::refusal_response;
 use crate::relay::{Transferred, relay};
-use crate::server::{Shared, Shutdown};
+use crate::shared::Shared;
+use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 

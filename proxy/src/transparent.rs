@@ -13,10 +13,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome};
-use crate::http::Door;
 use crate::policy::Reason;
 use crate::relay::{Transferred, relay};
-use crate::server::{Shared, Shutdown};
+use crate::shared::{Door, Shared};
+use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 

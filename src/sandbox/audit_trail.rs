@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::docker::LogOutput;
-use crate::report::AuditTally;
+use super::tally::AuditTally;
 
 /// A line longer than this is not a record the proxy writes; it is dropped.
 const MAX_LINE: usize = 1 << 20;

@@ -13,6 +13,8 @@ use bollard::models::{
     Mount as DockerMount, MountType, NetworkingConfig, ResourcesUlimits,
 };
 
+use egress_proxy::handoff::{Handoff, InlinePolicy};
+
 use super::network::RunSubnet;
 use super::spec::{RunLimits, RunSpec};
 
@@ -80,10 +82,13 @@ fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
 }
 
 /// The proxy's arguments (api-run.md): it listens on its run-network address only. The
-/// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it.
-pub fn proxy_command(spec: &RunSpec, subnet: RunSubnet, run_id: &str) -> Vec<String> {
+/// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it. What is the
+/// run's own (policies, allow flags, pins, run id) is not here: arguments are visible to
+/// anyone who can `docker inspect`, and a policy file name may hold any character, so it
+/// travels over stdin as the [`proxy_handoff`] line (`--config-stdin`).
+pub fn proxy_command(subnet: RunSubnet) -> Vec<String> {
     let ip = subnet.proxy();
-    let mut cmd = vec![
+    vec![
         "--listen".to_string(),
         format!("{ip}:{PROXY_PORT}"),
         "--dns-listen".into(),
@@ -92,35 +97,40 @@ pub fn proxy_command(spec: &RunSpec, subnet: RunSubnet, run_id: &str) -> Vec<Str
         format!("{ip}:443"),
         "--transparent-listen".into(),
         format!("{ip}:80"),
-        "--run-id".into(),
-        run_id.to_string(),
         "--audit-log".into(),
         "-".into(),
-    ];
-    for policy in &spec.policies {
-        cmd.push("--policy-yaml".into());
-        cmd.push(format!("{}={}", policy.file_name, policy.yaml));
-    }
-    for allow in &spec.allow {
-        cmd.push("--allow".into());
-        cmd.push(allow.clone());
-    }
-    for (name, ip) in &spec.resolve {
-        cmd.push("--resolve".into());
-        cmd.push(format!("{name}={ip}"));
-    }
-    cmd
+        "--config-stdin".into(),
+    ]
+}
+
+/// What the run hands its proxy over the proxy container's stdin before it binds.
+pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
+    let mut handoff = Handoff::default();
+    handoff.policies = spec
+        .policies
+        .iter()
+        .map(|policy| InlinePolicy {
+            file: policy.file_name.clone(),
+            yaml: policy.yaml.clone(),
+        })
+        .collect();
+    handoff.allow = spec.allow.clone();
+    handoff.resolve = spec
+        .resolve
+        .iter()
+        .map(|(name, ip)| format!("{name}={ip}"))
+        .collect();
+    handoff.run_id = Some(run_id.to_string());
+    handoff
 }
 
 /// The proxy container: on the run network at `.2`; the egress network is connected
 /// right after start, before the sandbox's gate opens (API 1.41 takes only one network at
 /// create, and a start with one network is the cheaper one).
 pub fn proxy_body(
-    spec: &RunSpec,
     image: &str,
     network: &str,
     subnet: RunSubnet,
-    run_id: &str,
     labels: &HashMap<String, String>,
 ) -> ContainerCreateBody {
     let mut host = hardened_host_config(network);
@@ -135,11 +145,15 @@ pub fn proxy_body(
         .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
     ContainerCreateBody {
         image: Some(image.to_string()),
-        cmd: Some(proxy_command(spec, subnet, run_id)),
+        cmd: Some(proxy_command(subnet)),
         user: Some(NOBODY.into()),
         env: Some(Vec::new()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
+        // The handoff line arrives here; closed after it.
+        attach_stdin: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
         labels: Some(labels.clone()),
         host_config: Some(host),
         networking_config: Some(endpoint(network, subnet.proxy())),
@@ -396,25 +410,36 @@ mod tests {
     }
 
     #[test]
-    fn proxy_listens_on_its_run_address_only() {
-        let cmd = proxy_command(&spec(), subnet(), "r-00000001");
+    fn proxy_listens_on_its_run_address_only_and_takes_the_run_over_stdin() {
+        let cmd = proxy_command(subnet());
         let joined = cmd.join(" ");
         assert!(joined.starts_with("--listen 10.213.0.10:3128 --dns-listen 10.213.0.10:53"));
         assert!(joined.contains("--transparent-listen 10.213.0.10:443"));
-        assert!(joined.contains("--run-id r-00000001 --audit-log -"));
-        assert!(joined.ends_with("--allow api.example.com"));
-        let body = proxy_body(
-            &spec(),
-            "proxy:1",
-            "net",
-            subnet(),
-            "r-00000001",
-            &HashMap::new(),
-        );
+        assert!(joined.ends_with("--audit-log - --config-stdin"));
+        let body = proxy_body("proxy:1", "net", subnet(), &HashMap::new());
         assert_eq!(body.user.as_deref(), Some("65534:65534"));
         assert_eq!(body.env, Some(Vec::new()));
+        assert_eq!(body.open_stdin, Some(true));
+        assert_eq!(body.stdin_once, Some(true));
         let host = body.host_config.unwrap();
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+    }
+
+    #[test]
+    fn the_handoff_carries_policies_allow_flags_pins_and_the_run_id() {
+        let spec = RunSpec::builder(["true"])
+            .policy_yaml("a=b.yaml", "version: 1\nallow:\n  - host: x.example\n")
+            .allow("api.example.com")
+            .resolve("api.example.com", "203.0.113.5".parse().unwrap())
+            .build()
+            .unwrap();
+        let handoff = proxy_handoff(&spec, "r-00000001");
+        assert_eq!(handoff.policies.len(), 1);
+        assert_eq!(handoff.policies[0].file, "a=b.yaml");
+        assert!(handoff.policies[0].yaml.contains("x.example"));
+        assert_eq!(handoff.allow, ["api.example.com"]);
+        assert_eq!(handoff.resolve, ["api.example.com=203.0.113.5"]);
+        assert_eq!(handoff.run_id.as_deref(), Some("r-00000001"));
     }
 }

@@ -14,6 +14,8 @@
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - [`audit_trail`]: the proxy's ready line and audit records, read through attach.
 //! - [`task_files`]: files handed to a run, written under /task by the gate.
+//! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
+//!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - [`teardown`]: owns every object of a run and removes it on every path.
 //! - [`run`]: the lifecycle itself — [`run::run`] / [`run::run_until`] → [`run::RunOutcome`].
 //! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files).
@@ -32,6 +34,7 @@ pub mod network;
 pub mod output;
 pub mod run;
 pub mod spec;
+pub mod tally;
 pub mod task_files;
 pub mod teardown;
 

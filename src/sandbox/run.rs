@@ -3,8 +3,8 @@
 //! ```text
 //! connect ─┬─ proxy image ──────┐
 //!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → attach → start → connect egress, ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ───────────────────────────────┴─ start sandbox
+//!          ├─ egress network ───┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
@@ -46,7 +46,7 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::container::{Gate, proxy_body, sandbox_body};
+use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
 use super::events::{AuditTee, RunEvent};
 use super::gate_signal::{self, GateSetup};
@@ -55,8 +55,8 @@ use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
+use super::tally::{AttemptCounts, AuditCounts, AuditTally, RefusalGroup};
 use super::teardown::Teardown;
-use crate::report::{AttemptCounts, AuditTally, RefusalGroup};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -110,8 +110,13 @@ pub struct RunOutcome {
     pub policy: String,
     pub output: OutputStats,
     pub attempts: AttemptCounts,
-    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first.
+    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
+    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
     pub blocked: Vec<RefusalGroup>,
+    /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
+    pub blocked_more: u64,
+    /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
+    pub audit: AuditCounts,
     /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
     pub teardown_errors: Vec<String>,
 }
@@ -135,6 +140,11 @@ pub enum RunError {
     ProxyNotReady { detail: String },
     #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
     ProxyReadyTimeout,
+    #[error("cannot hand the run's configuration to the proxy: {source}")]
+    Handoff {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot signal the sandbox's gate: {source}")]
     Gate {
         #[source]
@@ -430,6 +440,7 @@ impl Run<'_> {
         let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
         drop(forward_input);
         tracing::debug!("proxy stopped, containers and network removed");
+        let refusals = tally.refusals();
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
             status,
@@ -440,7 +451,9 @@ impl Run<'_> {
             policy: self.spec.policy_name().to_string(),
             output,
             attempts: tally.attempts,
-            blocked: tally.refusals(),
+            blocked: refusals.groups,
+            blocked_more: refusals.more,
+            audit: tally.audit(),
             teardown_errors: Vec::new(),
         })
     }
@@ -524,14 +537,7 @@ impl Run<'_> {
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(
-            self.spec,
-            image,
-            &self.names.network,
-            subnet,
-            &self.names.id,
-            &self.labels,
-        );
+        let body = proxy_body(image, &self.names.network, subnet, &self.labels);
         self.teardown.track_container(name);
         self.teardown
             .complete(
@@ -542,8 +548,8 @@ impl Run<'_> {
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
-        let frames = engine
-            .attach_output(name)
+        let (frames, mut stdin) = engine
+            .attach_with_stdin(name)
             .await
             .map_err(docker_step("attach to the proxy"))?;
         let mut proxy = audit_trail::spawn_reader(frames, audit_log);
@@ -552,6 +558,18 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
+        // The run's own configuration goes over stdin, never into arguments (visible to
+        // `docker inspect`); the proxy reads this one line before it binds anything.
+        {
+            use tokio::io::AsyncWriteExt;
+            let line = proxy_handoff(self.spec, &self.names.id).to_line();
+            stdin
+                .write_all(line.as_bytes())
+                .await
+                .and(stdin.shutdown().await)
+                .map_err(|source| RunError::Handoff { source })?;
+        }
+        tracing::debug!("handoff written to the proxy");
         // Connected after the start rather than before: a start with one network is
         // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
         // comes meanwhile. The gate opens only after both, so the command never runs
@@ -686,6 +704,8 @@ impl Run<'_> {
             output: OutputStats::default(),
             attempts: AttemptCounts::default(),
             blocked: Vec::new(),
+            blocked_more: 0,
+            audit: AuditCounts::default(),
             teardown_errors: Vec::new(),
         }
     }

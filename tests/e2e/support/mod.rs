@@ -4,7 +4,7 @@ pub mod docker;
 pub mod run;
 pub mod servers;
 
-pub use docker::{TestNetwork, assert_nothing_left, leftovers, objects_owned_by};
+pub use docker::{TestNetwork, assert_nothing_left, docker_ok, leftovers, objects_owned_by};
 pub use run::{Finished, Run, RunningRun};
 pub use servers::{Canary, Upstream};
 
