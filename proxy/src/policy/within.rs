@@ -16,13 +16,17 @@
 //! resolve into them at connect time, which no static check can know; they are compared
 //! with the checked policy's CIDR rules only.
 //!
+//! An UPPER host rule restricted to some `methods:`/`paths:` covers only a rule restricted
+//! to a subset of them.
+//!
 //! Beyond rules: a policy in `mode: report` lets through what its allowlist refuses, and
 //! `tls: {sni: off}` stops checking that a tunnel's SNI is the name allowed; under an UPPER
 //! that does neither, both are errors (at line 1: the policy does not keep their position).
 
 use ipnet::IpNet;
 
-use super::{Diagnostic, Mode, Policy, PortSet, Rule, RuleTarget, SniCheck};
+use super::request::{PathPattern, PathTail};
+use super::{Diagnostic, Mode, Policy, PortSet, RequestRules, Rule, RuleTarget, SniCheck};
 
 /// Every way `policy` reaches beyond `upper`, as error diagnostics in `file` (the checked
 /// policy's name as shown), in rule order. `upper_file` names UPPER in the messages.
@@ -60,7 +64,7 @@ pub fn check_within(
         let uncovered: Vec<u16> = ports
             .iter()
             .copied()
-            .filter(|&port| !allowed_by(upper, &rule.target, port))
+            .filter(|&port| !allowed_by(upper, &rule.target, &rule.request, port))
             .collect();
         if !uncovered.is_empty() {
             let what = if uncovered.len() == ports.len() {
@@ -100,11 +104,13 @@ fn join(ports: &[u16]) -> String {
 }
 
 /// UPPER's allow rules together cover all of `target` on `port`.
-fn allowed_by(upper: &Policy, target: &RuleTarget, port: u16) -> bool {
+fn allowed_by(upper: &Policy, target: &RuleTarget, request: &RequestRules, port: u16) -> bool {
     let on_port = upper.allow.iter().filter(|rule| rule.ports.contains(port));
     match target {
-        RuleTarget::Host(pattern) => on_port.into_iter().any(|rule| match &rule.target {
-            RuleTarget::Host(theirs) => pattern.is_covered_by(theirs),
+        RuleTarget::Host(pattern) => on_port.into_iter().any(|theirs| match &theirs.target {
+            RuleTarget::Host(their_pattern) => {
+                pattern.is_covered_by(their_pattern) && requests_within(request, &theirs.request)
+            }
             RuleTarget::Cidr(_) => false,
         }),
         RuleTarget::Cidr(net) => {
@@ -116,6 +122,36 @@ fn allowed_by(upper: &Policy, target: &RuleTarget, port: u16) -> bool {
                 .collect();
             net_covered_by_union(*net, &nets)
         }
+    }
+}
+
+/// Every request `mine` admits, `theirs` admits too (`methods:` and `paths:` of an allow
+/// rule; not restricted = everything).
+fn requests_within(mine: &RequestRules, theirs: &RequestRules) -> bool {
+    let methods = match (&mine.methods, &theirs.methods) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(mine), Some(theirs)) => mine.iter().all(|m| theirs.contains(m)),
+    };
+    let paths = match (&mine.paths, &theirs.paths) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(mine), Some(theirs)) => mine
+            .iter()
+            .all(|path| theirs.iter().any(|their| path_within(path, their))),
+    };
+    methods && paths
+}
+
+/// Every path `mine` matches, `theirs` matches.
+fn path_within(mine: &PathPattern, theirs: &PathPattern) -> bool {
+    match (&mine.tail, &theirs.tail) {
+        (PathTail::Exact, _) => theirs.matches(&mine.prefix),
+        (PathTail::OneSegment, PathTail::OneSegment) => mine.prefix == theirs.prefix,
+        (PathTail::OneSegment | PathTail::AnyDepth, PathTail::AnyDepth) => {
+            mine.prefix.starts_with(theirs.prefix.as_str())
+        }
+        (PathTail::AnyDepth, _) | (PathTail::OneSegment, PathTail::Exact) => false,
     }
 }
 

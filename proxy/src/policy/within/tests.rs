@@ -177,3 +177,36 @@ fn union_coverage_of_nets() {
     assert!(net_covered_by_union(net("10.0.0.5/32"), &quarters));
     assert!(!net_covered_by_union(net("::/0"), &quarters));
 }
+
+#[test]
+fn request_rules_of_upper_bound_the_child() {
+    let upper = "version: 1\nallow:\n  - host: api.example.com\n    methods: [GET, POST]\n    paths: [/v1/**, /health]\n";
+    let check = |child: &str| {
+        let (upper, _) = Policy::from_yaml("upper.yaml", upper).unwrap();
+        let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+        check_within("child.yaml", &policy, "upper.yaml", &upper).len()
+    };
+    let rule = |extra: &str| format!("version: 1\nallow:\n  - host: api.example.com\n{extra}");
+    assert_eq!(
+        check(&rule(
+            "    methods: [GET]\n    paths: [/v1/models/*, /health]\n"
+        )),
+        0
+    );
+    assert_eq!(check(&rule("    methods: [GET]\n    paths: [/v1/**]\n")), 0);
+    assert_eq!(
+        check(&rule("")),
+        1,
+        "unrestricted is more than UPPER allows"
+    );
+    assert_eq!(
+        check(&rule("    methods: [GET, DELETE]\n    paths: [/v1/**]\n")),
+        1
+    );
+    assert_eq!(check(&rule("    methods: [GET]\n    paths: [/**]\n")), 1);
+    assert_eq!(
+        check(&rule("    methods: [GET]\n")),
+        1,
+        "paths unrestricted"
+    );
+}
