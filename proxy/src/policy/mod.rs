@@ -35,7 +35,7 @@ mod tests;
 
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{HostPattern, SHARED_HOSTING};
-pub use parse::{MAX_POLICY_BYTES, parse_duration, parse_size_value};
+pub use parse::MAX_POLICY_BYTES;
 pub use set::PolicySet;
 
 /// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
