@@ -84,6 +84,11 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
             "egress-sandbox: interrupted (exit {}) after {after}",
             outcome.exit_code
         ),
+        RunStatus::ProxyFailed => format!(
+            "egress-sandbox: the proxy stopped during the run; the sandbox was killed (exit {}) \
+             after {after}; attempts after the proxy stopped were not recorded",
+            outcome.exit_code
+        ),
     };
     let refused = outcome.attempts.refused();
     let label = match (outcome.attempts.blocked, outcome.attempts.would_block) {

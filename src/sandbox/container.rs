@@ -51,6 +51,15 @@ fn hardened_host_config(network: &str) -> HostConfig {
                 "net.ipv6.conf.default.disable_ipv6".to_string(),
                 "1".to_string(),
             ),
+            // Neither container routes for anyone: the proxy sits on two networks, and a
+            // sandbox must not become a router for a neighbour. (Writing ip_forward also
+            // sets the default for interfaces added later, as the proxy's egress leg.)
+            ("net.ipv4.ip_forward".to_string(), "0".to_string()),
+            ("net.ipv6.conf.all.forwarding".to_string(), "0".to_string()),
+            (
+                "net.ipv6.conf.default.forwarding".to_string(),
+                "0".to_string(),
+            ),
         ])),
         privileged: Some(false),
         publish_all_ports: Some(false),
@@ -73,12 +82,16 @@ fn endpoint(network: &str, address: std::net::Ipv4Addr) -> NetworkingConfig {
     }
 }
 
-fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
-    vec![ResourcesUlimits {
-        name: Some("nofile".into()),
+fn ulimit(name: &str, limit: i64) -> ResourcesUlimits {
+    ResourcesUlimits {
+        name: Some(name.into()),
         soft: Some(limit),
         hard: Some(limit),
-    }]
+    }
+}
+
+fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
+    vec![ulimit("nofile", limit)]
 }
 
 /// The proxy's arguments (api-run.md): it listens on its run-network address only. The
@@ -198,12 +211,31 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
     host.memory_swap = Some(memory as i64);
     host.pids_limit = Some(pids as i64);
     host.nano_cpus = Some((cpus * 1e9).round() as i64);
-    host.ulimits = Some(nofile(SANDBOX_NOFILE));
+    // No POSIX message queue memory: mq_open works on the IPC namespace whatever is
+    // mounted at /dev/mqueue, and the limit's accounting is per uid (65534 for every run).
+    host.ulimits = Some(vec![
+        ulimit("nofile", SANDBOX_NOFILE),
+        ulimit("msgqueue", 0),
+    ]);
     host.init = Some(true);
-    host.tmpfs = Some(HashMap::from([(
-        "/tmp".to_string(),
-        format!("rw,nosuid,nodev,size={tmp},mode=1777"),
-    )]));
+    // The writable places: /tmp and /dev/shm, each a tmpfs of --tmp bytes (Docker's own
+    // /dev/shm would be 64 MiB whatever --tmp says), and nothing executable on /dev/shm.
+    // /dev/mqueue, which Docker mounts writable, is replaced by an empty read-only tmpfs.
+    host.shm_size = Some(tmp as i64);
+    host.tmpfs = Some(HashMap::from([
+        (
+            "/tmp".to_string(),
+            format!("rw,nosuid,nodev,size={tmp},mode=1777"),
+        ),
+        (
+            "/dev/shm".to_string(),
+            format!("rw,noexec,nosuid,nodev,size={tmp},mode=1777"),
+        ),
+        (
+            "/dev/mqueue".to_string(),
+            "ro,noexec,nosuid,nodev,size=4k".to_string(),
+        ),
+    ]));
     // Docker's embedded resolver forwards every query to the proxy: no lookup leaves
     // from the host (CVE-2024-29018), and every lookup is an audit record.
     host.dns = Some(vec![subnet.proxy().to_string()]);
@@ -336,7 +368,15 @@ mod tests {
         assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
         assert!(host.port_bindings.is_none());
         assert!(host.binds.is_none());
-        assert!(host.tmpfs.unwrap()["/tmp"].contains("size=67108864"));
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains("size=67108864"));
+        assert!(tmpfs["/dev/shm"].contains("size=67108864"));
+        assert!(tmpfs["/dev/shm"].contains("noexec"));
+        assert!(tmpfs["/dev/mqueue"].starts_with("ro,"));
+        assert_eq!(host.shm_size, Some(67108864));
+        let sysctls = host.sysctls.unwrap();
+        assert_eq!(sysctls["net.ipv4.ip_forward"], "0");
+        assert_eq!(sysctls["net.ipv6.conf.all.forwarding"], "0");
         let endpoints = body.networking_config.unwrap().endpoints_config.unwrap();
         let ip = endpoints["net"]
             .ipam_config
@@ -410,6 +450,7 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(host.sysctls.unwrap()["net.ipv4.ip_forward"], "0");
     }
 
     #[test]

@@ -76,7 +76,13 @@ pub enum RunStatus {
     Oom,
     /// egress-sandbox itself got SIGINT / SIGTERM (exit 130 / 143).
     Interrupted,
+    /// The proxy stopped while the command ran, so attempts could no longer be recorded:
+    /// the sandbox was killed at once (exit 125).
+    ProxyFailed,
 }
+
+/// The exit status of a run whose proxy stopped under it (as for a failed set-up).
+pub const PROXY_FAILED_EXIT: i32 = 125;
 
 /// The signal that interrupted a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +105,7 @@ impl Interruption {
 pub struct RunOutcome {
     pub run_id: String,
     pub status: RunStatus,
-    /// The exit status for the caller: the command's own, 124, 137, 130 or 143.
+    /// The exit status for the caller: the command's own, 124, 137, 130, 143 or 125.
     pub exit_code: i32,
     /// From the sandbox's start to its end (zero if it never started).
     pub duration: Duration,
@@ -245,6 +251,7 @@ enum End {
     Exited(i64),
     Timeout,
     Interrupted(Interruption),
+    ProxyFailed,
 }
 
 impl Run<'_> {
@@ -306,6 +313,8 @@ impl Run<'_> {
             }
         });
 
+        // Set before the run stops its own proxy: from then on the proxy's end is expected.
+        let stopping_proxy = std::sync::atomic::AtomicBool::new(false);
         let sandbox_side = async {
             let wait = engine.wait_container(sandbox);
             tokio::pin!(wait);
@@ -313,6 +322,7 @@ impl Run<'_> {
                 status = &mut wait => End::Exited(self.exit_status(status).await),
                 () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
                 signal = interrupt.as_mut() => End::Interrupted(signal),
+                () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
             };
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
@@ -334,6 +344,7 @@ impl Run<'_> {
                 End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
                 End::Timeout => (RunStatus::Timeout, 124),
                 End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
+                End::ProxyFailed => (RunStatus::ProxyFailed, PROXY_FAILED_EXIT),
             };
             let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
                 Ok(Ok(stats)) => stats,
@@ -375,6 +386,7 @@ impl Run<'_> {
                 tracing::debug!("run network removed");
             };
             let stop_then_remove_proxy = async {
+                stopping_proxy.store(true, std::sync::atomic::Ordering::SeqCst);
                 let tally = self.stop_proxy(proxy).await;
                 if let Err(_elapsed) =
                     tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(proxy_name))
@@ -591,6 +603,25 @@ impl Run<'_> {
             .map_err(docker_step("start the sandbox"))?;
         tracing::debug!("sandbox started behind its gate");
         Ok((output, Some(stdin)))
+    }
+
+    /// Resolves when the proxy container stops on its own while the command runs (killed,
+    /// crashed, out of memory). Without its proxy a run cannot record its attempts, so the
+    /// caller kills the sandbox. Never resolves once `stopping` says the run stops the
+    /// proxy itself, nor when the engine cannot be asked (that is no proof of a death).
+    async fn proxy_died(&self, stopping: &std::sync::atomic::AtomicBool) {
+        match self.engine.wait_container(&self.names.proxy).await {
+            Ok(code) if !stopping.load(std::sync::atomic::Ordering::SeqCst) => {
+                tracing::warn!(
+                    code,
+                    "the proxy stopped during the run; killing the sandbox"
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "cannot wait for the proxy container"),
+        }
+        std::future::pending::<()>().await
     }
 
     /// The wait answer, or the inspected exit code if the wait itself failed.

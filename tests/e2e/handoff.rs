@@ -2,7 +2,7 @@
 //! container's stdin: nothing of it is in the container's arguments, and a policy file
 //! name may hold any character (`a=b.yaml` once broke the run after Docker objects existed).
 
-use crate::support::{Run, TestNetwork, Upstream, docker_ok, gateway_policy, random_hex};
+use crate::support::{GoSignal, Run, TestNetwork, Upstream, docker_ok, gateway_policy, random_hex};
 
 #[test]
 fn policy_named_a_equals_b_works_and_the_proxy_arguments_hold_no_policy() {
@@ -23,22 +23,16 @@ fn policy_named_a_equals_b_works_and_the_proxy_arguments_hold_no_policy() {
         &[("handoff.test", port)],
     );
     yaml += &format!("  - host: {marker}\n    ports: [443]\n");
-    let signal = tempfile::tempdir().expect("temporary directory");
-    // The sandbox's user (nobody) must be able to look into it.
-    std::fs::set_permissions(
-        signal.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod the signal directory");
+    let signal = GoSignal::new();
     let script = format!(
-        "curl -sSk --max-time 20 https://handoff.test:{port}/x; echo; echo REACHED; \
-         while [ ! -e /signal/go ]; do sleep 0.1; done"
+        "curl -sSk --max-time 20 https://handoff.test:{port}/x; echo; echo REACHED; {}",
+        GoSignal::WAIT
     );
 
     let mut running = Run::new(&network)
         .policy_named("a=b.yaml", &yaml)
         .resolve("handoff.test", network.gateway)
-        .option("--mount", format!("{}:/signal", signal.path().display()))
+        .option("--mount", signal.mount())
         .timeout("60s")
         .spawn(&["sh", "-c", &script]);
     running.wait_for_stdout("REACHED");
@@ -49,7 +43,7 @@ fn policy_named_a_equals_b_works_and_the_proxy_arguments_hold_no_policy() {
         "{{json .Path}} {{json .Args}} {{json .Config.Cmd}} {{json .Config.Entrypoint}}",
         &proxy,
     ]);
-    std::fs::write(signal.path().join("go"), b"").expect("write the go file");
+    signal.go();
     let run = running.wait();
 
     run.assert_code(0);
