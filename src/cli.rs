@@ -114,14 +114,17 @@ pub enum PolicyCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Print what the policies decide for TARGET (host[:port] or URL): exit 0 allowed, 1 blocked.
+    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
+    /// 1 blocked.
     Test {
         #[arg(short, long = "policy", value_name = "FILE")]
         policies: Vec<PathBuf>,
         #[arg(long = "allow", value_name = "HOST[:PORT]")]
         allow: Vec<String>,
-        #[arg(value_name = "TARGET")]
-        target: String,
+        /// `[METHOD] TARGET`: with a METHOD (e.g. `POST https://host/path`), the request is
+        /// judged too (method and path rules, inspection, credential).
+        #[arg(value_name = "[METHOD] TARGET", num_args = 1..=2, required = true)]
+        words: Vec<String>,
     },
 }
 
@@ -176,6 +179,29 @@ pub enum AuditCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Every record as an event for a SIEM (OCSF JSON lines on stdout).
+    Export {
+        /// Output format.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: ExportFormat,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// One self-contained HTML page (totals, timeline, hosts, refusals first) per set of logs.
+    Report {
+        /// Where to write the page.
+        #[arg(long, value_name = "OUT.html")]
+        html: PathBuf,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Formats of `audit export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// OCSF 1.5.0 events: Network (4001), HTTP (4002), DNS (4003), Event Log (1008) Activity.
+    Ocsf,
 }
 
 #[derive(Debug, Args)]

@@ -26,7 +26,7 @@ use crate::audit::{Attempt, Kind};
 use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refusal_response};
-use crate::shared::{Door, Shared};
+use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::Shutdown;
 use crate::target::Target;
 
@@ -36,6 +36,8 @@ struct ClientConnection {
     client: SocketAddr,
     door: Door,
     shutdown: Shutdown,
+    /// This connection's place under the connection limit, passed on to a CONNECT tunnel.
+    slot: ConnectionSlot,
     /// The upstream of the previous request, kept for the next request to the same target.
     upstream: tokio::sync::Mutex<Option<Upstream>>,
     served_any: AtomicBool,
@@ -55,6 +57,7 @@ pub(crate) async fn serve(
     door: Door,
     shared: Arc<Shared>,
     mut shutdown: Shutdown,
+    slot: ConnectionSlot,
 ) {
     let limits = shared.limits.clone();
     let connection = Arc::new(ClientConnection {
@@ -62,6 +65,7 @@ pub(crate) async fn serve(
         client,
         door,
         shutdown: shutdown.clone(),
+        slot,
         upstream: tokio::sync::Mutex::new(None),
         served_any: AtomicBool::new(false),
     });
@@ -128,6 +132,7 @@ impl ClientConnection {
                         &self.shared,
                         self.client,
                         self.shutdown.clone(),
+                        self.slot.clone(),
                     )
                     .await
                 }

@@ -30,7 +30,7 @@
 //!   [`shutdown::Shutdown`], turns what the client sent into a target, asks the gate, and
 //!   answers refusals with [`refusal`]. Doors depend on the shared pieces and on the gate,
 //!   never on [`server`].
-//! - [`server`]: binds the listeners, enforces the connection limit, builds the shared state
+//! - [`server`]: binds the listeners (through [`listen`], with a backlog of 1024), enforces the connection limit, builds the shared state
 //!   and dispatches each connection to its door; only it knows every door. Shutdown ends here.
 //!
 //! Imports run one way: `server` → doors → `gate`/`refusal`/shared pieces → `policy`,
@@ -60,6 +60,7 @@ pub mod floor;
 pub mod gate;
 pub mod handoff;
 pub mod http;
+pub mod listen;
 pub mod policy;
 mod pool;
 pub mod refusal;

@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::audit::{Attempt, AuditCounts, AuditSink, Kind, Outcome};
 use crate::config::ProxyConfig;
 use crate::policy::Reason;
-use crate::shared::{Door, Shared};
+use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +73,10 @@ impl BoundProxy {
                 _ => return Err(ProxyError::DnsAnswer(listen)),
             },
         };
-        let explicit = bind_tcp(config.listen).await?;
+        let explicit = bind_tcp(config.listen)?;
         let mut transparent = Vec::new();
         for addr in &config.transparent_listen {
-            transparent.push(bind_tcp(*addr).await?);
+            transparent.push(bind_tcp(*addr)?);
         }
         let dns = match config.dns_listen {
             Some(addr) => Some(bind_dns(addr).await?),
@@ -208,7 +208,7 @@ async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyErr
         let bound = udp
             .local_addr()
             .map_err(|source| ProxyError::Bind { addr, source })?;
-        match bind_tcp(bound).await {
+        match bind_tcp(bound) {
             Ok(tcp) => return Ok((udp, tcp)),
             Err(error) => last = Some(error),
         }
@@ -216,10 +216,8 @@ async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyErr
     Err(last.expect("at least one attempt"))
 }
 
-async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ProxyError::Bind { addr, source })
+fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    crate::listen::tcp_listener(addr).map_err(|source| ProxyError::Bind { addr, source })
 }
 
 fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ProxyError> {
@@ -261,7 +259,7 @@ async fn accept_loop(
                     door,
                     shared,
                     task_shutdown,
-                    permit,
+                    ConnectionSlot::new(permit),
                 ));
             }
             Err(_) => {
@@ -283,12 +281,12 @@ async fn serve_connection(
     door: Door,
     shared: Arc<Shared>,
     shutdown: Shutdown,
-    _permit: OwnedSemaphorePermit,
+    slot: ConnectionSlot,
 ) {
     match door {
-        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown).await,
+        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown, slot).await,
         Door::Transparent { port } => {
-            crate::transparent::serve(stream, client, port, shared, shutdown).await;
+            crate::transparent::serve(stream, client, port, shared, shutdown, slot).await;
         }
     }
 }

@@ -5,6 +5,9 @@
 //! builds one [`Shared`] from the configuration and hands it to every door it dispatches to.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::audit::AuditSink;
 use crate::config::{ProxyConfig, ProxyLimits};
@@ -46,6 +49,23 @@ impl Shared {
             limits: config.limits,
             dns_answer,
         })
+    }
+}
+
+/// One place under `ProxyLimits::max_connections`. A client connection holds it, and so does
+/// every tunnel the connection turns into (a CONNECT tunnel outlives the HTTP connection that
+/// asked for it): the place is free again only when the last holder is gone, so an open
+/// tunnel counts until it closes.
+#[derive(Clone)]
+pub(crate) struct ConnectionSlot {
+    _permit: Arc<OwnedSemaphorePermit>,
+}
+
+impl ConnectionSlot {
+    pub fn new(permit: OwnedSemaphorePermit) -> Self {
+        ConnectionSlot {
+            _permit: Arc::new(permit),
+        }
     }
 }
 
