@@ -11,7 +11,7 @@
 //!   no I/O, no async.
 //! - [`target`]: turns what a client asked for into a normalised host name or an IP address,
 //!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
-//! - [`floor`]: the private-address floor, a pure function over `IpAddr`.
+//! - [`floor`]: the private-address floor and a proxy's `--floor-extra` ranges; pure.
 //! - [`resolve`]: the proxy's own resolver (hickory, never getaddrinfo) and `--resolve` pins.
 //! - [`audit`]: the audit record and its single writer; [`text`] makes untrusted text safe
 //!   to show a person.
