@@ -107,6 +107,8 @@ pub struct RunReport<'a> {
     pub output: crate::sandbox::output::OutputStats,
     pub attempts: AttemptCounts,
     pub blocked: &'a [RefusalGroup],
+    /// Hex SHA-256 of the run's `end` audit line (null when the proxy never wrote it).
+    pub audit_head: Option<&'a str>,
 }
 
 impl<'a> RunReport<'a> {
@@ -122,6 +124,7 @@ impl<'a> RunReport<'a> {
             output: outcome.output,
             attempts: outcome.attempts,
             blocked: &outcome.blocked,
+            audit_head: outcome.audit_head.as_deref(),
         }
     }
 
@@ -225,6 +228,7 @@ mod tests {
             },
             attempts: tally.attempts,
             blocked: tally.refusals(),
+            audit_head: None,
             teardown_errors: Vec::new(),
         }
     }

@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome};
-use crate::http::{ProxyBody, refusal_response};
+use crate::http::{ProxyBody, refuse};
 use crate::policy::{Reason, SniCheck};
 use crate::relay::{Transferred, relay};
 use crate::server::{Shared, Shutdown};
@@ -44,7 +44,7 @@ pub(crate) async fn handle(
                 Reason::BadRequest,
                 "CONNECT needs host:port",
             );
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
     };
     let (target, port) = match parse_connect_authority(&authority) {
@@ -56,12 +56,12 @@ pub(crate) async fn handle(
                 Reason::BadRequest,
                 detail,
             );
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
     };
     let upstream = match gate.open(&mut attempt, &target, port).await {
         Ok(upstream) => upstream,
-        Err(refusal) => return refusal_response(&refusal),
+        Err(refusal) => return refuse(attempt, &refusal).await,
     };
     let tls = gate.policy().tls();
     let check_sni = tls.sni == SniCheck::Strict && tls.ports.contains(&port);
@@ -132,6 +132,9 @@ impl Tunnel {
                     tracing::debug!(%error, host = %self.target, "SNI check failed");
                     self.attempt
                         .set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
+                    // Recorded before the tunnel closes on the client.
+                    self.attempt.record().await;
+                    drop(client);
                     return;
                 }
             }

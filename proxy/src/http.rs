@@ -151,7 +151,7 @@ impl ClientConnection {
                         Reason::Unsupported,
                         "CONNECT is only served on the proxy port",
                     );
-                    refusal_response(&refusal)
+                    refuse(attempt, &refusal).await
                 }
             };
         }
@@ -163,7 +163,7 @@ impl ClientConnection {
                     .shared
                     .gate
                     .refuse_request(&mut attempt, &raw, reason, detail);
-                return refusal_response(&refusal);
+                return refuse(attempt, &refusal).await;
             }
         };
         if let Err((reason, detail)) = check_request_shape(&request) {
@@ -173,7 +173,7 @@ impl ClientConnection {
                 .shared
                 .gate
                 .refuse_request(&mut attempt, b"", reason, detail);
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
         let up = Arc::new(AtomicU64::new(0));
         match self
@@ -181,7 +181,7 @@ impl ClientConnection {
             .await
         {
             Ok(response) => counted_response(response, attempt, up),
-            Err(refusal) => refusal_response(&refusal),
+            Err(refusal) => refuse(attempt, &refusal).await,
         }
     }
 
@@ -513,6 +513,13 @@ impl Drop for CountedBody {
     fn drop(&mut self) {
         self.attempt.bytes_up = self.up.load(Ordering::Relaxed);
     }
+}
+
+/// Writes the attempt's record and waits for it, then answers with [`refusal_response`]:
+/// whoever sees a 403 (or 400, 502, 504) finds its record in the log.
+pub(crate) async fn refuse(attempt: Attempt, refusal: &Refusal) -> Response<ProxyBody> {
+    attempt.record().await;
+    refusal_response(refusal)
 }
 
 /// The answer to a refused or failed attempt: status by reason, `X-Egress-Blocked` naming

@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub limits: ProxyLimits,
     pub dns_answer: Option<std::net::Ipv4Addr>,
     pub pool: crate::pool::UpstreamPool,
+    /// DNS queries per second per client, shared by the UDP and TCP responders.
+    pub dns_rate: crate::dns::RateLimiter,
 }
 
 /// A task's view of shutdown. Holding one also keeps [`RunningProxy::shutdown`] waiting for
@@ -120,8 +122,13 @@ impl BoundProxy {
                 .map(local_addr)
                 .collect::<Result<_, _>>()?,
         };
-        let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())
-            .map_err(ProxyError::Audit)?;
+        let audit = AuditSink::start(
+            config.audit,
+            config.run_id,
+            config.policy.name(),
+            config.audit_limit.max(1),
+        )
+        .map_err(ProxyError::Audit)?;
         let resolver = Resolver::new(
             config.pins,
             &config.upstream_dns,
@@ -142,6 +149,7 @@ impl BoundProxy {
                 ),
                 limits: config.limits,
                 dns_answer,
+                dns_rate: crate::dns::RateLimiter::new(config.dns_rate),
             }),
             explicit,
             transparent,
@@ -230,7 +238,8 @@ impl RunningProxy {
     }
 
     /// Stops accepting, closes tunnels (each writes its record with its byte counts), gives
-    /// in-flight requests a short grace, flushes the audit log. Returns the final counts.
+    /// in-flight requests a short grace, then closes the run's audit chain with its `end`
+    /// record and flushes it. Returns the final counts.
     pub async fn shutdown(mut self) -> AuditCounts {
         let _ = self.stop.send(true);
         self.shutdown = None;
@@ -242,7 +251,7 @@ impl RunningProxy {
         if tokio::time::timeout(wait, self.done.recv()).await.is_err() {
             tracing::warn!("some connections did not finish within the shutdown grace");
         }
-        self.audit.flush().await;
+        self.audit.finish().await;
         self.audit.counts()
     }
 }
@@ -344,7 +353,8 @@ async fn serve_connection(
     }
 }
 
-/// Over the connection limit: one `limit` record, a 503 on the explicit listener, close.
+/// Over the connection limit: one `limit` record (written before the answer), a 503 on the
+/// explicit listener, close.
 async fn refuse_over_limit(
     mut stream: TcpStream,
     client: SocketAddr,
@@ -354,16 +364,17 @@ async fn refuse_over_limit(
 ) {
     let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
     attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
-    match door {
-        Door::Explicit => {
-            let body = "egress-sandbox: the proxy is at its connection limit\n";
-            let response = format!(
-                "HTTP/1.1 503 Service Unavailable\r\nX-Egress-Blocked: limit\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let write = stream.write_all(response.as_bytes());
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
-        }
-        Door::Transparent { port } => attempt.port = Some(port),
+    if let Door::Transparent { port } = door {
+        attempt.port = Some(port);
+    }
+    attempt.record().await;
+    if let Door::Explicit = door {
+        let body = "egress-sandbox: the proxy is at its connection limit\n";
+        let response = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nX-Egress-Blocked: limit\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let write = stream.write_all(response.as_bytes());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
     }
 }

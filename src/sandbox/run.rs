@@ -55,7 +55,7 @@ use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
 use super::teardown::Teardown;
-use crate::report::{AttemptCounts, AuditTally, RefusalGroup};
+use crate::report::{AttemptCounts, RefusalGroup};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -111,6 +111,9 @@ pub struct RunOutcome {
     pub attempts: AttemptCounts,
     /// Blocked and would-block attempts grouped by host, port, reason; most frequent first.
     pub blocked: Vec<RefusalGroup>,
+    /// Hex SHA-256 of the proxy's `end` audit line (`audit verify --report` checks the log
+    /// against it); `None` when the proxy never closed its chain.
+    pub audit_head: Option<String>,
     /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
     pub teardown_errors: Vec<String>,
 }
@@ -394,8 +397,9 @@ impl Run<'_> {
             image,
             policy: self.spec.policy_name().to_string(),
             output,
-            attempts: tally.attempts,
-            blocked: tally.refusals(),
+            attempts: tally.tally.attempts,
+            blocked: tally.tally.refusals(),
+            audit_head: tally.head,
             teardown_errors: Vec::new(),
         })
     }
@@ -605,7 +609,7 @@ impl Run<'_> {
     }
 
     /// SIGTERM, then the rest of the audit records until the proxy's output ends.
-    async fn stop_proxy(&self, mut proxy: ProxyOutput) -> AuditTally {
+    async fn stop_proxy(&self, mut proxy: ProxyOutput) -> audit_trail::ProxyRecords {
         let name = self.names.proxy.as_str();
         if let Err(error) = self.engine.kill_container(name, "SIGTERM").await {
             tracing::debug!(%error, "cannot signal the proxy");
@@ -621,7 +625,7 @@ impl Run<'_> {
             Ok(joined) => joined.unwrap_or_default(),
             Err(_) => {
                 proxy.records.abort();
-                AuditTally::default()
+                audit_trail::ProxyRecords::default()
             }
         }
     }
@@ -638,6 +642,7 @@ impl Run<'_> {
             output: OutputStats::default(),
             attempts: AttemptCounts::default(),
             blocked: Vec::new(),
+            audit_head: None,
             teardown_errors: Vec::new(),
         }
     }

@@ -4,7 +4,7 @@ use std::io::BufRead;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use egress_proxy::audit::AuditRecord;
+use egress_proxy::audit::AuditLine;
 
 use crate::report::AuditTally;
 
@@ -18,8 +18,10 @@ pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
             if line.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str::<AuditRecord>(&line) {
-                Ok(record) => tally.add(&record),
+            match AuditLine::parse(line.as_bytes()) {
+                Ok(AuditLine::Attempt(record)) => tally.add(&record),
+                // The chain's limit and end lines are not attempts.
+                Ok(AuditLine::Limit(_) | AuditLine::End(_)) => {}
                 Err(error) => eprintln!(
                     "egress-sandbox: warning: {}:{}: not an audit record ({error}); skipped",
                     path.display(),
