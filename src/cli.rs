@@ -186,6 +186,29 @@ pub enum AuditCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Every record as an event for a SIEM (OCSF JSON lines on stdout).
+    Export {
+        /// Output format.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: ExportFormat,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// One self-contained HTML page (totals, timeline, hosts, refusals first) per set of logs.
+    Report {
+        /// Where to write the page.
+        #[arg(long, value_name = "OUT.html")]
+        html: PathBuf,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Formats of `audit export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// OCSF 1.5.0 events: Network (4001), HTTP (4002), DNS (4003), Event Log (1008) Activity.
+    Ocsf,
 }
 
 #[derive(Debug, Args)]

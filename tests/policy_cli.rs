@@ -9,6 +9,7 @@ fn binary() -> Command {
     command
 }
 
+#[derive(Debug)]
 struct Run {
     code: i32,
     stdout: String,
@@ -351,4 +352,58 @@ fn test_usage_errors_exit_2() {
         );
         assert!(result.stderr.contains("TARGET"), "{}", result.stderr);
     }
+}
+
+/// Nothing a policy file, its name or a pasted target holds reaches the terminal raw:
+/// control, bidi and separator characters are printed as visible escapes.
+#[test]
+fn hostile_text_in_policies_names_and_targets_is_shown_escaped() {
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| c != '\n' && egress_proxy::text::must_escape(c))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = write(
+        dir.path(),
+        "evil\u{1b}[2K\u{202e}.yaml",
+        "version: 1\nallow:\n  - host: \"ok\\e[2K\\rall-clear.test\"\n",
+    );
+    let check = run(&["policy", "check", path_str(&hostile)]);
+    assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+    assert!(!raw(&check.stdout) && !raw(&check.stderr), "{check:?}");
+    assert!(
+        check.stdout.contains(r"evil\x1b[2K\u202e.yaml"),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains(r"\x1b[2K\x0dall-clear"),
+        "{}",
+        check.stdout
+    );
+
+    let test = run(&["policy", "test", "-p", path_str(&hostile), "a.test"]);
+    assert_eq!(test.code, 1);
+    assert!(!raw(&test.stdout) && !raw(&test.stderr), "{test:?}");
+    assert!(
+        test.stderr.contains(r"\x1b[2K\x0dall-clear"),
+        "{}",
+        test.stderr
+    );
+
+    let good = openai(dir.path());
+    let test = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&good),
+        "\u{1b}[2K\rall-clear\u{2028}",
+    ]);
+    assert_eq!(test.code, 2);
+    assert!(!raw(&test.stdout) && !raw(&test.stderr), "{test:?}");
+    assert!(
+        test.stderr.contains(r"\x1b[2K\x0dall-clear\u2028"),
+        "{}",
+        test.stderr
+    );
 }

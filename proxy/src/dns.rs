@@ -16,7 +16,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::{Attempt, AuditSink, Kind, Outcome};
 use crate::policy::{PolicySet, Reason, Verdict};
-use crate::server::{Shared, Shutdown};
+use crate::shared::Shared;
+use crate::shutdown::Shutdown;
 use crate::target::Target;
 
 mod rate;

@@ -11,11 +11,24 @@ use std::process::ExitCode;
 
 use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict};
 use egress_proxy::target::Target;
+use egress_proxy::text::visible;
 
 use crate::cli::{PolicyArgs, PolicyCommand};
 
 /// Exit status of `policy test` for a usage error.
 const USAGE_ERROR: u8 = 2;
+
+/// One line on stdout. Everything printed here may quote a policy file's text, its file
+/// name or a target someone pasted: control, bidi and separator characters are shown as
+/// visible escapes (`text::visible`), never raw.
+macro_rules! say {
+    ($($arg:tt)*) => { println!("{}", visible(&format!($($arg)*))) };
+}
+
+/// As [`say!`], on stderr.
+macro_rules! warn {
+    ($($arg:tt)*) => { eprintln!("{}", visible(&format!($($arg)*))) };
+}
 
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     match args.command {
@@ -37,9 +50,9 @@ fn check(files: &[PathBuf]) -> ExitCode {
         match Policy::load(file) {
             Ok((policy, warnings)) => {
                 for warning in &warnings {
-                    println!("{warning}");
+                    say!("{warning}");
                 }
-                println!(
+                say!(
                     "{shown}: ok ({}, {}, {})",
                     count(policy.allow_count(), "allow rule"),
                     count(policy.deny_count(), "deny rule"),
@@ -49,11 +62,11 @@ fn check(files: &[PathBuf]) -> ExitCode {
             Err(error) => {
                 all_valid = false;
                 for diagnostic in &error.diagnostics {
-                    println!("{diagnostic}");
+                    say!("{diagnostic}");
                 }
                 let errors = error.diagnostics.iter().filter(|d| d.is_error()).count();
                 let warnings = error.diagnostics.len() - errors;
-                println!(
+                say!(
                     "{shown}: invalid ({}, {})",
                     count(errors, "error"),
                     count(warnings, "warning")
@@ -80,15 +93,13 @@ fn count(n: usize, noun: &str) -> String {
 /// stderr).
 fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
     if files.is_empty() && allow.is_empty() {
-        eprintln!(
-            "egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]"
-        );
+        warn!("egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]");
         return ExitCode::from(USAGE_ERROR);
     }
     let (target, port) = match parse_test_target(raw_target) {
         Ok(parsed) => parsed,
         Err(message) => {
-            eprintln!("egress-sandbox: error: TARGET `{raw_target}`: {message}");
+            warn!("egress-sandbox: error: TARGET `{raw_target}`: {message}");
             return ExitCode::from(USAGE_ERROR);
         }
     };
@@ -109,14 +120,12 @@ fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
     }
     print_decision(&set, &target, port, &decision);
     match &target {
-        Target::Name(_) if decision.verdict != Verdict::Block => println!(
+        Target::Name(_) if decision.verdict != Verdict::Block => say!(
             "  note: the name was not resolved; the proxy resolves it when connecting and refuses \
              private addresses (reason=private_address) unless a cidr rule covers them"
         ),
         Target::Ip(_) if checked_address => {
-            println!(
-                "  note: address checked against deny cidr rules and the private-address floor"
-            )
+            say!("  note: address checked against deny cidr rules and the private-address floor")
         }
         _ => {}
     }
@@ -138,7 +147,7 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
         .rule
         .as_ref()
         .map_or_else(|| "-".to_owned(), ToString::to_string);
-    println!(
+    say!(
         "{verdict}  {target}:{port}  reason={}  rule={rule}  policy={}",
         decision.reason,
         set.name()
@@ -146,10 +155,10 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
     if let Some(rule) = &decision.rule
         && let Some(text) = set.describe_rule(rule)
     {
-        println!("  {rule}: {text}");
+        say!("  {rule}: {text}");
     }
     if decision.verdict == Verdict::WouldBlock {
-        println!("  note: report mode: the proxy lets this through and records it as would_block");
+        say!("  note: report mode: the proxy lets this through and records it as would_block");
     }
 }
 
@@ -159,7 +168,7 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     let mut failed = false;
     let report = |diagnostics: &[Diagnostic]| {
         for diagnostic in diagnostics {
-            eprintln!("{diagnostic}");
+            warn!("{diagnostic}");
         }
     };
     for file in files {

@@ -12,13 +12,13 @@ use std::fs::File;
 use std::io::Write;
 
 use bytes::BytesMut;
-use egress_proxy::audit::{AuditLine, EndRecord, sha256_hex};
+use egress_proxy::audit::{AuditLine, sha256_hex};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::docker::LogOutput;
-use crate::report::AuditTally;
+use super::tally::AuditTally;
 
 /// A line longer than this is not a record the proxy writes; it is dropped.
 const MAX_LINE: usize = 1 << 20;
@@ -41,12 +41,10 @@ pub struct ProxyOutput {
 /// What the proxy's audit stream amounted to.
 #[derive(Clone, Debug, Default)]
 pub struct ProxyRecords {
-    /// The attempts, counted.
+    /// The attempts counted, and the `limit` and `end` records.
     pub tally: AuditTally,
-    /// The run's `end` record: lines written and attempts dropped. `None` when the proxy
+    /// Hex SHA-256 of the `end` line: the report's `audit_head`. `None` when the proxy
     /// never closed its chain (it died or was killed).
-    pub end: Option<EndRecord>,
-    /// Hex SHA-256 of the `end` line: the report's `audit_head`.
     pub head: Option<String>,
 }
 
@@ -141,10 +139,10 @@ impl Reader {
             Ok(parsed) => {
                 match parsed {
                     AuditLine::Attempt(record) => self.records.tally.add(&record),
-                    AuditLine::Limit(_) => {}
+                    AuditLine::Limit(_) => self.records.tally.add_limit(),
                     AuditLine::End(end) => {
                         self.records.head = Some(sha256_hex(line));
-                        self.records.end = Some(end);
+                        self.records.tally.add_end(end.records, end.dropped);
                     }
                 }
                 if let Some(file) = &mut self.audit_log {

@@ -12,6 +12,8 @@
 //! - [`container`]: the proxy and sandbox containers as create requests, hardened.
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - [`audit_trail`]: the proxy's ready line and audit records, read through attach.
+//! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
+//!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - [`teardown`]: owns every object of a run and removes it on every path.
 //! - [`run`]: the lifecycle itself — [`run::run`] / [`run::run_until`] → [`run::RunOutcome`].
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
@@ -27,6 +29,7 @@ pub mod network;
 pub mod output;
 pub mod run;
 pub mod spec;
+pub mod tally;
 pub mod teardown;
 
 pub use output::{OutputSinks, OutputStats};

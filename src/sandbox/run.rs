@@ -3,8 +3,8 @@
 //! ```text
 //! connect ─┬─ proxy image ──────┐
 //!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → attach → start → connect egress, ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ───────────────────────────────┴─ start sandbox
+//!          ├─ egress network ───┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
@@ -47,15 +47,15 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, ProxyOutput};
-use super::container::{Gate, proxy_body, sandbox_body};
+use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
+use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 use super::teardown::Teardown;
-use crate::report::{AttemptCounts, RefusalGroup};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -76,7 +76,13 @@ pub enum RunStatus {
     Oom,
     /// egress-sandbox itself got SIGINT / SIGTERM (exit 130 / 143).
     Interrupted,
+    /// The proxy stopped while the command ran, so attempts could no longer be recorded:
+    /// the sandbox was killed at once (exit 125).
+    ProxyFailed,
 }
+
+/// The exit status of a run whose proxy stopped under it (as for a failed set-up).
+pub const PROXY_FAILED_EXIT: i32 = 125;
 
 /// The signal that interrupted a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +105,7 @@ impl Interruption {
 pub struct RunOutcome {
     pub run_id: String,
     pub status: RunStatus,
-    /// The exit status for the caller: the command's own, 124, 137, 130 or 143.
+    /// The exit status for the caller: the command's own, 124, 137, 130, 143 or 125.
     pub exit_code: i32,
     /// From the sandbox's start to its end (zero if it never started).
     pub duration: Duration,
@@ -109,8 +115,13 @@ pub struct RunOutcome {
     pub policy: String,
     pub output: OutputStats,
     pub attempts: AttemptCounts,
-    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first.
+    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
+    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
     pub blocked: Vec<RefusalGroup>,
+    /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
+    pub blocked_more: u64,
+    /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
+    pub audit: AuditCounts,
     /// Hex SHA-256 of the proxy's `end` audit line (`audit verify --report` checks the log
     /// against it); `None` when the proxy never closed its chain.
     pub audit_head: Option<String>,
@@ -137,6 +148,11 @@ pub enum RunError {
     ProxyNotReady { detail: String },
     #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
     ProxyReadyTimeout,
+    #[error("cannot hand the run's configuration to the proxy: {source}")]
+    Handoff {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot signal the sandbox's gate: {source}")]
     Gate {
         #[source]
@@ -238,6 +254,7 @@ enum End {
     Exited(i64),
     Timeout,
     Interrupted(Interruption),
+    ProxyFailed,
 }
 
 impl Run<'_> {
@@ -299,6 +316,8 @@ impl Run<'_> {
             }
         });
 
+        // Set before the run stops its own proxy: from then on the proxy's end is expected.
+        let stopping_proxy = std::sync::atomic::AtomicBool::new(false);
         let sandbox_side = async {
             let wait = engine.wait_container(sandbox);
             tokio::pin!(wait);
@@ -306,6 +325,7 @@ impl Run<'_> {
                 status = &mut wait => End::Exited(self.exit_status(status).await),
                 () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
                 signal = interrupt.as_mut() => End::Interrupted(signal),
+                () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
             };
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
@@ -327,6 +347,7 @@ impl Run<'_> {
                 End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
                 End::Timeout => (RunStatus::Timeout, 124),
                 End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
+                End::ProxyFailed => (RunStatus::ProxyFailed, PROXY_FAILED_EXIT),
             };
             let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
                 Ok(Ok(stats)) => stats,
@@ -368,6 +389,7 @@ impl Run<'_> {
                 tracing::debug!("run network removed");
             };
             let stop_then_remove_proxy = async {
+                stopping_proxy.store(true, std::sync::atomic::Ordering::SeqCst);
                 let tally = self.stop_proxy(proxy).await;
                 if let Err(_elapsed) =
                     tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(proxy_name))
@@ -386,8 +408,11 @@ impl Run<'_> {
             let (tally, ()) = tokio::join!(stop_then_remove_proxy, remove_network);
             tally
         };
-        let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
+        let ((status, exit_code, duration, output), records) =
+            tokio::join!(sandbox_side, proxy_side);
         tracing::debug!("proxy stopped, containers and network removed");
+        let (tally, head) = (records.tally, records.head);
+        let refusals = tally.refusals();
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
             status,
@@ -397,9 +422,11 @@ impl Run<'_> {
             image,
             policy: self.spec.policy_name().to_string(),
             output,
-            attempts: tally.tally.attempts,
-            blocked: tally.tally.refusals(),
-            audit_head: tally.head,
+            attempts: tally.attempts,
+            blocked: refusals.groups,
+            blocked_more: refusals.more,
+            audit: tally.audit(),
+            audit_head: head,
             teardown_errors: Vec::new(),
         })
     }
@@ -480,14 +507,7 @@ impl Run<'_> {
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(
-            self.spec,
-            image,
-            &self.names.network,
-            subnet,
-            &self.names.id,
-            &self.labels,
-        );
+        let body = proxy_body(image, &self.names.network, subnet, &self.labels);
         self.teardown.track_container(name);
         self.teardown
             .complete(
@@ -498,8 +518,8 @@ impl Run<'_> {
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
-        let frames = engine
-            .attach_output(name)
+        let (frames, mut stdin) = engine
+            .attach_with_stdin(name)
             .await
             .map_err(docker_step("attach to the proxy"))?;
         let mut proxy = audit_trail::spawn_reader(frames, audit_log);
@@ -508,6 +528,18 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
+        // The run's own configuration goes over stdin, never into arguments (visible to
+        // `docker inspect`); the proxy reads this one line before it binds anything.
+        {
+            use tokio::io::AsyncWriteExt;
+            let line = proxy_handoff(self.spec, &self.names.id).to_line();
+            stdin
+                .write_all(line.as_bytes())
+                .await
+                .and(stdin.shutdown().await)
+                .map_err(|source| RunError::Handoff { source })?;
+        }
+        tracing::debug!("handoff written to the proxy");
         // Connected after the start rather than before: a start with one network is
         // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
         // comes meanwhile. The gate opens only after both, so the command never runs
@@ -579,6 +611,25 @@ impl Run<'_> {
         Ok((output, Some(stdin)))
     }
 
+    /// Resolves when the proxy container stops on its own while the command runs (killed,
+    /// crashed, out of memory). Without its proxy a run cannot record its attempts, so the
+    /// caller kills the sandbox. Never resolves once `stopping` says the run stops the
+    /// proxy itself, nor when the engine cannot be asked (that is no proof of a death).
+    async fn proxy_died(&self, stopping: &std::sync::atomic::AtomicBool) {
+        match self.engine.wait_container(&self.names.proxy).await {
+            Ok(code) if !stopping.load(std::sync::atomic::Ordering::SeqCst) => {
+                tracing::warn!(
+                    code,
+                    "the proxy stopped during the run; killing the sandbox"
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "cannot wait for the proxy container"),
+        }
+        std::future::pending::<()>().await
+    }
+
     /// The wait answer, or the inspected exit code if the wait itself failed.
     async fn exit_status(&self, waited: Result<i64, bollard::errors::Error>) -> i64 {
         match waited {
@@ -642,6 +693,8 @@ impl Run<'_> {
             output: OutputStats::default(),
             attempts: AttemptCounts::default(),
             blocked: Vec::new(),
+            blocked_more: 0,
+            audit: AuditCounts::default(),
             audit_head: None,
             teardown_errors: Vec::new(),
         }

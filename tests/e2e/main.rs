@@ -17,6 +17,7 @@ mod support;
 
 mod audit_summary;
 mod concurrency;
+mod handoff;
 mod hardening;
 mod isolation;
 mod reach;

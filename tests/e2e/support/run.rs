@@ -105,6 +105,14 @@ impl Run {
         self.option("--policy", path)
     }
 
+    /// Writes `yaml` to a policy file called `file_name` (any name a file may have) and
+    /// passes it with `--policy`.
+    pub fn policy_named(self, file_name: &str, yaml: &str) -> Self {
+        let path = self.dir.path().join(file_name);
+        std::fs::write(&path, yaml).expect("write the policy file");
+        self.option("--policy", path)
+    }
+
     /// Sets a variable in the environment of the `egress-sandbox` process itself (the
     /// caller's environment), which must never reach the sandbox.
     pub fn caller_env(mut self, key: &str, value: &str) -> Self {
@@ -273,6 +281,17 @@ impl RunningRun {
             }
             thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The name of this run's proxy container, found by its owner label (the run must be
+    /// under way: the container exists).
+    pub fn proxy_container(&self) -> String {
+        let (owned, _) = super::docker::objects_owned_by(self.pid);
+        owned
+            .containers
+            .into_iter()
+            .find(|name| name.ends_with("-proxy"))
+            .unwrap_or_else(|| panic!("run (pid {}) has no proxy container", self.pid))
     }
 
     /// Sends `signal` (a name such as "TERM" or "KILL") to the `egress-sandbox` process.
