@@ -114,14 +114,17 @@ pub enum PolicyCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Print what the policies decide for TARGET (host[:port] or URL): exit 0 allowed, 1 blocked.
+    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
+    /// 1 blocked.
     Test {
         #[arg(short, long = "policy", value_name = "FILE")]
         policies: Vec<PathBuf>,
         #[arg(long = "allow", value_name = "HOST[:PORT]")]
         allow: Vec<String>,
-        #[arg(value_name = "TARGET")]
-        target: String,
+        /// `[METHOD] TARGET`: with a METHOD (e.g. `POST https://host/path`), the request is
+        /// judged too (method and path rules, inspection, credential).
+        #[arg(value_name = "[METHOD] TARGET", num_args = 1..=2, required = true)]
+        words: Vec<String>,
     },
 }
 

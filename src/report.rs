@@ -171,7 +171,7 @@ mod tests {
             exit_code: 0,
             duration: Duration::from_millis(1400),
             timeout: Duration::from_secs(30),
-            image: "egress-sandbox-base:bookworm-1".into(),
+            image: "egress-sandbox-base:bookworm-2".into(),
             policy: "openai-agent+cli".into(),
             output: OutputStats {
                 stdout_bytes: 12,

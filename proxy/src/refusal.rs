@@ -31,7 +31,7 @@ impl Refusal {
         match self.reason {
             Reason::BadRequest | Reason::Unsupported => 400,
             Reason::Limit => 503,
-            Reason::ResolveFailed | Reason::ConnectFailed => 502,
+            Reason::ResolveFailed | Reason::ConnectFailed | Reason::UpstreamTls => 502,
             Reason::Timeout => 504,
             _ => 403,
         }
@@ -54,6 +54,12 @@ pub fn explain(reason: Reason) -> &'static str {
         Reason::ResolveFailed => "the host name could not be resolved",
         Reason::ConnectFailed => "the upstream could not be reached",
         Reason::Timeout => "the upstream did not answer in time",
+        Reason::MethodNotAllowed => "the host is allowed, but not this request method",
+        Reason::PathNotAllowed => "the host is allowed, but not this path",
+        Reason::CredentialMisuse => {
+            "the request carries a credential placeholder meant for another host"
+        }
+        Reason::UpstreamTls => "the upstream's TLS certificate does not verify",
     }
 }
 

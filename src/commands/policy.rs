@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict};
+use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict, split_path};
 use egress_proxy::target::Target;
 use egress_proxy::text::visible;
 
@@ -36,8 +36,12 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
         PolicyCommand::Test {
             policies,
             allow,
-            target,
-        } => Ok(test(&policies, &allow, &target)),
+            words,
+        } => Ok(match words.as_slice() {
+            [target] => test(&policies, &allow, None, target),
+            [method, target] => test(&policies, &allow, Some(method), target),
+            _ => unreachable!("clap takes one or two words"),
+        }),
     }
 }
 
@@ -91,18 +95,25 @@ fn count(n: usize, noun: &str) -> String {
 
 /// Loads the policies and flags, decides, prints the verdict on stdout (diagnostics on
 /// stderr).
-fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
+fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &str) -> ExitCode {
     if files.is_empty() && allow.is_empty() {
         warn!("egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]");
         return ExitCode::from(USAGE_ERROR);
     }
-    let (target, port) = match parse_test_target(raw_target) {
+    let shown_target = visible(raw_target);
+    let (target, port, path) = match parse_test_target(raw_target) {
         Ok(parsed) => parsed,
         Err(message) => {
-            warn!("egress-sandbox: error: TARGET `{raw_target}`: {message}");
+            warn!("egress-sandbox: error: TARGET `{shown_target}`: {message}");
             return ExitCode::from(USAGE_ERROR);
         }
     };
+    if let Some(method) = method
+        && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        warn!("egress-sandbox: error: METHOD `{method}` is not an HTTP method (e.g. GET, POST)");
+        return ExitCode::from(USAGE_ERROR);
+    }
     let Some(set) = load_set(files, allow) else {
         return ExitCode::FAILURE;
     };
@@ -129,10 +140,64 @@ fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
         }
         _ => {}
     }
-    if decision.verdict == Verdict::Allow {
+    if decision.verdict != Verdict::Block {
+        print_inspection(&set, &target, port);
+        if let Some(method) = method {
+            decision = set.decide_request(&target, port, method, &path);
+            print_request(&set, method, &path, &decision);
+        }
+    }
+    if set.credential_conflicts().is_empty() && decision.verdict == Verdict::Allow {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Whether the proxy reads this target's requests in clear, and which credential it adds.
+fn print_inspection(set: &PolicySet, target: &Target, port: u16) {
+    let Some(inspection) = set.inspection(target, port) else {
+        say!("  inspected: no (tunnelled as is; the proxy never sees its requests)");
+        return;
+    };
+    let why = match (inspection.credential.is_some(), inspection.restricted) {
+        (true, true) => "a credential and method/path rules apply",
+        (true, false) => "a credential applies",
+        _ => "method/path rules apply",
+    };
+    say!(
+        "  inspected: yes ({why}); TLS is terminated with the run CA and re-originated to the upstream, verified"
+    );
+    if let Some(credential) = inspection.credential {
+        say!(
+            "  credential: secret {} sent as `{}: {}` (the client's own `{}` is dropped)",
+            credential.secret,
+            credential.header,
+            credential.value,
+            credential.header
+        );
+    }
+}
+
+/// The verdict on one request (method, path without query).
+fn print_request(set: &PolicySet, method: &str, path: &str, decision: &Decision) {
+    let verdict = match decision.verdict {
+        Verdict::Allow => "allowed",
+        Verdict::Block => "blocked",
+        Verdict::WouldBlock => "would_block",
+    };
+    let rule = decision
+        .rule
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), ToString::to_string);
+    say!(
+        "request: {verdict}  {method} {path}  reason={}  rule={rule}",
+        decision.reason
+    );
+    if let Some(rule) = &decision.rule
+        && let Some(text) = set.describe_rule(rule)
+    {
+        say!("  {rule}: {text}");
     }
 }
 
@@ -192,23 +257,40 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
             }
         }
     }
-    (!failed).then(|| PolicySet::merge(policies))
+    if failed {
+        return None;
+    }
+    let set = PolicySet::merge(policies);
+    for conflict in set.credential_conflicts() {
+        warn!("egress-sandbox: error: {conflict}");
+    }
+    Some(set)
 }
 
 /// `host[:port]` (port default 443) or a URL `http(s)://host[:port]/...` (port from the
-/// scheme). Paths, queries and fragments of a URL are ignored: rules match hosts.
-fn parse_test_target(raw: &str) -> Result<(Target, u16), String> {
-    let (authority, default_port) = match raw.split_once("://") {
+/// scheme), and the URL's path without its query (`/` when none): the host decides the
+/// connection, the path is judged only for a request (a METHOD given).
+fn parse_test_target(raw: &str) -> Result<(Target, u16, String), String> {
+    let (authority, default_port, path) = match raw.split_once("://") {
         Some((scheme, rest)) => {
             let port = match scheme.to_ascii_lowercase().as_str() {
                 "http" | "ws" => 80,
                 "https" | "wss" => 443,
-                other => return Err(format!("unsupported scheme `{other}`; use http or https")),
+                other => {
+                    return Err(format!(
+                        "unsupported scheme `{}`; use http or https",
+                        visible(other)
+                    ));
+                }
             };
             let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            (&rest[..end], port)
+            let path = split_path(&rest[end..]);
+            let path = if path.is_empty() { "/" } else { path };
+            (&rest[..end], port, path.to_owned())
         }
-        None => (raw, 443),
+        None => (raw, 443, "/".to_owned()),
     };
-    Target::parse_authority(authority, Some(default_port)).map_err(|error| error.to_string())
+    let (target, port) = Target::parse_authority(authority, Some(default_port))
+        .map_err(|error| error.to_string())?;
+    Ok((target, port, path))
 }

@@ -151,7 +151,18 @@ fn load_policies(
     if policies.is_empty() {
         tracing::warn!("no policy given: every attempt will be refused");
     }
-    Ok(PolicySet::merge(policies))
+    let set = PolicySet::merge(policies);
+    if let Some(conflict) = set.credential_conflicts().first() {
+        bail!("invalid policy: {conflict}");
+    }
+    if let Some(host) = set.inspected_hosts().first() {
+        // Until the proxy can read requests in clear, a rule it cannot enforce must not
+        // quietly allow more than it says.
+        bail!(
+            "invalid policy: {host} has `credentials` or `methods`/`paths`, which this proxy cannot enforce yet"
+        );
+    }
+    Ok(set)
 }
 
 /// Listen addresses are IP:port only: no name lookup happens in this binary.
@@ -170,6 +181,16 @@ mod tests {
         assert!(parse_addr("--listen", "[::1]:3128").is_ok());
         assert!(parse_addr("--listen", "localhost:3128").is_err());
         assert!(parse_addr("--listen", "127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn rules_the_proxy_cannot_enforce_refuse_to_start() {
+        let inline = [(
+            "p.yaml".to_owned(),
+            "version: 1\nallow:\n  - host: a.example.com\n    methods: [GET]\n".to_owned(),
+        )];
+        let error = load_policies(&[], &inline, &[]).unwrap_err().to_string();
+        assert!(error.contains("a.example.com"), "{error}");
     }
 
     #[test]

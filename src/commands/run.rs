@@ -33,6 +33,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let interrupt = interruption().context("cannot install signal handlers")?;
         anyhow::Ok(run_until(spec, OutputSinks::stdio(), interrupt).await)
     })?;
+    // A read of a terminal's stdin may still be blocked in a runtime thread: do not wait
+    // for it (dropping the runtime would, until the user pressed Enter).
+    runtime.shutdown_background();
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(error) => {

@@ -8,7 +8,6 @@
 //! each keeps its own chain. Attempts are counted for the summary and report; the run's
 //! `end` line gives the report its `audit_head`.
 
-use std::fs::File;
 use std::io::Write;
 
 use bytes::BytesMut;
@@ -48,7 +47,11 @@ pub struct ProxyRecords {
     pub head: Option<String>,
 }
 
-pub fn spawn_reader<S>(frames: S, audit_log: Option<File>) -> ProxyOutput
+/// Where each record line goes as it comes (the `--audit-log` file, the daemon's stream):
+/// one `write` per line with its newline.
+pub type AuditSink = Box<dyn Write + Send>;
+
+pub fn spawn_reader<S>(frames: S, audit_log: Option<AuditSink>) -> ProxyOutput
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send + Unpin + 'static,
 {
@@ -59,14 +62,14 @@ where
 
 struct Reader {
     ready: Option<oneshot::Sender<Result<(), NotReady>>>,
-    audit_log: Option<File>,
+    audit_log: Option<AuditSink>,
     records: ProxyRecords,
     stderr_tail: Vec<u8>,
 }
 
 async fn read<S>(
     mut frames: S,
-    audit_log: Option<File>,
+    audit_log: Option<AuditSink>,
     ready: oneshot::Sender<Result<(), NotReady>>,
 ) -> ProxyRecords
 where
@@ -285,7 +288,7 @@ mod tests {
             .append(true)
             .open(&path)
             .unwrap();
-        let output = spawn_reader(frames, Some(file));
+        let output = spawn_reader(frames, Some(Box::new(file)));
         assert!(output.ready.await.unwrap().is_ok());
         let records = output.records.await.unwrap();
         assert_eq!(records.tally.attempts.blocked, 1);

@@ -178,8 +178,12 @@ pub fn proxy_body(
 pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     let proxy = format!("http://{}:{PROXY_PORT}", subnet.proxy());
     let mut env = Vec::new();
-    if !spec.env.iter().any(|(key, _)| key == "HOME") {
-        env.push("HOME=/tmp".to_string());
+    // Defaults a `--env` of the same name replaces. Python buffers stdout into a pipe, so
+    // without PYTHONUNBUFFERED what a script printed before a time-limit kill would be lost.
+    for (key, value) in [("HOME", "/tmp"), ("PYTHONUNBUFFERED", "1")] {
+        if !spec.env.iter().any(|(given, _)| given == key) {
+            env.push(format!("{key}={value}"));
+        }
     }
     env.extend(spec.env.iter().map(|(key, value)| format!("{key}={value}")));
     for key in [
@@ -222,7 +226,7 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
     // /dev/shm would be 64 MiB whatever --tmp says), and nothing executable on /dev/shm.
     // /dev/mqueue, which Docker mounts writable, is replaced by an empty read-only tmpfs.
     host.shm_size = Some(tmp as i64);
-    host.tmpfs = Some(HashMap::from([
+    let mut tmpfs = HashMap::from([
         (
             "/tmp".to_string(),
             format!("rw,nosuid,nodev,size={tmp},mode=1777"),
@@ -235,7 +239,15 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
             "/dev/mqueue".to_string(),
             "ro,noexec,nosuid,nodev,size=4k".to_string(),
         ),
-    ]));
+    ]);
+    if !spec.files.is_empty() {
+        // Task files: written by the gate (as the sandbox's user) before the command runs.
+        tmpfs.insert(
+            super::task_files::TASK_DIR.to_string(),
+            format!("rw,nosuid,nodev,size={tmp},mode=1777"),
+        );
+    }
+    host.tmpfs = Some(tmpfs);
     // Docker's embedded resolver forwards every query to the proxy: no lookup leaves
     // from the host (CVE-2024-29018), and every lookup is an audit record.
     host.dns = Some(vec![subnet.proxy().to_string()]);
@@ -306,7 +318,8 @@ pub fn sandbox_body(
         working_dir: spec.workdir.clone(),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        // The gate's go signal; closed after it, so the command's stdin is at EOF.
+        // The gate's go signal, then the caller's input; closed after it, so the command
+        // sees EOF.
         attach_stdin: Some(gated),
         open_stdin: Some(gated),
         stdin_once: Some(gated),
@@ -432,7 +445,8 @@ mod tests {
         assert!(env.contains(&"https_proxy=http://10.213.0.10:3128".to_string()));
         assert!(env.contains(&"ALL_PROXY=http://10.213.0.10:3128".to_string()));
         assert!(env.contains(&"NO_PROXY=".to_string()));
-        assert_eq!(env.len(), 10);
+        assert!(env.contains(&"PYTHONUNBUFFERED=1".to_string()));
+        assert_eq!(env.len(), 11);
     }
 
     #[test]

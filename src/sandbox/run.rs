@@ -38,7 +38,6 @@
 //! # }
 //! ```
 
-use std::fs::File;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,9 +45,11 @@ use std::time::{Duration, Instant};
 use bollard::models::EndpointSettings;
 use serde::Serialize;
 
-use super::audit_trail::{self, ProxyOutput};
+use super::audit_trail::{self, AuditSink, ProxyOutput};
 use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
+use super::events::{AuditTee, RunEvent};
+use super::gate_signal::{self, GateSetup};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
@@ -158,6 +159,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
+    FilesNeedLocalEngine,
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: PathBuf,
@@ -187,7 +190,7 @@ pub async fn run_until(
     sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> Result<RunOutcome, RunError> {
-    let audit_log = match &spec.audit_log {
+    let audit_file = match &spec.audit_log {
         Some(path) => Some(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -200,6 +203,7 @@ pub async fn run_until(
         ),
         None => None,
     };
+    let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
     let proxy_binary = match &spec.proxy_binary {
         Some(path) => path.clone(),
         None => std::env::current_exe().map_err(RunError::ProxyBinary)?,
@@ -208,6 +212,7 @@ pub async fn run_until(
     let engine = Engine::connect().await?;
     tracing::debug!(host = engine.host(), "connected to the Docker engine");
     let names = RunNames::generate();
+    sinks.emit(RunEvent::Id(names.id.clone()));
     let teardown = Teardown::new(engine.clone(), &names.id);
     let run = Run {
         engine: &engine,
@@ -230,6 +235,30 @@ pub async fn run_until(
     let mut outcome = result?;
     outcome.teardown_errors = failures;
     Ok(outcome)
+}
+
+/// Copies `input` (if any) to the sandbox's stdin, then closes it: the command sees EOF.
+/// A command that exits without reading is no error.
+async fn forward_stdin(
+    input: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    mut stdin: StdinWriter,
+) {
+    use tokio::io::AsyncWriteExt;
+    if let Some(mut input) = input
+        && let Err(error) = tokio::io::copy(&mut input, &mut stdin).await
+    {
+        tracing::debug!(%error, "stopped forwarding stdin");
+    }
+    let _ = stdin.shutdown().await;
+}
+
+/// A spawned task that ends with its handle (a plain `JoinHandle` detaches on drop).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Run<'a> {
@@ -261,7 +290,7 @@ impl Run<'_> {
     async fn go<I>(
         &self,
         proxy_binary: &std::path::Path,
-        audit_log: Option<File>,
+        audit_log: Option<AuditSink>,
         sinks: OutputSinks,
         interrupt: &mut std::pin::Pin<&mut I>,
     ) -> Result<RunOutcome, RunError>
@@ -281,14 +310,21 @@ impl Run<'_> {
         let engine = self.engine;
         let sandbox = self.names.sandbox.as_str();
 
+        let mut sinks = sinks;
+        let input = sinks.stdin.take();
+        // Forwards the caller's input after the go signal; aborted when the run is over.
+        let mut forward_input = None;
         match gate {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                go.write_all(b"\n")
+                let setup = GateSetup {
+                    files: self.spec.files.clone(),
+                };
+                go.write_all(&gate_signal::encode(&setup))
                     .await
-                    .and(go.shutdown().await)
                     .map_err(|source| RunError::Gate { source })?;
+                forward_input = Some(AbortOnDrop(tokio::spawn(forward_stdin(input, go))));
             }
             None => engine
                 .start_container(sandbox)
@@ -297,6 +333,13 @@ impl Run<'_> {
         }
         let started = Instant::now();
         tracing::debug!("sandbox started");
+        let events = sinks.events.clone();
+        let emit = |event| {
+            if let Some(events) = &events {
+                let _ = events.send(event);
+            }
+        };
+        emit(RunEvent::Started);
         // The proxy is stopped as soon as the command is over, which the output stream's
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
@@ -329,6 +372,7 @@ impl Run<'_> {
             };
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
+            emit(RunEvent::Ended);
             if !matches!(end, End::Exited(_)) {
                 // The container, not a process: a double-forked child that ignores SIGTERM
                 // dies too.
@@ -410,6 +454,7 @@ impl Run<'_> {
         };
         let ((status, exit_code, duration, output), records) =
             tokio::join!(sandbox_side, proxy_side);
+        drop(forward_input);
         tracing::debug!("proxy stopped, containers and network removed");
         let (tally, head) = (records.tally, records.head);
         let refusals = tally.refusals();
@@ -435,11 +480,14 @@ impl Run<'_> {
     async fn prepare(
         &self,
         proxy_binary: &std::path::Path,
-        audit_log: Option<File>,
+        audit_log: Option<AuditSink>,
     ) -> Result<Prepared, RunError> {
         let engine = self.engine;
         let docker = engine.docker();
         let gated = engine.is_local();
+        if !gated && !self.spec.files.is_empty() {
+            return Err(RunError::FilesNeedLocalEngine);
+        }
         let (proxy_image, (image, entrypoint), egress, subnet) = tokio::try_join!(
             async {
                 images::ensure_proxy_image(docker, proxy_binary)
@@ -503,7 +551,7 @@ impl Run<'_> {
         image: &str,
         egress: &str,
         subnet: RunSubnet,
-        audit_log: Option<File>,
+        audit_log: Option<AuditSink>,
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();

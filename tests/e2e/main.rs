@@ -24,4 +24,5 @@ mod reach;
 mod report_mode;
 mod seed;
 mod setup_errors;
+mod stdio;
 mod teardown;

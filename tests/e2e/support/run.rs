@@ -44,6 +44,8 @@ pub struct Run {
     network: String,
     hang_bound: Duration,
     policies: usize,
+    /// Fed to the run's stdin, then closed; none: stdin is /dev/null.
+    stdin: Option<Vec<u8>>,
 }
 
 impl Run {
@@ -70,6 +72,7 @@ impl Run {
             network: network.name.clone(),
             hang_bound: HANG_BOUND,
             policies: 0,
+            stdin: None,
         }
     }
 
@@ -120,6 +123,12 @@ impl Run {
         self
     }
 
+    /// Writes `input` to the run's stdin (from a thread), then closes it.
+    pub fn stdin(mut self, input: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(input.into());
+        self
+    }
+
     pub fn hang_bound(mut self, bound: Duration) -> Self {
         self.hang_bound = bound;
         self
@@ -129,13 +138,24 @@ impl Run {
     pub fn spawn(mut self, program: &[&str]) -> RunningRun {
         warm_up(&self.network);
         self.command.arg("--").args(program);
+        let stdin = match self.stdin {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        };
         let mut child = self
             .command
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start egress-sandbox");
+        if let (Some(input), Some(mut pipe)) = (self.stdin, child.stdin.take()) {
+            // A command that never reads may leave this blocked until the run ends.
+            thread::spawn(move || {
+                use std::io::Write;
+                let _ = pipe.write_all(&input);
+            });
+        }
         let stdout = Capture::start(child.stdout.take().expect("piped stdout"));
         let stderr = Capture::start(child.stderr.take().expect("piped stderr"));
         RunningRun {
