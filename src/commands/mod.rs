@@ -6,4 +6,5 @@ pub mod gc;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod run_flags;
 pub mod sandbox_gate;
