@@ -1593,7 +1593,10 @@ async fn hostile_hosts_never_forge_or_split_an_audit_line() {
     proxy.shutdown().await;
     let text = std::fs::read(&log).unwrap();
     let text = String::from_utf8(text).expect("the audit log is UTF-8");
-    let lines: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).collect();
+    let mut lines: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).collect();
+    // The run's chain closes with its end record; the attempts come before it.
+    let end = lines.pop().unwrap();
+    assert!(end.contains(r#""kind":"end""#), "{end}");
     assert_eq!(lines.len(), attempts, "one line per attempt:\n{text}");
     for line in &lines {
         assert!(line.starts_with("{\"v\":1,"), "{line}");
@@ -1606,7 +1609,8 @@ async fn hostile_hosts_never_forge_or_split_an_audit_line() {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert_eq!(record.decision, Outcome::Blocked, "{line}");
         let value: serde_json::Value = serde_json::from_str(line).unwrap();
-        assert_eq!(value.as_object().unwrap().len(), 15, "{line}");
+        // The 15 fields of an attempt, then the chain's seq and prev.
+        assert_eq!(value.as_object().unwrap().len(), 17, "{line}");
     }
     assert_eq!(site.connection_count().await, 0);
 }
