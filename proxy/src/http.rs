@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind};
 use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
-use crate::refusal::{Refusal, refusal_response};
+use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::Shutdown;
 use crate::target::Target;
@@ -145,7 +145,7 @@ impl ClientConnection {
                         Reason::Unsupported,
                         "CONNECT is only served on the proxy port",
                     );
-                    refusal_response(&refusal)
+                    refuse(attempt, &refusal).await
                 }
             };
         }
@@ -157,7 +157,7 @@ impl ClientConnection {
                     .shared
                     .gate
                     .refuse_request(&mut attempt, &raw, reason, detail);
-                return refusal_response(&refusal);
+                return refuse(attempt, &refusal).await;
             }
         };
         if let Err((reason, detail)) = check_request_shape(&request) {
@@ -167,7 +167,7 @@ impl ClientConnection {
                 .shared
                 .gate
                 .refuse_request(&mut attempt, b"", reason, detail);
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
         if let Some(plan) = crate::inspect::plain_plan(&self.shared, &target, port) {
             return crate::inspect::forward_plain(&self.shared, request, plan, attempt).await;
@@ -176,7 +176,7 @@ impl ClientConnection {
         if let Err(refusal) =
             crate::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
         {
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
         let request = Request::from_parts(parts, body);
         let up = Arc::new(AtomicU64::new(0));
@@ -185,7 +185,7 @@ impl ClientConnection {
             .await
         {
             Ok(response) => counted_response(response, attempt, up),
-            Err(refusal) => refusal_response(&refusal),
+            Err(refusal) => refuse(attempt, &refusal).await,
         }
     }
 

@@ -38,7 +38,7 @@ use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
 use crate::ca::{CaError, RunCa};
 use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
-use crate::refusal::{Refusal, refusal_response};
+use crate::refusal::{Refusal, refuse};
 use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Secret};
 use crate::shared::{ConnectionSlot, Shared};
 use crate::shutdown::Shutdown;
@@ -205,6 +205,15 @@ pub(crate) fn tripwire(
     }
 }
 
+/// Builds the refusal from the attempt, then records the attempt and answers.
+async fn refuse_with(
+    mut attempt: Attempt,
+    build: impl FnOnce(&mut Attempt) -> Refusal,
+) -> Response<ProxyBody> {
+    let refusal = build(&mut attempt);
+    refuse(attempt, &refusal).await
+}
+
 fn refusal(attempt: &Attempt, detail: String) -> Refusal {
     Refusal {
         outcome: attempt.decision,
@@ -279,7 +288,7 @@ pub(crate) async fn forward_plain(
     );
     let decision = match judged {
         Ok(decision) => decision,
-        Err(refusal) => return refusal_response(&refusal),
+        Err(refusal) => return refuse(attempt, &refusal).await,
     };
     let stream = match shared
         .gate
@@ -287,25 +296,25 @@ pub(crate) async fn forward_plain(
         .await
     {
         Ok(stream) => stream,
-        Err(refusal) => return refusal_response(&refusal),
+        Err(refusal) => return refuse(attempt, &refusal).await,
     };
     let sender = if plan.tls {
         match connect_tls(&inspector.upstream_tls, &plan.name, stream).await {
             Ok(tls) => handshake(tls).await,
-            Err(error) => return refusal_response(&upstream_tls_failure(&mut attempt, &error)),
+            Err(error) => return refuse_with(attempt, |a| upstream_tls_failure(a, &error)).await,
         }
     } else {
         handshake(stream).await
     };
     let mut sender = match sender {
         Ok(sender) => sender,
-        Err(error) => return refusal_response(&upstream_failure(&mut attempt, &error)),
+        Err(error) => return refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     };
     let up = Arc::new(AtomicU64::new(0));
     let outgoing = Request::from_parts(parts, crate::http::counting_body(body, up.clone()));
     match sender.send_request(outgoing).await {
         Ok(response) => answered(response, attempt, up),
-        Err(error) => refusal_response(&upstream_failure(&mut attempt, &error)),
+        Err(error) => refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     }
 }
 
@@ -446,7 +455,7 @@ impl InspectedConnection {
             self.port,
             &mut parts,
         ) {
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
         let up = Arc::new(AtomicU64::new(0));
         let mut outgoing = Request::from_parts(parts, crate::http::counting_body(body, up.clone()));
@@ -455,7 +464,7 @@ impl InspectedConnection {
             let sender = match &mut *state {
                 UpstreamState::Failed(reason, detail) => {
                     attempt.set_outcome(Outcome::Failed, *reason, None);
-                    return refusal_response(&refusal(&attempt, detail.clone()));
+                    return refuse_with(attempt, |a| refusal(a, detail.clone())).await;
                 }
                 UpstreamState::Ready(sender) => sender,
             };
@@ -465,10 +474,8 @@ impl InspectedConnection {
                     Err(mut error) => match error.take_message() {
                         Some(request) if attempt_number == 0 => outgoing = request,
                         _ => {
-                            return refusal_response(&upstream_failure(
-                                &mut attempt,
-                                error.error(),
-                            ));
+                            return refuse_with(attempt, |a| upstream_failure(a, error.error()))
+                                .await;
                         }
                     },
                 }
@@ -476,14 +483,14 @@ impl InspectedConnection {
             // The upstream closed between requests: one new connection through the gate.
             match self.reconnect(&mut attempt, inspector).await {
                 Ok(sender) => *state = UpstreamState::Ready(sender),
-                Err(refusal) => return refusal_response(&refusal),
+                Err(refusal) => return refuse(attempt, &refusal).await,
             }
         }
         attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
-        refusal_response(&refusal(
-            &attempt,
-            "the upstream closed every connection".to_owned(),
-        ))
+        refuse_with(attempt, |a| {
+            refusal(a, "the upstream closed every connection".to_owned())
+        })
+        .await
     }
 
     async fn reconnect(

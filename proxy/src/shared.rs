@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub pool: UpstreamPool,
     /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
     pub inspect: Option<crate::inspect::Inspector>,
+    /// DNS queries per second per client, shared by the UDP and TCP responders.
+    pub dns_rate: crate::dns::RateLimiter,
 }
 
 impl Shared {
@@ -35,7 +37,12 @@ impl Shared {
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspect::Inspector>,
     ) -> std::io::Result<Shared> {
-        let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())?;
+        let audit = AuditSink::start(
+            config.audit,
+            config.run_id,
+            config.policy.name(),
+            config.audit_limit.max(1),
+        )?;
         let resolver = Resolver::new(
             config.pins,
             &config.upstream_dns,
@@ -57,6 +64,7 @@ impl Shared {
             limits: config.limits,
             dns_answer,
             inspect,
+            dns_rate: crate::dns::RateLimiter::new(config.dns_rate),
         })
     }
 }
