@@ -410,25 +410,6 @@ impl Drop for Attempt {
     /// An attempt that ends any other way (a tunnel closing, shutdown, a panic) still sends
     /// its record, queued.
     fn drop(&mut self) {
-        let record = AuditRecord {
-            v: AUDIT_VERSION,
-            ts: timestamp(self.started_at),
-            run: None,
-            policy: None,
-            kind: self.kind,
-            client: self.client.map(|c| c.to_string()),
-            host: std::mem::take(&mut self.host),
-            port: self.port,
-            decision: self.decision,
-            reason: self.reason,
-            rule: self.rule.take(),
-            addr: self.addr.map(|a| a.ip().to_string()),
-            bytes_up: self.bytes_up,
-            bytes_down: self.bytes_down,
-            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            request: self.request.take(),
-        };
-        self.sink.send(record);
         if let Some(record) = self.take_record() {
             self.sink.send(record);
         }

@@ -454,7 +454,7 @@ async fn a_placeholder_sent_to_another_host_is_credential_misuse() {
     .await;
     assert_eq!(status(&in_path), 403, "{in_path}");
     assert_eq!(
-        other.connection_count(),
+        other.connection_count().await,
         0,
         "the other host never saw the request"
     );
