@@ -6,4 +6,6 @@ pub mod gc;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod run_client;
 pub mod sandbox_gate;
+pub mod serve;

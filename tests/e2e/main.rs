@@ -23,6 +23,7 @@ mod isolation;
 mod reach;
 mod report_mode;
 mod seed;
+mod serve;
 mod setup_errors;
 mod stdio;
 mod teardown;
