@@ -177,6 +177,11 @@ pub struct ProxyArgs {
     /// Transparent listener (TLS routed by SNI, HTTP by Host); repeatable, e.g. 10.0.0.2:443.
     #[arg(long = "transparent-listen", value_name = "ADDR")]
     pub transparent_listen: Vec<String>,
+    /// Add CIDR (or one IP) to the private-address floor: allowed names leading there are
+    /// refused as private_address unless a cidr rule covers the address; repeatable. For the
+    /// engine host's own addresses and the egress gateway.
+    #[arg(long = "floor-extra", value_name = "CIDR")]
+    pub floor_extra: Vec<String>,
     /// Run id written into every audit record.
     #[arg(long = "run-id", value_name = "ID")]
     pub run_id: Option<String>,

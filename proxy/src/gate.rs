@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, AuditSink, Outcome};
+use crate::floor::Floor;
 use crate::policy::{Decision, PolicySet, Reason, SniCheck, Verdict};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
@@ -20,6 +21,8 @@ use crate::target::Target;
 
 pub struct Gate {
     policy: PolicySet,
+    /// The private ranges plus the proxy's `--floor-extra` ranges.
+    floor: Floor,
     resolver: Resolver,
     connect_timeout: Duration,
     audit: AuditSink,
@@ -28,12 +31,14 @@ pub struct Gate {
 impl Gate {
     pub fn new(
         policy: PolicySet,
+        floor: Floor,
         resolver: Resolver,
         connect_timeout: Duration,
         audit: AuditSink,
     ) -> Self {
         Gate {
             policy,
+            floor,
             resolver,
             connect_timeout,
             audit,
@@ -153,7 +158,7 @@ impl Gate {
         let mut passed = Vec::new();
         let mut first_refusal: Option<Decision> = None;
         for &ip in addresses {
-            let verdict = self.policy.check_address(ip, port);
+            let verdict = self.policy.check_address_against(&self.floor, ip, port);
             if verdict.verdict == Verdict::Block {
                 tracing::debug!(%ip, reason = %verdict.reason, "address refused");
                 first_refusal.get_or_insert(verdict);

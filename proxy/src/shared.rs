@@ -11,6 +11,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::audit::AuditSink;
 use crate::config::{ProxyConfig, ProxyLimits};
+use crate::floor::Floor;
 use crate::gate::Gate;
 use crate::pool::UpstreamPool;
 use crate::resolve::Resolver;
@@ -36,6 +37,7 @@ impl Shared {
         );
         let gate = Gate::new(
             config.policy,
+            Floor::with_extra(config.floor_extra),
             resolver,
             config.limits.connect_timeout,
             audit,

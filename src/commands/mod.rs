@@ -7,5 +7,6 @@ pub mod policy;
 pub mod proxy;
 pub mod run;
 pub mod run_client;
+pub mod run_flags;
 pub mod sandbox_gate;
 pub mod serve;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use egress_proxy::audit::AuditDestination;
+use egress_proxy::floor;
 use egress_proxy::handoff::Handoff;
 use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
@@ -108,6 +109,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         path => AuditDestination::File(PathBuf::from(path)),
     };
     config.run_id = args.run_id;
+    config.floor_extra = args
+        .floor_extra
+        .iter()
+        .map(|raw| floor::parse_extra(raw).map_err(|error| anyhow!("--floor-extra: {error}")))
+        .collect::<Result<_>>()?;
     config.pins = args
         .resolve
         .iter()

@@ -7,9 +7,10 @@ use anyhow::Context;
 use egress_proxy::text::visible;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::run_flags;
 use crate::cli::RunArgs;
 use crate::report::{RunReport, summary_line};
-use crate::sandbox::spec::{self, RunSpec, SpecError};
+use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::sandbox::{Interruption, OutputSinks, RunError, run_until};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
@@ -78,10 +79,10 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
         builder = builder.image(image);
     }
     if let Some(raw) = args.timeout {
-        builder = builder.timeout(spec::parse_duration("--timeout", &raw)?);
+        builder = builder.timeout(run_flags::duration("--timeout", &raw)?);
     }
     if let Some(raw) = args.memory {
-        builder = builder.memory(spec::parse_size("--memory", &raw)?);
+        builder = builder.memory(run_flags::size("--memory", &raw)?);
     }
     if let Some(cpus) = args.cpus {
         builder = builder.cpus(cpus);
@@ -90,25 +91,25 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
         builder = builder.pids(pids);
     }
     if let Some(raw) = args.tmp {
-        builder = builder.tmp(spec::parse_size("--tmp", &raw)?);
+        builder = builder.tmp(run_flags::size("--tmp", &raw)?);
     }
     if let Some(raw) = args.output_limit {
-        builder = builder.output_limit(spec::parse_size("--output-limit", &raw)?);
+        builder = builder.output_limit(run_flags::size("--output-limit", &raw)?);
     }
     for raw in args.mounts {
-        let (source, target, writable) = spec::parse_mount(&raw)?;
+        let (source, target, writable) = run_flags::mount(&raw)?;
         builder = builder.mount(source, target, writable);
     }
     for raw in args.env {
-        let (key, value) = spec::parse_env(&raw)?;
+        let (key, value) = run_flags::env(&raw)?;
         builder = builder.env(key, value);
     }
     if let Some(dir) = args.workdir {
         builder = builder.workdir(dir);
     }
     for raw in args.resolve {
-        let (name, ip) = spec::parse_resolve(&raw)?;
-        builder = builder.resolve(name, ip);
+        let (name, ip) = run_flags::resolve(&raw)?;
+        builder = builder.resolve(name.as_str(), ip);
     }
     if let Some(path) = args.audit_log {
         builder = builder.audit_log(path);

@@ -207,21 +207,21 @@ fn request_from(args: &RunArgs) -> anyhow::Result<RunRequest> {
     }
     let mut env = Vec::new();
     for raw in &args.env {
-        let (key, value) = crate::sandbox::spec::parse_env(raw)?;
+        let (key, value) = super::run_flags::env(raw)?;
         env.push((key, value));
     }
     let mut mounts = Vec::new();
     for raw in &args.mounts {
         // Relative sources are relative to this process, not the daemon.
-        let (source, target, writable) = crate::sandbox::spec::parse_mount(raw)?;
+        let (source, target, writable) = super::run_flags::mount(raw)?;
         let source = std::path::absolute(&source).unwrap_or(source);
         let suffix = if writable { ":rw" } else { "" };
         mounts.push(format!("{}:{target}{suffix}", source.display()));
     }
     let mut resolve = std::collections::BTreeMap::new();
     for raw in &args.resolve {
-        let (name, ip) = crate::sandbox::spec::parse_resolve(raw)?;
-        resolve.insert(name, ip.to_string());
+        let (name, ip) = super::run_flags::resolve(raw)?;
+        resolve.insert(name.as_str().to_string(), ip.to_string());
     }
     let stdin = if std::io::stdin().is_terminal() {
         Vec::new()

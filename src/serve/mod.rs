@@ -138,12 +138,18 @@ pub async fn serve(
     ready: impl FnOnce(&ServeOptions),
 ) -> Result<(), ServeError> {
     let engine = crate::sandbox::docker::Engine::connect().await?;
-    match crate::sandbox::gc::sweep(&engine).await {
-        Ok(swept) if !swept.is_empty() => {
-            tracing::info!(objects = swept.len(), "removed leftovers of earlier runs")
-        }
-        Ok(_) => {}
-        Err(error) => tracing::warn!(%error, "cannot sweep leftovers of earlier runs"),
+    match crate::sandbox::labels::HostIdentity::current() {
+        Ok(here) => match crate::sandbox::gc::sweep(&engine, &here).await {
+            Ok(report) if !report.removed.is_empty() => {
+                tracing::info!(
+                    objects = report.removed.len(),
+                    "removed leftovers of earlier runs"
+                )
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot sweep leftovers of earlier runs"),
+        },
+        Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
     }
     let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
     let (shutdown, _) = watch::channel(false);

@@ -2,13 +2,13 @@
 //! same [`RunSpec`] builder), so a request `run` would refuse is a 400 that creates nothing.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
-use crate::sandbox::spec::{self, RunSpec, SpecError};
+use crate::commands::run_flags;
+use crate::sandbox::spec::{RunSpec, SpecError};
 
 /// A policy as text: bare YAML (named `policy-N.yaml`), or with the file name that names it
 /// in diagnostics and gives its default name (what `run --server` sends for `--policy`).
@@ -131,6 +131,7 @@ impl BadRequest {
                 BadRequest::new(field_of_flag(flag), error.to_string())
             }
             SpecError::NoCommand => BadRequest::new("argv", error.to_string()),
+            SpecError::Pin(_) => BadRequest::new("resolve", error.to_string()),
             other => BadRequest::new("policies", other.to_string()),
         }
     }
@@ -171,10 +172,10 @@ impl RunRequest {
         }
         let spec_error = BadRequest::from_spec;
         if let Some(raw) = self.timeout {
-            builder = builder.timeout(spec::parse_duration("--timeout", &raw).map_err(spec_error)?);
+            builder = builder.timeout(run_flags::duration("--timeout", &raw).map_err(spec_error)?);
         }
         if let Some(raw) = self.memory {
-            builder = builder.memory(spec::parse_size("--memory", &raw).map_err(spec_error)?);
+            builder = builder.memory(run_flags::size("--memory", &raw).map_err(spec_error)?);
         }
         if let Some(cpus) = self.cpus {
             builder = builder.cpus(cpus);
@@ -183,14 +184,14 @@ impl RunRequest {
             builder = builder.pids(pids);
         }
         if let Some(raw) = self.tmp {
-            builder = builder.tmp(spec::parse_size("--tmp", &raw).map_err(spec_error)?);
+            builder = builder.tmp(run_flags::size("--tmp", &raw).map_err(spec_error)?);
         }
         if let Some(raw) = self.output_limit {
             builder =
-                builder.output_limit(spec::parse_size("--output-limit", &raw).map_err(spec_error)?);
+                builder.output_limit(run_flags::size("--output-limit", &raw).map_err(spec_error)?);
         }
         for raw in self.mounts {
-            let (source, target, writable) = spec::parse_mount(&raw).map_err(spec_error)?;
+            let (source, target, writable) = run_flags::mount(&raw).map_err(spec_error)?;
             builder = builder.mount(source, target, writable);
         }
         for (key, value) in self.env.map(EnvVars::pairs).unwrap_or_default() {
@@ -200,13 +201,8 @@ impl RunRequest {
             builder = builder.workdir(dir);
         }
         for (name, ip) in self.resolve {
-            let ip: IpAddr = ip.parse().map_err(|_| {
-                BadRequest::new(
-                    "resolve",
-                    format!("invalid resolve {name:?}: {ip:?} is not an IP address"),
-                )
-            })?;
-            builder = builder.resolve(name, ip);
+            let (name, ip) = run_flags::resolve(&format!("{name}={ip}")).map_err(spec_error)?;
+            builder = builder.resolve(name.as_str(), ip);
         }
         for (path, b64) in self.files {
             let contents = STANDARD.decode(b64.as_bytes()).map_err(|error| {

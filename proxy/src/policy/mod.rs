@@ -38,7 +38,7 @@ mod tests;
 pub use credential::{Credential, SECRET_PLACEHOLDER, check_secret_name};
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{HostPattern, SHARED_HOSTING};
-pub use parse::{MAX_POLICY_BYTES, parse_duration, parse_size_value};
+pub use parse::MAX_POLICY_BYTES;
 pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
 pub use set::{Inspection, PolicySet};
 

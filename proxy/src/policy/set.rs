@@ -449,12 +449,18 @@ impl PolicySet {
     /// covering it (and the port) exempts it; else Allow. The floor holds in report mode.
     /// An Allow names the covering `cidr` allow rule if there is one, else no rule.
     pub fn check_address(&self, addr: IpAddr, port: u16) -> Decision {
+        self.check_address_against(&floor::Floor::default(), addr, port)
+    }
+
+    /// [`PolicySet::check_address`] with `floor` in place of the private ranges alone (the
+    /// proxy's floor, with its `--floor-extra` ranges).
+    pub fn check_address_against(&self, floor: &floor::Floor, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical(addr);
         if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));
         }
         let exempting = find_cidr(&self.index.allow_cidrs, addr, port);
-        if floor::is_private(addr) && exempting.is_none() {
+        if floor.holds(addr) && exempting.is_none() {
             return block(Reason::PrivateAddress, None);
         }
         Decision {
