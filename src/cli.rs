@@ -133,6 +133,10 @@ pub enum PolicyCommand {
     Check {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Also an error: any allow rule that UPPER.yaml (an organisation's ceiling) would
+        /// not allow, counting UPPER's deny rules.
+        #[arg(long, value_name = "UPPER.yaml")]
+        within: Option<PathBuf>,
     },
     /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
     /// 1 blocked.
