@@ -21,6 +21,7 @@ mod handoff;
 mod hardening;
 mod isolation;
 mod reach;
+mod report_bounds;
 mod report_mode;
 mod seed;
 mod serve;
