@@ -199,7 +199,7 @@ async fn transparent_tls_is_routed_by_sni() {
         (record.kind, record.decision, record.reason),
         (Kind::Tls, Outcome::Blocked, Reason::NotAllowed)
     );
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -265,7 +265,7 @@ async fn other_protocols_on_transparent_ports_are_closed_as_unsupported() {
         (record.kind, record.decision, record.reason),
         (Kind::Tcp, Outcome::Blocked, Reason::Unsupported)
     );
-    assert_eq!(site.connection_count(), 0);
+    assert_eq!(site.connection_count().await, 0);
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ mod reach;
 mod report_bounds;
 mod report_mode;
 mod seed;
+mod serve;
 mod setup_errors;
 mod stdio;
 mod teardown;
