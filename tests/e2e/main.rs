@@ -22,6 +22,7 @@ mod hardening;
 mod isolation;
 mod policy_suggest;
 mod reach;
+mod report_bounds;
 mod report_mode;
 mod seed;
 mod setup_errors;
