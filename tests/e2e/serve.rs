@@ -24,14 +24,14 @@ const START_BOUND: Duration = Duration::from_secs(60);
 const HANG_BOUND: Duration = Duration::from_secs(120);
 
 /// A daemon on a private socket; stopped (SIGTERM, then checked) on drop.
-struct Daemon {
+pub struct Daemon {
     child: Child,
-    socket: PathBuf,
+    pub socket: PathBuf,
     dir: TempDir,
 }
 
 impl Daemon {
-    fn start() -> Daemon {
+    pub fn start() -> Daemon {
         let dir = tempfile::tempdir().expect("temporary directory");
         // Searchable by everyone: only the socket's own mode may keep another user out.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -62,7 +62,7 @@ impl Daemon {
         Daemon { child, socket, dir }
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -71,7 +71,7 @@ impl Daemon {
     }
 
     /// SIGTERM; the daemon must exit 0 within the bound, leaving nothing of its own.
-    fn stop(mut self) {
+    pub fn stop(mut self) {
         signal(self.pid(), "TERM");
         let deadline = Instant::now() + HANG_BOUND;
         let status = loop {
