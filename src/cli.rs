@@ -33,10 +33,26 @@ pub enum Command {
     Audit(AuditArgs),
     /// Remove networks and containers of runs that are gone.
     Gc(GcArgs),
+    /// Serve runs over a local API (HTTP + JSON on a Unix socket).
+    Serve(ServeArgs),
     /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
     /// ready (one byte on stdin), then executes COMMAND in its place.
     #[command(name = "sandbox-gate", hide = true)]
     SandboxGate(SandboxGateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The API socket [default: /run/egress-sandbox/api.sock as root, else
+    /// $XDG_RUNTIME_DIR/egress-sandbox.sock]. Access to it is access to the Docker host.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Make the socket 0660 for GROUP (name or number) instead of 0600.
+    #[arg(long = "socket-group", value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Also serve GET /metrics (Prometheus text) on this TCP address.
+    #[arg(long = "metrics-listen", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -46,7 +62,7 @@ pub struct SandboxGateArgs {
     pub command: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct RunArgs {
     /// Policy file (YAML); repeatable, policies merge.
     #[arg(short, long = "policy", value_name = "FILE")]
@@ -96,6 +112,10 @@ pub struct RunArgs {
     /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
+    /// report, audit log and exit codes; stdin is read to its end first).
+    #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]
+    pub server: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -117,6 +137,18 @@ pub enum PolicyCommand {
         /// not allow, counting UPPER's deny rules.
         #[arg(long, value_name = "UPPER.yaml")]
         within: Option<PathBuf>,
+    },
+    /// Draft a commented policy from audit logs (report-mode runs, refusals), for review.
+    Suggest {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// `name:` of the draft.
+        #[arg(long, value_name = "NAME", default_value = "suggested")]
+        name: String,
+        /// Suggest `*.domain` once this many sibling names under one registrable domain were
+        /// seen (never over a public suffix or shared hosting); 0 = never.
+        #[arg(long = "wildcard-after", value_name = "N", default_value_t = 5)]
+        wildcard_after: usize,
     },
     /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
     /// 1 blocked.
@@ -205,6 +237,16 @@ pub struct AuditArgs {
 pub enum AuditCommand {
     /// Refused attempts grouped by host, port and reason.
     Summary {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Check every run's chain (order, gaps, hashes, end record); exit 0 intact, 1 with one
+    /// line per break.
+    Verify {
+        /// A run report whose `audit_head` must be the hash of its run's end record;
+        /// repeatable.
+        #[arg(long = "report", value_name = "REPORT.json")]
+        reports: Vec<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },

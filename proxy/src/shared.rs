@@ -26,7 +26,7 @@ pub(crate) struct Shared {
     /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
     pub inspect: Option<crate::inspect::Inspector>,
     /// DNS queries per second per client, shared by the UDP and TCP responders.
-    pub dns_rate: crate::dns::RateLimiter,
+    pub dns_rate: crate::dns_rate::RateLimiter,
 }
 
 impl Shared {
@@ -64,7 +64,7 @@ impl Shared {
             limits: config.limits,
             dns_answer,
             inspect,
-            dns_rate: crate::dns::RateLimiter::new(config.dns_rate),
+            dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
         })
     }
 }
