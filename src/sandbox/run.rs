@@ -166,6 +166,8 @@ pub enum RunError {
     },
     #[error("cannot find this program's binary for the proxy image: {0}")]
     ProxyBinary(#[source] std::io::Error),
+    #[error("cannot list this host's interface addresses: {0}")]
+    HostAddresses(#[source] std::io::Error),
     #[error("cannot identify this process for the owner label: {0}")]
     Owner(#[source] std::io::Error),
 }
@@ -482,7 +484,7 @@ impl Run<'_> {
         if !gated && !self.spec.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
-        let (proxy_image, (image, entrypoint), egress, subnet) = tokio::try_join!(
+        let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
             async {
                 images::ensure_proxy_image(docker, proxy_binary)
                     .await
@@ -506,9 +508,17 @@ impl Run<'_> {
                 Ok::<_, RunError>((image, entrypoint))
             },
             async {
-                network::egress_network(engine, self.spec.egress_network.as_deref())
-                    .await
-                    .map_err(RunError::from)
+                let egress =
+                    network::egress_network(engine, self.spec.egress_network.as_deref()).await?;
+                let gateways = network::gateways(engine, &egress).await?;
+                // This host's addresses are the engine host's only when the engine is local.
+                let host_addresses = if gated {
+                    network::host_addresses().map_err(RunError::HostAddresses)?
+                } else {
+                    Vec::new()
+                };
+                let floor_extra = network::floor_extra(&gateways, &host_addresses);
+                Ok::<_, RunError>((egress, floor_extra))
             },
             async {
                 self.teardown.track_network(&self.names.network);
@@ -529,7 +539,7 @@ impl Run<'_> {
             image_entrypoint: entrypoint,
         });
         let (proxy, (sandbox_output, gate)) = tokio::try_join!(
-            self.start_proxy(&proxy_image, &egress, subnet, audit_log),
+            self.start_proxy(&proxy_image, &egress, subnet, &floor_extra, audit_log),
             self.create_sandbox(&image, subnet, gate.as_ref()),
         )?;
         Ok(Prepared {
@@ -545,11 +555,18 @@ impl Run<'_> {
         image: &str,
         egress: &str,
         subnet: RunSubnet,
+        floor_extra: &[std::net::IpAddr],
         audit_log: Option<AuditSink>,
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(image, &self.names.network, subnet, &self.labels);
+        let body = proxy_body(
+            image,
+            &self.names.network,
+            subnet,
+            floor_extra,
+            &self.labels,
+        );
         self.teardown.track_container(name);
         self.teardown
             .complete(

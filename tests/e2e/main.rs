@@ -19,6 +19,7 @@ mod audit_summary;
 mod concurrency;
 mod handoff;
 mod hardening;
+mod host_floor;
 mod isolation;
 mod reach;
 mod report_mode;
