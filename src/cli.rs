@@ -169,6 +169,16 @@ pub struct ProxyArgs {
     /// Run id written into every audit record.
     #[arg(long = "run-id", value_name = "ID")]
     pub run_id: Option<String>,
+    /// Audit records written at most; past it one `limit` record, then attempts are only
+    /// counted (the `end` record's `dropped`).
+    #[arg(long = "audit-limit", value_name = "N", default_value_t = egress_proxy::audit::DEFAULT_AUDIT_LIMIT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub audit_limit: u64,
+    /// DNS queries per second per client address (bursts of a quarter second's worth); over
+    /// it the query is answered REFUSED and counted as dropped, with no record.
+    #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::dns::DEFAULT_DNS_RATE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub dns_rate: u32,
     /// Read the run's configuration (policies, pins, run id) as one JSON line from stdin
     /// before binding (how a run hands it to its proxy container; `handoff` module).
     #[arg(long = "config-stdin", hide = true)]

@@ -22,6 +22,7 @@ mod hardening;
 mod host_floor;
 mod isolation;
 mod reach;
+mod report_bounds;
 mod report_mode;
 mod seed;
 mod setup_errors;
