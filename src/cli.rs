@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// OCI runtime of the sandbox container (one the engine has, e.g. runc, runsc)
+    /// [default: the engine's default].
+    #[arg(long = "runtime", value_name = "NAME")]
+    pub runtime: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -301,6 +301,7 @@ pub fn sandbox_body(
     gate: Option<&Gate>,
 ) -> ContainerCreateBody {
     let mut host = sandbox_host_config(spec, network, subnet);
+    host.runtime = spec.runtime.clone();
     let (entrypoint, cmd) = match gate {
         Some(gate) => {
             host.mounts.get_or_insert_with(Vec::new).push(DockerMount {

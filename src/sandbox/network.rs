@@ -178,12 +178,13 @@ pub async fn create_run_network(
 }
 
 /// The id of the network the proxy reaches the outside through: `requested` (which must
-/// exist) or the shared `egress-sandbox-egress`, created on first use.
+/// exist) or the shared `egress-sandbox-egress`, created on first use — also when it is
+/// named explicitly.
 pub async fn egress_network(
     engine: &Engine,
     requested: Option<&str>,
 ) -> Result<String, NetworkError> {
-    if let Some(name) = requested {
+    if let Some(name) = requested.filter(|name| *name != EGRESS_NETWORK) {
         return match engine.inspect_network(name).await {
             Ok(network) => Ok(network.id.unwrap_or_else(|| name.to_string())),
             Err(error) if is_not_found(&error) => Err(NetworkError::EgressMissing {

@@ -169,6 +169,11 @@ pub enum RunError {
     },
     #[error("cannot find this program's binary for the proxy image: {0}")]
     ProxyBinary(#[source] std::io::Error),
+    #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
+    UnknownRuntime {
+        name: String,
+        available: Vec<String>,
+    },
     #[error("cannot list this host's interface addresses: {0}")]
     HostAddresses(#[source] std::io::Error),
     #[error("cannot identify this process for the owner label: {0}")]
@@ -213,6 +218,17 @@ pub async fn run_until(
     let owner = Owner::current().map_err(RunError::Owner)?;
     let engine = Engine::connect().await?;
     tracing::debug!(host = engine.host(), "connected to the Docker engine");
+    // Checked before anything is created: an unknown runtime would fail only at the
+    // sandbox's create, after the networks and the proxy exist.
+    if let Some(name) = &spec.runtime {
+        let available = engine.runtimes().await?;
+        if !available.contains(name) {
+            return Err(RunError::UnknownRuntime {
+                name: egress_proxy::text::visible(name).into_owned(),
+                available,
+            });
+        }
+    }
     let names = RunNames::generate();
     sinks.emit(RunEvent::Id(names.id.clone()));
     let teardown = Teardown::new(engine.clone(), &names.id);

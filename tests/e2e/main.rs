@@ -17,6 +17,7 @@ mod support;
 
 mod audit_summary;
 mod concurrency;
+mod egress_bridge;
 mod handoff;
 mod hardening;
 mod host_floor;
