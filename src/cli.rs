@@ -230,6 +230,16 @@ pub enum AuditCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Check every run's chain (order, gaps, hashes, end record); exit 0 intact, 1 with one
+    /// line per break.
+    Verify {
+        /// A run report whose `audit_head` must be the hash of its run's end record;
+        /// repeatable.
+        #[arg(long = "report", value_name = "REPORT.json")]
+        reports: Vec<PathBuf>,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
     /// Every record as an event for a SIEM (OCSF JSON lines on stdout).
     Export {
         /// Output format.
