@@ -22,6 +22,7 @@ mod handoff;
 mod hardening;
 mod host_floor;
 mod isolation;
+mod policy_suggest;
 mod reach;
 mod report_bounds;
 mod report_mode;
