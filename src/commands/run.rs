@@ -14,9 +14,12 @@ use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::sandbox::{Interruption, OutputSinks, RunError, run_until};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
-const SETUP_FAILED: u8 = 125;
+pub(crate) const SETUP_FAILED: u8 = 125;
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if let Some(socket) = args.server.clone() {
+        return super::run_client::run(args, socket);
+    }
     let report_path = args.report.clone();
     let spec = match build_spec(args) {
         Ok(spec) => spec,
@@ -64,7 +67,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     ))
 }
 
-fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
+pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
     let mut builder = RunSpec::builder(args.command);
     for path in args.policies {
         builder = builder.policy_file(path);
@@ -121,7 +124,7 @@ fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
 }
 
 /// Prints why the spec was refused; policy diagnostics verbatim (`FILE:LINE:COL: error: …`).
-fn refuse(error: &SpecError) -> ExitCode {
+pub(crate) fn refuse(error: &SpecError) -> ExitCode {
     match error {
         SpecError::Policy(policy) => {
             for diagnostic in &policy.diagnostics {
@@ -135,6 +138,14 @@ fn refuse(error: &SpecError) -> ExitCode {
 }
 
 fn report_setup_failure(error: &RunError) {
+    say(format_args!(
+        "egress-sandbox: error: {}",
+        setup_failure_message(error)
+    ));
+}
+
+/// The error and its causes on one line (each cause once).
+pub(crate) fn setup_failure_message(error: &RunError) -> String {
     let mut message = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
@@ -145,13 +156,13 @@ fn report_setup_failure(error: &RunError) {
         }
         source = cause.source();
     }
-    say(format_args!("egress-sandbox: error: {message}"));
+    message
 }
 
 /// One line on stderr. Messages quote hosts, paths, names and policy text that may come
 /// from the sandbox or a hostile file: control, bidi and separator characters are shown as
 /// visible escapes (`text::visible`), never raw.
-fn say(message: impl std::fmt::Display) {
+pub(crate) fn say(message: impl std::fmt::Display) {
     eprintln!("{}", visible(&message.to_string()));
 }
 

@@ -24,6 +24,8 @@ mod reach;
 mod report_bounds;
 mod report_mode;
 mod seed;
+mod serve;
+mod serve_clients;
 mod setup_errors;
 mod stdio;
 mod teardown;
