@@ -138,6 +138,18 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "UPPER.yaml")]
         within: Option<PathBuf>,
     },
+    /// Draft a commented policy from audit logs (report-mode runs, refusals), for review.
+    Suggest {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// `name:` of the draft.
+        #[arg(long, value_name = "NAME", default_value = "suggested")]
+        name: String,
+        /// Suggest `*.domain` once this many sibling names under one registrable domain were
+        /// seen (never over a public suffix or shared hosting); 0 = never.
+        #[arg(long = "wildcard-after", value_name = "N", default_value_t = 5)]
+        wildcard_after: usize,
+    },
     /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
     /// 1 blocked.
     Test {
@@ -215,6 +227,16 @@ pub struct AuditArgs {
 pub enum AuditCommand {
     /// Refused attempts grouped by host, port and reason.
     Summary {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Check every run's chain (order, gaps, hashes, end record); exit 0 intact, 1 with one
+    /// line per break.
+    Verify {
+        /// A run report whose `audit_head` must be the hash of its run's end record;
+        /// repeatable.
+        #[arg(long = "report", value_name = "REPORT.json")]
+        reports: Vec<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },

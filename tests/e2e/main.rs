@@ -20,6 +20,7 @@ mod concurrency;
 mod handoff;
 mod hardening;
 mod isolation;
+mod policy_suggest;
 mod reach;
 mod report_bounds;
 mod report_mode;
