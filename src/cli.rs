@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// Append this run's audit records (JSON lines) to FILE.
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Audit records written for the run; past it the proxy only counts attempts (the
+    /// report and summary say how many were dropped) [default: 100000].
+    #[arg(long = "audit-limit", value_name = "N")]
+    pub audit_limit: Option<u64>,
     /// Write a JSON run report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
