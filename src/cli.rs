@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// Append this run's audit records (JSON lines) to FILE.
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Audit records written for the run; past it the proxy only counts attempts (the
+    /// report and summary say how many were dropped) [default: 100000].
+    #[arg(long = "audit-limit", value_name = "N")]
+    pub audit_limit: Option<u64>,
     /// Write a JSON run report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -227,6 +231,16 @@ pub struct AuditArgs {
 pub enum AuditCommand {
     /// Refused attempts grouped by host, port and reason.
     Summary {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Check every run's chain (order, gaps, hashes, end record); exit 0 intact, 1 with one
+    /// line per break.
+    Verify {
+        /// A run report whose `audit_head` must be the hash of its run's end record;
+        /// repeatable.
+        #[arg(long = "report", value_name = "REPORT.json")]
+        reports: Vec<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },

@@ -134,6 +134,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .map(|(name, ip)| format!("{name}={ip}"))
         .collect();
     handoff.run_id = Some(run_id.to_string());
+    handoff.audit_limit = Some(spec.audit_limit());
     handoff
 }
 
@@ -483,5 +484,8 @@ mod tests {
         assert_eq!(handoff.allow, ["api.example.com"]);
         assert_eq!(handoff.resolve, ["api.example.com=203.0.113.5"]);
         assert_eq!(handoff.run_id.as_deref(), Some("r-00000001"));
+        assert_eq!(handoff.audit_limit, Some(100_000));
+        let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();
+        assert_eq!(proxy_handoff(&spec, "r-1").audit_limit, Some(7));
     }
 }

@@ -29,8 +29,8 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
 
 /// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
 /// INTERFACE.md B3): bounds the log, the caller's work and the disk whatever the sandbox
-/// sends.
-pub const DEFAULT_AUDIT_LIMIT: u64 = 100_000;
+/// sends. The proxy's own default, so a run and a bare proxy agree.
+pub const DEFAULT_AUDIT_LIMIT: u64 = egress_proxy::audit::DEFAULT_AUDIT_LIMIT;
 
 /// Docker refuses memory limits below 6 MiB; say so before anything is created.
 const MIN_MEMORY: u64 = 6 << 20;
