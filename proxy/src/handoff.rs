@@ -54,6 +54,11 @@ pub struct Handoff {
     /// The run CA's longest validity in seconds: the run's time limit plus one hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_lifetime_s: Option<u64>,
+    /// The run's `--audit-limit` (overrides the proxy's flag): here rather than in the
+    /// arguments so that a proxy started ahead of its run (serve's warm slots) gets it at
+    /// claim. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_limit: Option<u64>,
 }
 
 /// A PEM file's text, with its name for errors.
@@ -144,6 +149,7 @@ mod tests {
                 pem: "-----BEGIN CERTIFICATE-----\n".into(),
             }],
             ca_lifetime_s: Some(3630),
+            audit_limit: Some(5),
         };
         assert!(
             !format!("{handoff:?}").contains("sk-1"),

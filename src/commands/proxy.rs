@@ -117,6 +117,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         handoff.upstream_ca,
         handoff.ca_lifetime_s,
     )?;
+    match handoff.audit_limit {
+        Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
+        Some(limit) => args.audit_limit = limit,
+        None => {}
+    }
     let inline: Vec<(String, String)> = args
         .policy_yaml
         .iter()
