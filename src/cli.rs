@@ -116,6 +116,10 @@ pub struct RunArgs {
     /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// OCI runtime of the sandbox container (one the engine has, e.g. runc, runsc)
+    /// [default: the engine's default].
+    #[arg(long = "runtime", value_name = "NAME")]
+    pub runtime: Option<String>,
     /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
     /// report, audit log and exit codes; stdin is read to its end first).
     #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]

@@ -120,6 +120,9 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
     if let Some(network) = args.egress_network {
         builder = builder.egress_network(network);
     }
+    if let Some(runtime) = args.runtime {
+        builder = builder.runtime(runtime);
+    }
     builder.build()
 }
 

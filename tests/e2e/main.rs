@@ -17,8 +17,10 @@ mod support;
 
 mod audit_summary;
 mod concurrency;
+mod egress_bridge;
 mod handoff;
 mod hardening;
+mod host_floor;
 mod isolation;
 mod policy_suggest;
 mod reach;
