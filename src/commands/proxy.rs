@@ -88,6 +88,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     if handoff.run_id.is_some() {
         args.run_id = handoff.run_id;
     }
+    match handoff.audit_limit {
+        Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
+        Some(limit) => args.audit_limit = limit,
+        None => {}
+    }
     let inline: Vec<(String, String)> = args
         .policy_yaml
         .iter()

@@ -1,6 +1,7 @@
 //! `policy suggest` from a real report-mode run: the draft names exactly the hosts the
 //! program reached by name, lists IP literals and the metadata address as comments, passes
-//! `policy check`, and an enforce run under it reaches the same hosts and no others.
+//! `policy check`, and an enforce run under it reaches the same hosts and no others. The
+//! same real log also exports to OCSF events the schema accepts.
 
 use std::collections::BTreeSet;
 
@@ -61,6 +62,37 @@ fn a_draft_from_a_report_run_reaches_the_same_hosts_and_no_others() {
     );
     assert!(plain.requests().is_empty(), "{}", observed.describe());
     observed.assert_nothing_left();
+
+    // The real log exports to OCSF events that the schema accepts, its `end` line included.
+    let events = binary()
+        .args(["audit", "export", "--format", "ocsf"])
+        .arg(observed.audit_log_path())
+        .output()
+        .unwrap();
+    assert!(events.status.success());
+    let exported = String::from_utf8(events.stdout).unwrap();
+    assert_eq!(
+        exported.lines().count(),
+        observed.audit_text.lines().count(),
+        "one event per line"
+    );
+    assert!(
+        exported.contains("\"class_uid\":1008"),
+        "the end line: {exported}"
+    );
+    let events_path = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(events_path.path(), &exported).unwrap();
+    let validation = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ocsf/validate.py"))
+        .arg(events_path.path())
+        .output()
+        .unwrap();
+    assert!(
+        validation.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validation.stdout),
+        String::from_utf8_lossy(&validation.stderr)
+    );
 
     // The draft, from the report run's audit log.
     let dir = tempfile::tempdir().unwrap();
