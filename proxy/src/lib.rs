@@ -38,6 +38,8 @@ pub mod config;
 pub mod connect;
 pub mod dns;
 pub mod floor;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gate;
 pub mod handoff;
 pub mod http;
