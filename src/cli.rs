@@ -114,14 +114,17 @@ pub enum PolicyCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Print what the policies decide for TARGET (host[:port] or URL): exit 0 allowed, 1 blocked.
+    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
+    /// 1 blocked.
     Test {
         #[arg(short, long = "policy", value_name = "FILE")]
         policies: Vec<PathBuf>,
         #[arg(long = "allow", value_name = "HOST[:PORT]")]
         allow: Vec<String>,
-        #[arg(value_name = "TARGET")]
-        target: String,
+        /// `[METHOD] TARGET`: with a METHOD (e.g. `POST https://host/path`), the request is
+        /// judged too (method and path rules, inspection, credential).
+        #[arg(value_name = "[METHOD] TARGET", num_args = 1..=2, required = true)]
+        words: Vec<String>,
     },
 }
 
@@ -154,6 +157,11 @@ pub struct ProxyArgs {
     /// Transparent listener (TLS routed by SNI, HTTP by Host); repeatable, e.g. 10.0.0.2:443.
     #[arg(long = "transparent-listen", value_name = "ADDR")]
     pub transparent_listen: Vec<String>,
+    /// Add CIDR (or one IP) to the private-address floor: allowed names leading there are
+    /// refused as private_address unless a cidr rule covers the address; repeatable. For the
+    /// engine host's own addresses and the egress gateway.
+    #[arg(long = "floor-extra", value_name = "CIDR")]
+    pub floor_extra: Vec<String>,
     /// Run id written into every audit record.
     #[arg(long = "run-id", value_name = "ID")]
     pub run_id: Option<String>,
@@ -176,6 +184,29 @@ pub enum AuditCommand {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
+    /// Every record as an event for a SIEM (OCSF JSON lines on stdout).
+    Export {
+        /// Output format.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: ExportFormat,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// One self-contained HTML page (totals, timeline, hosts, refusals first) per set of logs.
+    Report {
+        /// Where to write the page.
+        #[arg(long, value_name = "OUT.html")]
+        html: PathBuf,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Formats of `audit export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// OCSF 1.5.0 events: Network (4001), HTTP (4002), DNS (4003), Event Log (1008) Activity.
+    Ocsf,
 }
 
 #[derive(Debug, Args)]

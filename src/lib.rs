@@ -7,9 +7,12 @@
 //! - [`commands`]: one module per subcommand; each turns arguments into library calls.
 //! - [`sandbox`]: the run lifecycle on Docker — images, the per-run network, the proxy and
 //!   sandbox containers, teardown guards, `gc`.
+//! - [`audit_tools`]: audit logs read back for review — OCSF export, the HTML report,
+//!   `policy suggest`.
 //! - [`report`]: the run report and the one-line summary.
 #![deny(unsafe_code)]
 
+pub mod audit_tools;
 pub mod cli;
 pub mod commands;
 pub mod logging;

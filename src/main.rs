@@ -23,7 +23,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("egress-sandbox: error: {error:#}");
+            // Errors quote paths, hosts and policy text: never print their controls raw.
+            let message = format!("egress-sandbox: error: {error:#}");
+            eprintln!("{}", egress_proxy::text::visible(&message));
             // 125: the sandbox (or the command) could not be set up; INTERFACE.md.
             ExitCode::from(125)
         }

@@ -2,97 +2,14 @@
 //! one-line summary on stderr, and the tally of refused attempts that both share with
 //! `audit summary`.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use egress_proxy::audit::{AuditRecord, Outcome};
-use egress_proxy::policy::Reason;
 use serde::Serialize;
 
 use crate::sandbox::run::{RunOutcome, RunStatus};
-
-/// Attempts by decision.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct AttemptCounts {
-    pub allowed: u64,
-    pub blocked: u64,
-    pub would_block: u64,
-    pub failed: u64,
-}
-
-/// Refused attempts of one host, port and reason (kinds merged; port `None` for DNS).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RefusalGroup {
-    pub host: String,
-    pub port: Option<u16>,
-    pub reason: Reason,
-    pub count: u64,
-}
-
-impl RefusalGroup {
-    /// `host:port reason` (IPv6 hosts in brackets), `host reason` for DNS.
-    pub fn describe(&self) -> String {
-        let host = if self.host.contains(':') && !self.host.starts_with('[') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        let mut text = match self.port {
-            Some(port) => format!("{host}:{port} {}", self.reason),
-            None => format!("{host} {}", self.reason),
-        };
-        if self.count > 1 {
-            text.push_str(&format!(" x{}", self.count));
-        }
-        text
-    }
-}
-
-/// Counts audit records: attempts by decision, refusals (blocked and would_block) grouped.
-#[derive(Clone, Debug, Default)]
-pub struct AuditTally {
-    pub attempts: AttemptCounts,
-    refusals: HashMap<(String, Option<u16>, Reason), u64>,
-}
-
-impl AuditTally {
-    pub fn add(&mut self, record: &AuditRecord) {
-        match record.decision {
-            Outcome::Allowed => self.attempts.allowed += 1,
-            Outcome::Failed => self.attempts.failed += 1,
-            Outcome::Blocked => self.attempts.blocked += 1,
-            Outcome::WouldBlock => self.attempts.would_block += 1,
-        }
-        if matches!(record.decision, Outcome::Blocked | Outcome::WouldBlock) {
-            *self
-                .refusals
-                .entry((record.host.clone(), record.port, record.reason))
-                .or_default() += 1;
-        }
-    }
-
-    /// Groups sorted by count (most first), then host, port, reason.
-    pub fn refusals(&self) -> Vec<RefusalGroup> {
-        let mut groups: Vec<RefusalGroup> = self
-            .refusals
-            .iter()
-            .map(|((host, port, reason), count)| RefusalGroup {
-                host: host.clone(),
-                port: *port,
-                reason: *reason,
-                count: *count,
-            })
-            .collect();
-        groups.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.host.cmp(&b.host))
-                .then_with(|| a.port.cmp(&b.port))
-                .then_with(|| a.reason.cmp(&b.reason))
-        });
-        groups
-    }
-}
+pub use crate::sandbox::tally::{
+    AttemptCounts, AuditCounts, AuditTally, REPORT_GROUPS, RefusalGroup, Refusals,
+};
 
 /// The `--report` file.
 #[derive(Debug, Serialize)]
@@ -106,7 +23,11 @@ pub struct RunReport<'a> {
     pub policy: &'a str,
     pub output: crate::sandbox::output::OutputStats,
     pub attempts: AttemptCounts,
+    /// At most [`REPORT_GROUPS`] groups, most attempts first.
     pub blocked: &'a [RefusalGroup],
+    /// Refused attempts counted in no group of `blocked`.
+    pub blocked_more: u64,
+    pub audit: AuditCounts,
 }
 
 impl<'a> RunReport<'a> {
@@ -121,7 +42,16 @@ impl<'a> RunReport<'a> {
             policy: &outcome.policy,
             output: outcome.output,
             attempts: outcome.attempts,
-            blocked: &outcome.blocked,
+            // RunOutcome holds at most REPORT_GROUPS already; an embedder's may not.
+            blocked: &outcome.blocked[..outcome.blocked.len().min(REPORT_GROUPS)],
+            blocked_more: outcome.blocked_more
+                + outcome
+                    .blocked
+                    .iter()
+                    .skip(REPORT_GROUPS)
+                    .map(|group| group.count)
+                    .sum::<u64>(),
+            audit: outcome.audit,
         }
     }
 
@@ -139,6 +69,8 @@ fn seconds(duration: Duration) -> String {
 
 /// The line printed on stderr at the end of a run, e.g.
 /// `egress-sandbox: exit 0 after 1.4s; 2 blocked: test.example.org:443 not_allowed, …`.
+/// Hosts come from the sandbox: they are shown through [`RefusalGroup::describe`], which
+/// escapes every control, bidi and separator character.
 pub fn summary_line(outcome: &RunOutcome) -> String {
     let after = seconds(outcome.duration);
     let mut line = match outcome.status {
@@ -152,8 +84,13 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
             "egress-sandbox: interrupted (exit {}) after {after}",
             outcome.exit_code
         ),
+        RunStatus::ProxyFailed => format!(
+            "egress-sandbox: the proxy stopped during the run; the sandbox was killed (exit {}) \
+             after {after}; attempts after the proxy stopped were not recorded",
+            outcome.exit_code
+        ),
     };
-    let refused = outcome.attempts.blocked + outcome.attempts.would_block;
+    let refused = outcome.attempts.refused();
     let label = match (outcome.attempts.blocked, outcome.attempts.would_block) {
         (_, 0) => "blocked",
         (0, _) => "would be blocked",
@@ -175,6 +112,18 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
                 outcome.blocked.len() - SUMMARY_GROUPS
             ));
         }
+        if outcome.blocked_more > 0 {
+            line.push_str(&format!(
+                " (+{} in groups not listed)",
+                outcome.blocked_more
+            ));
+        }
+    }
+    if outcome.audit.dropped > 0 {
+        line.push_str(&format!(
+            "; {} audit records dropped",
+            outcome.audit.dropped
+        ));
     }
     line
 }
@@ -183,7 +132,9 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
 mod tests {
     use super::*;
     use crate::sandbox::output::OutputStats;
-    use egress_proxy::audit::Kind;
+    use egress_proxy::audit::{AuditRecord, Kind, Outcome};
+    use egress_proxy::policy::Reason;
+    use egress_proxy::text::must_escape;
 
     fn record(host: &str, port: Option<u16>, decision: Outcome, reason: Reason) -> AuditRecord {
         AuditRecord {
@@ -210,13 +161,14 @@ mod tests {
     }
 
     fn outcome(tally: &AuditTally) -> RunOutcome {
+        let refusals = tally.refusals();
         RunOutcome {
             run_id: "r-5f2c9a1b".into(),
             status: RunStatus::Exited,
             exit_code: 0,
             duration: Duration::from_millis(1400),
             timeout: Duration::from_secs(30),
-            image: "egress-sandbox-base:bookworm-1".into(),
+            image: "egress-sandbox-base:bookworm-2".into(),
             policy: "openai-agent+cli".into(),
             output: OutputStats {
                 stdout_bytes: 12,
@@ -224,59 +176,11 @@ mod tests {
                 truncated: false,
             },
             attempts: tally.attempts,
-            blocked: tally.refusals(),
+            blocked: refusals.groups,
+            blocked_more: refusals.more,
+            audit: tally.audit(),
             teardown_errors: Vec::new(),
         }
-    }
-
-    #[test]
-    fn tally_groups_refusals_and_counts_decisions() {
-        let mut tally = AuditTally::default();
-        tally.add(&record(
-            "api.openai.com",
-            Some(443),
-            Outcome::Allowed,
-            Reason::Rule,
-        ));
-        for _ in 0..2 {
-            tally.add(&record(
-                "test.example.org",
-                Some(443),
-                Outcome::Blocked,
-                Reason::NotAllowed,
-            ));
-        }
-        tally.add(&record(
-            "169.254.169.254",
-            Some(80),
-            Outcome::Blocked,
-            Reason::PrivateAddress,
-        ));
-        tally.add(&record(
-            "test.example.org",
-            None,
-            Outcome::Blocked,
-            Reason::NotAllowed,
-        ));
-        tally.add(&record(
-            "down.example",
-            Some(443),
-            Outcome::Failed,
-            Reason::ConnectFailed,
-        ));
-        assert_eq!(
-            tally.attempts,
-            AttemptCounts {
-                allowed: 1,
-                blocked: 4,
-                would_block: 0,
-                failed: 1
-            }
-        );
-        let groups = tally.refusals();
-        assert_eq!(groups[0].describe(), "test.example.org:443 not_allowed x2");
-        assert_eq!(groups[1].describe(), "169.254.169.254:80 private_address");
-        assert_eq!(groups[2].describe(), "test.example.org not_allowed");
     }
 
     #[test]
@@ -294,6 +198,7 @@ mod tests {
             Outcome::Blocked,
             Reason::PrivateAddress,
         ));
+        tally.add_end(2, 0);
         let outcome = outcome(&tally);
         assert_eq!(
             summary_line(&outcome),
@@ -310,6 +215,11 @@ mod tests {
         assert_eq!(report["blocked"][1]["port"], 443);
         assert_eq!(report["blocked"][1]["reason"], "not_allowed");
         assert_eq!(report["blocked"][1]["count"], 1);
+        assert_eq!(report["blocked_more"], 0);
+        assert_eq!(
+            report["audit"],
+            serde_json::json!({"written": 2, "dropped": 0})
+        );
     }
 
     #[test]
@@ -319,5 +229,84 @@ mod tests {
             summary_line(&outcome),
             "egress-sandbox: exit 0 after 1.4s; 0 blocked"
         );
+    }
+
+    /// The issue's reproduction: a DNS label that erases the line and forges another. An
+    /// old log (or a proxy from before escaping at the source) holds the raw characters.
+    #[test]
+    fn summary_shows_hostile_hosts_as_visible_escapes() {
+        let mut tally = AuditTally::default();
+        for host in [
+            "\u{1b}[2K\rall-clear",
+            "evil\u{202e}gro.elpmaxe",
+            "a\u{85}b\u{2028}c\u{7f}",
+        ] {
+            tally.add(&record(host, None, Outcome::Blocked, Reason::NotAllowed));
+        }
+        tally.add(&record(
+            "x\u{9b}31m.test",
+            Some(443),
+            Outcome::WouldBlock,
+            Reason::NotAllowed,
+        ));
+        let line = summary_line(&outcome(&tally));
+        assert!(!line.chars().any(must_escape), "raw control in {line:?}");
+        assert!(
+            line.contains("\\x1b[2K\\x0dall-clear not_allowed"),
+            "{line}"
+        );
+        assert!(line.contains("evil\\u202egro.elpmaxe"), "{line}");
+        assert!(line.contains("a\\u0085b\\u2028c\\x7f"), "{line}");
+        assert!(line.contains("x\\u009b31m.test:443"), "{line}");
+    }
+
+    #[test]
+    fn dropped_records_and_unlisted_groups_are_said() {
+        let mut tally = AuditTally::default();
+        for i in 0..REPORT_GROUPS + 7 {
+            tally.add(&record(
+                &format!("n{i:04}.test"),
+                None,
+                Outcome::Blocked,
+                Reason::NotAllowed,
+            ));
+        }
+        tally.add_limit();
+        tally.add_end(REPORT_GROUPS as u64 + 8, 1234);
+        let outcome = outcome(&tally);
+        let line = summary_line(&outcome);
+        assert!(
+            line.ends_with(&format!(
+                "and {} more (+7 in groups not listed); 1234 audit records dropped",
+                REPORT_GROUPS - 5
+            )),
+            "{line}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&RunReport::new(&outcome).to_json()).unwrap();
+        assert_eq!(report["blocked"].as_array().unwrap().len(), REPORT_GROUPS);
+        assert_eq!(report["blocked_more"], 7);
+        assert_eq!(
+            report["audit"],
+            serde_json::json!({"written": REPORT_GROUPS + 8, "dropped": 1234})
+        );
+    }
+
+    #[test]
+    fn an_embedders_long_blocked_list_is_cut_in_the_report() {
+        let mut outcome = outcome(&AuditTally::default());
+        outcome.blocked = (0..REPORT_GROUPS + 2)
+            .map(|i| RefusalGroup {
+                host: format!("h{i}.test"),
+                port: Some(443),
+                reason: Reason::NotAllowed,
+                count: 2,
+            })
+            .collect();
+        outcome.blocked_more = 1;
+        let report: serde_json::Value =
+            serde_json::from_str(&RunReport::new(&outcome).to_json()).unwrap();
+        assert_eq!(report["blocked"].as_array().unwrap().len(), REPORT_GROUPS);
+        assert_eq!(report["blocked_more"], 5);
     }
 }

@@ -9,6 +9,7 @@ fn binary() -> Command {
     command
 }
 
+#[derive(Debug)]
 struct Run {
     code: i32,
     stdout: String,
@@ -351,4 +352,148 @@ fn test_usage_errors_exit_2() {
         );
         assert!(result.stderr.contains("TARGET"), "{}", result.stderr);
     }
+}
+
+const CREDENTIAL_POLICY: &str = "\
+version: 1
+name: openai
+allow:
+  - host: api.openai.com
+    methods: [POST, GET]
+    paths: [\"/v1/chat/completions\", \"/v1/models/*\"]
+  - host: pypi.org
+credentials:
+  - host: api.openai.com
+    secret: OPENAI_API_KEY
+";
+
+#[test]
+fn test_with_a_method_judges_the_request_and_shows_inspection_and_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(dir.path(), "openai.yaml", CREDENTIAL_POLICY);
+    let result = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&policy),
+        "POST",
+        "https://api.openai.com/v1/chat/completions?key=x",
+    ]);
+    assert_eq!(result.code, 0, "{}{}", result.stdout, result.stderr);
+    assert!(
+        result
+            .stdout
+            .contains("  inspected: yes (a credential and method/path rules apply)"),
+        "{}",
+        result.stdout
+    );
+    assert!(
+        result.stdout.contains(
+            "  credential: secret OPENAI_API_KEY sent as `authorization: Bearer {secret}`"
+        ),
+        "{}",
+        result.stdout
+    );
+    assert!(
+        result.stdout.contains(
+            "request: allowed  POST /v1/chat/completions  reason=rule  rule=openai:allow[0]\n"
+        ),
+        "{}",
+        result.stdout
+    );
+    assert!(!result.stdout.contains("key=x"), "the query is never shown");
+
+    for (method, url, expected) in [
+        (
+            "DELETE",
+            "https://api.openai.com/v1/chat/completions",
+            "request: blocked  DELETE /v1/chat/completions  reason=method_not_allowed",
+        ),
+        (
+            "GET",
+            "https://api.openai.com/v1/files",
+            "request: blocked  GET /v1/files  reason=path_not_allowed",
+        ),
+        (
+            "GET",
+            "https://api.openai.com/v1/models/%2e%2e/x",
+            "request: blocked  GET /v1/models/%2e%2e/x  reason=bad_request",
+        ),
+    ] {
+        let result = run(&["policy", "test", "-p", path_str(&policy), method, url]);
+        assert_eq!(result.code, 1, "{url}: {}{}", result.stdout, result.stderr);
+        assert!(result.stdout.contains(expected), "{url}: {}", result.stdout);
+    }
+
+    let plain = run(&["policy", "test", "-p", path_str(&policy), "pypi.org"]);
+    assert_eq!(plain.code, 0);
+    assert!(
+        plain.stdout.contains("  inspected: no (tunnelled as is"),
+        "{}",
+        plain.stdout
+    );
+    let bad = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&policy),
+        "G\u{1b}T",
+        "pypi.org",
+    ]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("METHOD `G\\x1bT`"), "{}", bad.stderr);
+}
+
+/// Nothing a policy file, its name or a pasted target holds reaches the terminal raw:
+/// control, bidi and separator characters are printed as visible escapes.
+#[test]
+fn hostile_text_in_policies_names_and_targets_is_shown_escaped() {
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| c != '\n' && egress_proxy::text::must_escape(c))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = write(
+        dir.path(),
+        "evil\u{1b}[2K\u{202e}.yaml",
+        "version: 1\nallow:\n  - host: \"ok\\e[2K\\rall-clear.test\"\n",
+    );
+    let check = run(&["policy", "check", path_str(&hostile)]);
+    assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+    assert!(!raw(&check.stdout) && !raw(&check.stderr), "{check:?}");
+    assert!(
+        check.stdout.contains(r"evil\x1b[2K\u202e.yaml"),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains(r"\x1b[2K\x0dall-clear"),
+        "{}",
+        check.stdout
+    );
+
+    let test = run(&["policy", "test", "-p", path_str(&hostile), "a.test"]);
+    assert_eq!(test.code, 1);
+    assert!(!raw(&test.stdout) && !raw(&test.stderr), "{test:?}");
+    assert!(
+        test.stderr.contains(r"\x1b[2K\x0dall-clear"),
+        "{}",
+        test.stderr
+    );
+
+    let good = openai(dir.path());
+    let test = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&good),
+        "\u{1b}[2K\rall-clear\u{2028}",
+    ]);
+    assert_eq!(test.code, 2);
+    assert!(!raw(&test.stdout) && !raw(&test.stderr), "{test:?}");
+    assert!(
+        test.stderr.contains(r"\x1b[2K\x0dall-clear\u2028"),
+        "{}",
+        test.stderr
+    );
 }

@@ -166,6 +166,8 @@ fn bad_policies_and_addresses_refuse_to_start() {
         vec!["--listen", "localhost:3128", "--allow", "a.example"],
         vec!["--listen", "127.0.0.1:0", "--resolve", "a.example"],
         vec!["--listen", "127.0.0.1:0", "--dns-listen", "0.0.0.0:0"],
+        vec!["--listen", "127.0.0.1:0", "--floor-extra", "203.0.113.0/33"],
+        vec!["--listen", "127.0.0.1:0", "--floor-extra", "host.example"],
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
             .arg("proxy")
@@ -177,4 +179,79 @@ fn bad_policies_and_addresses_refuse_to_start() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("error"), "{args:?}: {stderr}");
     }
+}
+
+/// `--floor-extra`: an allowed name pinned into the range is refused as `private_address`
+/// (before any connection is tried; also through the IPv4 address a NAT64 form carries), and
+/// a `cidr` allow rule naming the address lets it through, as for the private ranges.
+#[test]
+fn floor_extra_refuses_allowed_names_leading_into_the_range_unless_a_cidr_rule_names_it() {
+    let site = echo_site();
+    let port = site.port();
+    let policy = format!(
+        "version: 1\nallow:\n  - host: host.test\n    ports: [{port}]\n  - host: nat64.test\n    ports: [{port}]\n  - host: site.test\n    ports: [{port}]\n  - cidr: 127.0.0.2/32\n    ports: [{port}]\n"
+    );
+    let mut proxy = ProxyProcess::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--policy-yaml",
+        &format!("inline.yaml={policy}"),
+        // A public range (the engine host's address, say) and the upstream's own address.
+        "--floor-extra",
+        "93.184.216.0/24",
+        "--floor-extra",
+        "127.0.0.2",
+        "--resolve",
+        "host.test=93.184.216.34",
+        "--resolve",
+        "nat64.test=64:ff9b::5db8:d822",
+        "--resolve",
+        "site.test=127.0.0.2",
+    ]);
+    let ready = proxy.line();
+    let listen: SocketAddr = ready["listen"].as_str().unwrap().parse().unwrap();
+
+    // nat64.test's address carries 93.184.216.34.
+    for name in ["host.test", "nat64.test"] {
+        let mut refused = TcpStream::connect(listen).unwrap();
+        refused
+            .write_all(
+                format!("CONNECT {name}:{port} HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+        let mut answer = String::new();
+        refused.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("x-egress-blocked: private_address"),
+            "{answer}"
+        );
+        let record = proxy.line();
+        assert_eq!(record["host"], name);
+        assert_eq!(record["decision"], "blocked");
+        assert_eq!(record["reason"], "private_address");
+        assert!(record["addr"].is_null(), "{record}");
+    }
+
+    let mut tunnel = TcpStream::connect(listen).unwrap();
+    tunnel
+        .write_all(format!("CONNECT site.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        tunnel.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    tunnel.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    tunnel.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"ping");
 }

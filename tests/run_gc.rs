@@ -17,7 +17,11 @@ fn gc_removes_leftovers_of_a_dead_owner_and_keeps_live_ones() {
     let image = any_local_image();
     // A pid that cannot exist (above pid_max) stands for an owner that is gone.
     let dead_run = random_id();
-    let (dead_container, dead_network) = make_leftovers(&dead_run, "4294967294:1", &image);
+    let (dead_container, dead_network) = make_leftovers(
+        &dead_run,
+        &format!("4294967294:1:{}", host_identity()),
+        &image,
+    );
     let live_run = random_id();
     let (live_container, live_network) = make_leftovers(&live_run, &own_owner_label(), &image);
 
@@ -73,4 +77,54 @@ fn gc_leaves_a_running_run_alone() {
     assert_eq!(still_there, 2, "gc removed parts of a live run");
     assert_eq!(status.code(), Some(130));
     assert_nothing_left(read_report(&report)["run"].as_str().unwrap());
+}
+
+/// Owners gc cannot judge — another host or PID namespace sharing the engine, or a label
+/// without a host identity — are left alone and reported with the reason, even when their
+/// pid means nothing here.
+#[test]
+fn gc_skips_and_reports_owners_of_another_host_identity() {
+    let image = any_local_image();
+    let here = host_identity();
+    let (boot_id, namespace) = here.split_once(':').unwrap();
+    let namespace: u64 = namespace.parse().unwrap();
+    let owners = [
+        "4294967294:1:00000000-0000-4000-8000-000000000000:1".to_string(),
+        format!("4294967294:1:{boot_id}:{}", namespace + 1),
+        "4294967294:1".to_string(),
+    ];
+    let runs: Vec<(String, (String, String))> = owners
+        .iter()
+        .map(|owner| {
+            let run = random_id();
+            let objects = make_leftovers(&run, owner, &image);
+            (run, objects)
+        })
+        .collect();
+
+    let output = binary().arg("gc").output().unwrap();
+    let left: Vec<Vec<String>> = runs
+        .iter()
+        .map(|(run, _)| objects_labelled("egress-sandbox.run", run))
+        .collect();
+    for (_, (container, network)) in &runs {
+        remove_leftovers(container, network);
+    }
+
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let said = stderr(&output);
+    for ((run, (container, network)), left) in runs.iter().zip(&left) {
+        assert_eq!(left.len(), 2, "gc removed objects of run {run}: {left:?}");
+        assert!(
+            said.contains(&format!("skipped container {container} (run {run})")),
+            "{said}"
+        );
+        assert!(
+            said.contains(&format!("skipped network {network} (run {run})")),
+            "{said}"
+        );
+        assert_nothing_left(run);
+    }
+    assert!(said.contains("another host or PID namespace"), "{said}");
+    assert!(said.contains("has no host identity"), "{said}");
 }

@@ -30,6 +30,11 @@ pub struct ProxyConfig {
     pub pins: Vec<(HostName, IpAddr)>,
     /// Where unpinned names are resolved.
     pub upstream_dns: Upstream,
+    /// Ranges added to the private-address floor (`--floor-extra`): the engine host's own
+    /// addresses and the egress gateway, which lead back to the machine running the sandbox
+    /// although they may be public. Refused as `private_address` unless a `cidr` allow rule
+    /// covers them.
+    pub floor_extra: Vec<ipnet::IpNet>,
     pub limits: ProxyLimits,
 }
 
@@ -98,6 +103,7 @@ impl ProxyConfig {
             run_id: None,
             pins: Vec::new(),
             upstream_dns: Upstream::System,
+            floor_extra: Vec::new(),
             limits: ProxyLimits::default(),
         }
     }

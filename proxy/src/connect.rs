@@ -18,10 +18,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome};
-use crate::http::{ProxyBody, refusal_response};
+use crate::body::ProxyBody;
 use crate::policy::{Reason, SniCheck};
+use crate::refusal::refusal_response;
 use crate::relay::{Transferred, relay};
-use crate::server::{Shared, Shutdown};
+use crate::shared::{ConnectionSlot, Shared};
+use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 
@@ -30,6 +32,7 @@ pub(crate) async fn handle(
     shared: &Arc<Shared>,
     client: SocketAddr,
     shutdown: Shutdown,
+    slot: ConnectionSlot,
 ) -> Response<ProxyBody> {
     let gate = &shared.gate;
     let mut attempt = Attempt::new(gate.audit(), Kind::Connect, Some(client));
@@ -66,6 +69,7 @@ pub(crate) async fn handle(
     let tls = gate.policy().tls();
     let check_sni = tls.sni == SniCheck::Strict && tls.ports.contains(&port);
     let tunnel = Tunnel {
+        _slot: slot,
         shared: shared.clone(),
         attempt,
         target,
@@ -100,6 +104,10 @@ pub(crate) fn parse_connect_authority(authority: &str) -> Result<(Target, u16), 
 }
 
 struct Tunnel {
+    /// The client connection's place under the connection limit: hyper lets go of the
+    /// connection when it hands it over as a tunnel, so the tunnel keeps the place until it
+    /// closes. Declared first, so it is free again before the tunnel's record is written.
+    _slot: ConnectionSlot,
     shared: Arc<Shared>,
     attempt: Attempt,
     target: Target,

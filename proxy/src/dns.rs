@@ -15,7 +15,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::{Attempt, AuditSink, Kind, Outcome};
 use crate::policy::{PolicySet, Reason, Verdict};
-use crate::server::{Shared, Shutdown};
+use crate::shared::Shared;
+use crate::shutdown::Shutdown;
 use crate::target::Target;
 
 /// TTL of our answers: short, so a policy change or a new run is seen quickly.

@@ -6,6 +6,9 @@
 //! (IPv4-mapped, IPv4-compatible, SIIT-translated, NAT64, 6to4, Teredo) is judged by the IPv4
 //! address inside it, so `[::ffff:127.0.0.1]` or `[64:ff9b::a9fe:a9fe]` cannot walk around
 //! the IPv4 list.
+//!
+//! A proxy's [`Floor`] adds the `--floor-extra` ranges: addresses that are public but lead
+//! back to the machine running the sandbox, judged the same way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -18,6 +21,78 @@ pub fn is_private(addr: IpAddr) -> bool {
     match addr {
         IpAddr::V4(v4) => is_private_v4(v4),
         IpAddr::V6(v6) => is_private_v6(v6),
+    }
+}
+
+/// The floor of one proxy: the private ranges, plus the ranges given with `--floor-extra`
+/// (the engine host's own addresses, the egress gateway: public addresses that still lead
+/// to the machine running the sandbox). An extra range is judged exactly like a private one,
+/// IPv4 carried in IPv6 included, and a `cidr` allow rule covering an address exempts it
+/// the same way.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Floor {
+    extra: Vec<ipnet::IpNet>,
+}
+
+impl Floor {
+    /// The private ranges and `extra`. An IPv6 range of IPv4-mapped addresses
+    /// (`::ffff:a.b.c.d/96+n`) is kept as the IPv4 range it names.
+    pub fn with_extra(extra: impl IntoIterator<Item = ipnet::IpNet>) -> Floor {
+        Floor {
+            extra: extra.into_iter().map(as_ipv4_if_mapped).collect(),
+        }
+    }
+
+    /// The extra ranges, as given (mapped IPv6 ranges as IPv4).
+    pub fn extra(&self) -> &[ipnet::IpNet] {
+        &self.extra
+    }
+
+    /// True when `addr` is behind this floor: private (see [`is_private`]) or in an extra
+    /// range, directly or through an IPv4 address it carries.
+    pub fn holds(&self, addr: IpAddr) -> bool {
+        is_private(addr) || self.in_extra(addr)
+    }
+
+    fn in_extra(&self, addr: IpAddr) -> bool {
+        if self.extra.is_empty() {
+            return false;
+        }
+        let covered = |addr: IpAddr| self.extra.iter().any(|net| net.contains(&addr));
+        covered(addr)
+            || match addr {
+                IpAddr::V6(v6) => embedded_ipv4_of(v6)
+                    .is_some_and(|carried| carried.iter().any(|&v4| covered(IpAddr::V4(v4)))),
+                IpAddr::V4(_) => false,
+            }
+    }
+}
+
+/// `--floor-extra` text: a CIDR range (`203.0.113.7/32`, `2001:db8::/64`) or a single
+/// address (a /32 or /128).
+pub fn parse_extra(raw: &str) -> Result<ipnet::IpNet, FloorError> {
+    let raw = raw.trim();
+    if let Ok(net) = raw.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    raw.parse::<IpAddr>()
+        .map(ipnet::IpNet::from)
+        .map_err(|_| FloorError::BadRange(raw.to_owned()))
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FloorError {
+    #[error("{0:?} is not an IP address or CIDR range (e.g. 203.0.113.7 or 203.0.113.0/24)")]
+    BadRange(String),
+}
+
+fn as_ipv4_if_mapped(net: ipnet::IpNet) -> ipnet::IpNet {
+    match net {
+        ipnet::IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, ipnet::IpNet::V4),
+            None => net,
+        },
+        _ => net,
     }
 }
 

@@ -13,37 +13,16 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, AuditSink, Outcome};
+use crate::floor::Floor;
 use crate::policy::{Decision, PolicySet, Reason, SniCheck, Verdict};
+use crate::refusal::Refusal;
 use crate::resolve::Resolver;
 use crate::target::Target;
 
-/// Why an attempt went no further, for the client's answer. The attempt itself already
-/// carries the outcome and reason for the audit record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    pub outcome: Outcome,
-    pub reason: Reason,
-    /// What the client asked for, as logged.
-    pub host: String,
-    pub detail: String,
-}
-
-impl Refusal {
-    /// The HTTP status a door answers with: 403 for policy refusals, 400 for malformed or
-    /// unsupported requests, 502/504 when an allowed upstream cannot be reached.
-    pub fn status(&self) -> u16 {
-        match self.reason {
-            Reason::BadRequest | Reason::Unsupported => 400,
-            Reason::Limit => 503,
-            Reason::ResolveFailed | Reason::ConnectFailed => 502,
-            Reason::Timeout => 504,
-            _ => 403,
-        }
-    }
-}
-
 pub struct Gate {
     policy: PolicySet,
+    /// The private ranges plus the proxy's `--floor-extra` ranges.
+    floor: Floor,
     resolver: Resolver,
     connect_timeout: Duration,
     audit: AuditSink,
@@ -52,12 +31,14 @@ pub struct Gate {
 impl Gate {
     pub fn new(
         policy: PolicySet,
+        floor: Floor,
         resolver: Resolver,
         connect_timeout: Duration,
         audit: AuditSink,
     ) -> Self {
         Gate {
             policy,
+            floor,
             resolver,
             connect_timeout,
             audit,
@@ -177,7 +158,7 @@ impl Gate {
         let mut passed = Vec::new();
         let mut first_refusal: Option<Decision> = None;
         for &ip in addresses {
-            let verdict = self.policy.check_address(ip, port);
+            let verdict = self.policy.check_address_against(&self.floor, ip, port);
             if verdict.verdict == Verdict::Block {
                 tracing::debug!(%ip, reason = %verdict.reason, "address refused");
                 first_refusal.get_or_insert(verdict);
@@ -245,24 +226,5 @@ impl Gate {
             },
             detail: detail.into(),
         }
-    }
-}
-
-/// A sentence for the client, per reason.
-pub fn explain(reason: Reason) -> &'static str {
-    match reason {
-        Reason::Rule => "allowed by a rule",
-        Reason::NotAllowed => "the host is not on the allowlist",
-        Reason::Denied => "a deny rule matches",
-        Reason::PortNotAllowed => "the host is allowed, but not on this port",
-        Reason::IpLiteral => "IP addresses are refused unless a cidr rule allows them",
-        Reason::PrivateAddress => "private, loopback and link-local addresses are refused",
-        Reason::SniMismatch => "the TLS server name does not match the requested host",
-        Reason::BadRequest => "the request is malformed",
-        Reason::Unsupported => "the proxy does not support this kind of request",
-        Reason::Limit => "the proxy is at its connection limit",
-        Reason::ResolveFailed => "the host name could not be resolved",
-        Reason::ConnectFailed => "the upstream could not be reached",
-        Reason::Timeout => "the upstream did not answer in time",
     }
 }

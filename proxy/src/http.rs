@@ -14,8 +14,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use http::{Method, Request, Response, Uri, Version};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
@@ -23,23 +23,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind};
-use crate::gate::{Refusal, explain};
+use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
-use crate::server::{Shared, Shutdown};
+use crate::refusal::{Refusal, refusal_response};
+use crate::shared::{ConnectionSlot, Door, Shared};
+use crate::shutdown::Shutdown;
 use crate::target::Target;
-
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// Every body the proxy answers with: a refusal text or an upstream's streamed body.
-pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
-
-/// Which listener a connection came in on; decides how a request names its target.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Door {
-    /// The explicit proxy: absolute-form requests and CONNECT.
-    Explicit,
-    /// A transparent listener on this port: the target is the `Host` header.
-    Transparent { port: u16 },
-}
 
 /// One client connection's state.
 struct ClientConnection {
@@ -47,6 +36,8 @@ struct ClientConnection {
     client: SocketAddr,
     door: Door,
     shutdown: Shutdown,
+    /// This connection's place under the connection limit, passed on to a CONNECT tunnel.
+    slot: ConnectionSlot,
     /// The upstream of the previous request, kept for the next request to the same target.
     upstream: tokio::sync::Mutex<Option<Upstream>>,
     served_any: AtomicBool,
@@ -66,6 +57,7 @@ pub(crate) async fn serve(
     door: Door,
     shared: Arc<Shared>,
     mut shutdown: Shutdown,
+    slot: ConnectionSlot,
 ) {
     let limits = shared.limits.clone();
     let connection = Arc::new(ClientConnection {
@@ -73,6 +65,7 @@ pub(crate) async fn serve(
         client,
         door,
         shutdown: shutdown.clone(),
+        slot,
         upstream: tokio::sync::Mutex::new(None),
         served_any: AtomicBool::new(false),
     });
@@ -139,6 +132,7 @@ impl ClientConnection {
                         &self.shared,
                         self.client,
                         self.shutdown.clone(),
+                        self.slot.clone(),
                     )
                     .await
                 }
@@ -522,43 +516,4 @@ impl Drop for CountedBody {
     fn drop(&mut self) {
         self.attempt.bytes_up = self.up.load(Ordering::Relaxed);
     }
-}
-
-/// The answer to a refused or failed attempt: status by reason, `X-Egress-Blocked` naming
-/// the reason, and a body that says which host and why.
-pub(crate) fn refusal_response(refusal: &Refusal) -> Response<ProxyBody> {
-    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
-    let host = if refusal.host.is_empty() {
-        "the request".to_owned()
-    } else {
-        refusal.host.escape_debug().to_string()
-    };
-    let body = format!(
-        "egress-sandbox: {host} {} ({}): {}{}{}\n",
-        refusal.outcome.as_str(),
-        refusal.reason,
-        explain(refusal.reason),
-        if refusal.detail.is_empty() { "" } else { "; " },
-        refusal.detail.escape_debug(),
-    );
-    let mut response = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        "x-egress-blocked",
-        HeaderValue::from_static(refusal.reason.as_str()),
-    );
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if matches!(refusal.reason, Reason::BadRequest | Reason::Unsupported) {
-        // After a malformed request we cannot trust where the next one starts.
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
 }

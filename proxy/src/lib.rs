@@ -11,14 +11,31 @@
 //!   no I/O, no async.
 //! - [`target`]: turns what a client asked for into a normalised host name or an IP address,
 //!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
-//! - [`floor`]: the private-address floor, a pure function over `IpAddr`.
+//! - [`floor`]: the private-address floor and a proxy's `--floor-extra` ranges; pure.
 //! - [`resolve`]: the proxy's own resolver (hickory, never getaddrinfo) and `--resolve` pins.
 //! - [`audit`]: the audit record and its single writer; [`text`] makes untrusted text safe
 //!   to show a person.
 //! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
-//! - [`server`], [`connect`], [`http`], [`transparent`], [`sni`], [`dns`]: listeners and doors;
-//!   [`relay`] moves a tunnel's bytes ([`splice`] keeps them in the kernel); [`config`] is
-//!   the typed configuration; a private pool keeps idle upstream connections per target.
+//!   [`refusal`] turns what the gate refused into the client's answer (status, reason
+//!   header, a sentence), the same for every door.
+//! - Shared pieces every door uses: `shared` (the gate, limits and upstream pool of one
+//!   proxy, and which listener a connection came in on), [`shutdown`] (a task's view of
+//!   shutdown), `body` (the one body type of answers and forwarded requests), [`relay`]
+//!   (moves a tunnel's bytes; [`splice`] keeps them in the kernel), a private `pool` of idle
+//!   upstream connections per target, [`config`] (the typed configuration).
+//! - The doors: [`http`] (the explicit listener and transparent HTTP), [`connect`] (CONNECT
+//!   tunnels, handed over by `http`), [`transparent`] (first-byte routing, TLS by [`sni`]),
+//!   [`dns`] (the responder). A door takes a connection, an `Arc<Shared>` and a
+//!   [`shutdown::Shutdown`], turns what the client sent into a target, asks the gate, and
+//!   answers refusals with [`refusal`]. Doors depend on the shared pieces and on the gate,
+//!   never on [`server`].
+//! - [`server`]: binds the listeners (through [`listen`], with a backlog of 1024), enforces the connection limit, builds the shared state
+//!   and dispatches each connection to its door; only it knows every door. Shutdown ends here.
+//!
+//! Imports run one way: `server` → doors → `gate`/`refusal`/shared pieces → `policy`,
+//! `target`, `floor`, `resolve`, `audit`. A new door is a module beside the others that
+//! follows the same shape, plus one dispatch line in `server` (or in the door that hands
+//! over to it).
 //!
 //! # Use
 //!
@@ -34,6 +51,7 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
+mod body;
 pub mod config;
 pub mod connect;
 pub mod dns;
@@ -43,11 +61,15 @@ pub mod fuzzing;
 pub mod gate;
 pub mod handoff;
 pub mod http;
+pub mod listen;
 pub mod policy;
 mod pool;
+pub mod refusal;
 pub mod relay;
 pub mod resolve;
 pub mod server;
+mod shared;
+pub mod shutdown;
 pub mod sni;
 pub mod splice;
 pub mod target;

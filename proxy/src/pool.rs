@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hyper::client::conn::http1::SendRequest;
 
-use crate::http::ProxyBody;
+use crate::body::ProxyBody;
 use crate::target::Target;
 
 /// How long taking a pooled connection may wait for it to finish its previous response.

@@ -4,7 +4,7 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::server::Shutdown;
+use crate::shutdown::Shutdown;
 use crate::splice::{self, Pipe};
 
 /// Bytes moved so far: `up` = client → upstream, `down` = upstream → client.

@@ -10,15 +10,14 @@ use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::audit::{Attempt, AuditCounts, AuditSink, Kind, Outcome};
-use crate::config::{ProxyConfig, ProxyLimits};
-use crate::gate::Gate;
-use crate::http::Door;
+use crate::config::ProxyConfig;
 use crate::policy::Reason;
-use crate::resolve::Resolver;
+use crate::shared::{ConnectionSlot, Door, Shared};
+use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -35,29 +34,6 @@ pub enum ProxyError {
     DnsAnswer(SocketAddr),
     #[error("--dns-answer {0} must be an IPv4 address: the sandbox has no IPv6")]
     DnsAnswerV6(IpAddr),
-}
-
-/// What every door shares.
-pub(crate) struct Shared {
-    pub gate: Gate,
-    pub limits: ProxyLimits,
-    pub dns_answer: Option<std::net::Ipv4Addr>,
-    pub pool: crate::pool::UpstreamPool,
-}
-
-/// A task's view of shutdown. Holding one also keeps [`RunningProxy::shutdown`] waiting for
-/// the task, so tunnels get to write their records before the process exits.
-#[derive(Clone)]
-pub struct Shutdown {
-    signal: watch::Receiver<bool>,
-    _alive: mpsc::Sender<()>,
-}
-
-impl Shutdown {
-    /// Resolves once shutdown has begun.
-    pub async fn wait(&mut self) {
-        let _ = self.signal.wait_for(|stopping| *stopping).await;
-    }
 }
 
 /// The addresses actually bound (port 0 resolved).
@@ -97,10 +73,10 @@ impl BoundProxy {
                 _ => return Err(ProxyError::DnsAnswer(listen)),
             },
         };
-        let explicit = bind_tcp(config.listen).await?;
+        let explicit = bind_tcp(config.listen)?;
         let mut transparent = Vec::new();
         for addr in &config.transparent_listen {
-            transparent.push(bind_tcp(*addr).await?);
+            transparent.push(bind_tcp(*addr)?);
         }
         let dns = match config.dns_listen {
             Some(addr) => Some(bind_dns(addr).await?),
@@ -120,29 +96,9 @@ impl BoundProxy {
                 .map(local_addr)
                 .collect::<Result<_, _>>()?,
         };
-        let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())
-            .map_err(ProxyError::Audit)?;
-        let resolver = Resolver::new(
-            config.pins,
-            &config.upstream_dns,
-            config.limits.resolve_timeout,
-        );
-        let gate = Gate::new(
-            config.policy,
-            resolver,
-            config.limits.connect_timeout,
-            audit,
-        );
+        let shared = Shared::new(config, dns_answer).map_err(ProxyError::Audit)?;
         Ok(BoundProxy {
-            shared: Arc::new(Shared {
-                gate,
-                pool: crate::pool::UpstreamPool::new(
-                    config.limits.max_idle_upstreams,
-                    config.limits.upstream_idle_timeout,
-                ),
-                limits: config.limits,
-                dns_answer,
-            }),
+            shared: Arc::new(shared),
             explicit,
             transparent,
             dns,
@@ -156,12 +112,7 @@ impl BoundProxy {
 
     /// Starts accepting on every listener.
     pub fn start(self) -> RunningProxy {
-        let (stop, signal) = watch::channel(false);
-        let (alive, done) = mpsc::channel(1);
-        let shutdown = Shutdown {
-            signal,
-            _alive: alive,
-        };
+        let (trigger, shutdown) = Shutdown::new();
         let connections = Arc::new(Semaphore::new(self.shared.limits.max_connections));
         let mut tasks = Vec::new();
         let accept = |listener, door| {
@@ -194,8 +145,7 @@ impl BoundProxy {
             addrs: self.addrs,
             audit: self.shared.gate.audit().clone(),
             grace: self.shared.limits.shutdown_grace,
-            stop,
-            done,
+            trigger,
             shutdown: Some(shutdown),
             tasks,
         }
@@ -208,8 +158,7 @@ pub struct RunningProxy {
     addrs: LocalAddrs,
     audit: AuditSink,
     grace: std::time::Duration,
-    stop: watch::Sender<bool>,
-    done: mpsc::Receiver<()>,
+    trigger: ShutdownTrigger,
     shutdown: Option<Shutdown>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -232,14 +181,14 @@ impl RunningProxy {
     /// Stops accepting, closes tunnels (each writes its record with its byte counts), gives
     /// in-flight requests a short grace, flushes the audit log. Returns the final counts.
     pub async fn shutdown(mut self) -> AuditCounts {
-        let _ = self.stop.send(true);
+        self.trigger.begin();
         self.shutdown = None;
         for task in self.tasks.drain(..) {
             let _ = task.await;
         }
         // Every connection task holds a `Shutdown`; the channel closes when the last ends.
         let wait = self.grace + std::time::Duration::from_millis(300);
-        if tokio::time::timeout(wait, self.done.recv()).await.is_err() {
+        if !self.trigger.finished(wait).await {
             tracing::warn!("some connections did not finish within the shutdown grace");
         }
         self.audit.flush().await;
@@ -259,7 +208,7 @@ async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyErr
         let bound = udp
             .local_addr()
             .map_err(|source| ProxyError::Bind { addr, source })?;
-        match bind_tcp(bound).await {
+        match bind_tcp(bound) {
             Ok(tcp) => return Ok((udp, tcp)),
             Err(error) => last = Some(error),
         }
@@ -267,10 +216,8 @@ async fn bind_dns(addr: SocketAddr) -> Result<(UdpSocket, TcpListener), ProxyErr
     Err(last.expect("at least one attempt"))
 }
 
-async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ProxyError::Bind { addr, source })
+fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    crate::listen::tcp_listener(addr).map_err(|source| ProxyError::Bind { addr, source })
 }
 
 fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ProxyError> {
@@ -312,7 +259,7 @@ async fn accept_loop(
                     door,
                     shared,
                     task_shutdown,
-                    permit,
+                    ConnectionSlot::new(permit),
                 ));
             }
             Err(_) => {
@@ -334,12 +281,12 @@ async fn serve_connection(
     door: Door,
     shared: Arc<Shared>,
     shutdown: Shutdown,
-    _permit: OwnedSemaphorePermit,
+    slot: ConnectionSlot,
 ) {
     match door {
-        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown).await,
+        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown, slot).await,
         Door::Transparent { port } => {
-            crate::transparent::serve(stream, client, port, shared, shutdown).await;
+            crate::transparent::serve(stream, client, port, shared, shutdown, slot).await;
         }
     }
 }

@@ -13,10 +13,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome};
-use crate::http::Door;
 use crate::policy::Reason;
 use crate::relay::{Transferred, relay};
-use crate::server::{Shared, Shutdown};
+use crate::shared::{ConnectionSlot, Door, Shared};
+use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 
@@ -26,6 +26,7 @@ pub(crate) async fn serve(
     port: u16,
     shared: Arc<Shared>,
     mut shutdown: Shutdown,
+    slot: ConnectionSlot,
 ) {
     let mut first = [0u8; 1];
     let peeked = tokio::select! {
@@ -35,9 +36,12 @@ pub(crate) async fn serve(
     match peeked {
         // Closed without a byte: nothing was attempted.
         Ok(Ok(0)) | Ok(Err(_)) => {}
-        Ok(Ok(_)) if first[0] == 0x16 => serve_tls(stream, client, port, shared, shutdown).await,
+        Ok(Ok(_)) if first[0] == 0x16 => {
+            serve_tls(stream, client, port, shared, shutdown, slot).await;
+        }
         Ok(Ok(_)) if first[0].is_ascii_uppercase() => {
-            crate::http::serve(stream, client, Door::Transparent { port }, shared, shutdown).await;
+            let door = Door::Transparent { port };
+            crate::http::serve(stream, client, door, shared, shutdown, slot).await;
         }
         Ok(Ok(_)) | Err(_) => {
             let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
@@ -53,10 +57,15 @@ async fn serve_tls(
     port: u16,
     shared: Arc<Shared>,
     mut shutdown: Shutdown,
+    slot: ConnectionSlot,
 ) {
     let gate = &shared.gate;
     let mut attempt = Attempt::new(gate.audit(), Kind::Tls, Some(client));
     attempt.port = Some(port);
+    // The tunnel is relayed right here, so the connection keeps its place under the limit
+    // until it closes. Bound after `attempt`, so it is dropped first: the place is free
+    // again before the record is written.
+    let _slot = slot;
     let limits = &shared.limits;
     let read = sni::read_client_hello(
         &mut client_stream,

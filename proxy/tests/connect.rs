@@ -303,3 +303,58 @@ async fn shutdown_closes_open_tunnels_and_records_their_bytes() {
     let _ = tokio::time::timeout(HANG, tunnel.read_to_end(&mut rest)).await;
     assert!(rest.is_empty());
 }
+
+/// Open tunnels hold their places under the connection limit until they close: hyper lets
+/// go of the HTTP connection when it hands it over as a tunnel, and that must not free the
+/// place.
+#[tokio::test]
+async fn open_tunnels_count_toward_the_connection_limit_until_they_close() {
+    const LIMIT: usize = 3;
+    let echo = Site::echo("127.0.0.2").await;
+    let yaml = allow_yaml(&[("tunnel.test", echo.port())], &loopback(echo.port()));
+    let mut proxy = TestProxy::start_with(&yaml, &[("tunnel.test", "127.0.0.2")], |config| {
+        config.limits.max_connections = LIMIT;
+    })
+    .await;
+    let authority = format!("tunnel.test:{}", echo.port());
+    let mut tunnels = Vec::new();
+    for n in 0..LIMIT {
+        let mut tunnel = open_tunnel(proxy.addr, &authority).await;
+        // Really open: bytes go through and come back.
+        let greeting = format!("tunnel {n}");
+        tunnel.write_all(greeting.as_bytes()).await.unwrap();
+        assert_eq!(
+            read_exactly(&mut tunnel, greeting.len()).await,
+            greeting.as_bytes()
+        );
+        tunnels.push(tunnel);
+    }
+    let connect = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    let over = exchange(proxy.addr, connect.as_bytes()).await;
+    assert_eq!(status(&over), 503, "{over}");
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::Limit)
+    );
+    assert!(
+        proxy.records_now().await.is_empty(),
+        "one record for the refused connection, none for the open tunnels"
+    );
+
+    // One tunnel closes; its record says so, and its place is free again.
+    drop(tunnels.pop());
+    let closed = proxy.record().await;
+    assert_eq!(closed.kind, Kind::Connect);
+    assert_eq!(
+        (closed.decision, closed.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
+    let mut again = open_tunnel(proxy.addr, &authority).await;
+    again.write_all(b"after a close").await.unwrap();
+    assert_eq!(read_exactly(&mut again, 13).await, b"after a close");
+    // And the limit still holds with the new tunnel open.
+    let over = exchange(proxy.addr, connect.as_bytes()).await;
+    assert_eq!(status(&over), 503, "{over}");
+    assert_eq!(proxy.record().await.reason, Reason::Limit);
+}

@@ -291,3 +291,57 @@ async fn answers_are_never_answered() {
     .await;
     assert!(reply.is_err(), "a response was answered");
 }
+
+/// An open transparent TLS tunnel holds its place under the connection limit until it
+/// closes; over the limit a transparent connection is closed with one `limit` record.
+#[tokio::test]
+async fn open_transparent_tunnels_count_toward_the_connection_limit() {
+    const LIMIT: usize = 2;
+    let echo = Site::echo("127.0.0.2").await;
+    let port = echo.port();
+    let mut proxy = TestProxy::start_with(
+        &site_policy(port),
+        &[("site.test", "127.0.0.2")],
+        |config| {
+            config.transparent_listen = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+            config.limits.max_connections = LIMIT;
+        },
+    )
+    .await;
+    let listener = proxy.running().local_addrs().transparent[0];
+    let hello = client_hello(Some("site.test"), false);
+    let open = || async {
+        let mut stream = TcpStream::connect(listener).await.unwrap();
+        stream.write_all(&hello).await.unwrap();
+        // Really open: the upstream echoes the ClientHello back through the tunnel.
+        let mut back = vec![0u8; hello.len()];
+        tokio::time::timeout(HANG, stream.read_exact(&mut back))
+            .await
+            .expect("echo in time")
+            .expect("echo");
+        assert_eq!(back, hello);
+        stream
+    };
+    let mut tunnels = Vec::new();
+    for _ in 0..LIMIT {
+        tunnels.push(open().await);
+    }
+    let mut over = TcpStream::connect(listener).await.unwrap();
+    let _ = over.write_all(&hello).await;
+    assert!(read_to_close(&mut over).await.is_empty());
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason, record.port),
+        (Outcome::Blocked, Reason::Limit, Some(port))
+    );
+    assert!(proxy.records_now().await.is_empty());
+
+    drop(tunnels.pop());
+    let closed = proxy.record().await;
+    assert_eq!(
+        (closed.kind, closed.decision),
+        (Kind::Tls, Outcome::Allowed)
+    );
+    tunnels.push(open().await);
+    assert!(proxy.records_now().await.is_empty());
+}

@@ -440,8 +440,9 @@ async fn connections_over_the_limit_get_503_and_one_limit_record() {
         config.limits.max_connections = 1;
     })
     .await;
+    // The accept queue is first in, first out: the holder, connected first, is accepted
+    // first and takes the only place (it then waits for a head that never comes).
     let _holder = TcpStream::connect(proxy.addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let response = exchange(proxy.addr, b"GET http://a.test/ HTTP/1.1\r\n\r\n").await;
     assert_eq!(status(&response), 503, "{response}");
     let record = proxy.record().await;

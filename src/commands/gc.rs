@@ -8,6 +8,7 @@ use anyhow::Context;
 use crate::sandbox::docker::Engine;
 use crate::sandbox::gc::sweep;
 use crate::sandbox::images::sweep_images;
+use crate::sandbox::labels::HostIdentity;
 
 pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     let crate::cli::GcArgs {} = args;
@@ -15,13 +16,15 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (swept, images) = runtime.block_on(async {
+    let here = HostIdentity::current().context("cannot read this host's identity from /proc")?;
+    let (report, images) = runtime.block_on(async {
         let engine = Engine::connect().await?;
-        let swept = sweep(&engine).await?;
+        let report = sweep(&engine, &here).await?;
         let images = sweep_images(engine.docker()).await;
-        anyhow::Ok((swept, images))
+        anyhow::Ok((report, images))
     })?;
-    for object in &swept {
+    let swept = &report.removed;
+    for object in swept {
         match &object.error {
             None => println!(
                 "removed {} {} (run {})",
@@ -33,10 +36,16 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
+    for object in &report.skipped {
+        eprintln!(
+            "egress-sandbox: skipped {} {} (run {}): {}",
+            object.kind, object.name, object.run, object.reason
+        );
+    }
     if images > 0 {
         println!("removed {images} stale egress-sandbox image(s)");
     }
-    if swept.is_empty() && images == 0 {
+    if swept.is_empty() && report.skipped.is_empty() && images == 0 {
         eprintln!("egress-sandbox: nothing to remove");
     }
     Ok(ExitCode::SUCCESS)

@@ -9,13 +9,26 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict};
+use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict, split_path};
 use egress_proxy::target::Target;
+use egress_proxy::text::visible;
 
 use crate::cli::{PolicyArgs, PolicyCommand};
 
 /// Exit status of `policy test` for a usage error.
 const USAGE_ERROR: u8 = 2;
+
+/// One line on stdout. Everything printed here may quote a policy file's text, its file
+/// name or a target someone pasted: control, bidi and separator characters are shown as
+/// visible escapes (`text::visible`), never raw.
+macro_rules! say {
+    ($($arg:tt)*) => { println!("{}", visible(&format!($($arg)*))) };
+}
+
+/// As [`say!`], on stderr.
+macro_rules! warn {
+    ($($arg:tt)*) => { eprintln!("{}", visible(&format!($($arg)*))) };
+}
 
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     match args.command {
@@ -23,8 +36,12 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
         PolicyCommand::Test {
             policies,
             allow,
-            target,
-        } => Ok(test(&policies, &allow, &target)),
+            words,
+        } => Ok(match words.as_slice() {
+            [target] => test(&policies, &allow, None, target),
+            [method, target] => test(&policies, &allow, Some(method), target),
+            _ => unreachable!("clap takes one or two words"),
+        }),
     }
 }
 
@@ -37,9 +54,9 @@ fn check(files: &[PathBuf]) -> ExitCode {
         match Policy::load(file) {
             Ok((policy, warnings)) => {
                 for warning in &warnings {
-                    println!("{warning}");
+                    say!("{warning}");
                 }
-                println!(
+                say!(
                     "{shown}: ok ({}, {}, {})",
                     count(policy.allow_count(), "allow rule"),
                     count(policy.deny_count(), "deny rule"),
@@ -49,11 +66,11 @@ fn check(files: &[PathBuf]) -> ExitCode {
             Err(error) => {
                 all_valid = false;
                 for diagnostic in &error.diagnostics {
-                    println!("{diagnostic}");
+                    say!("{diagnostic}");
                 }
                 let errors = error.diagnostics.iter().filter(|d| d.is_error()).count();
                 let warnings = error.diagnostics.len() - errors;
-                println!(
+                say!(
                     "{shown}: invalid ({}, {})",
                     count(errors, "error"),
                     count(warnings, "warning")
@@ -78,20 +95,25 @@ fn count(n: usize, noun: &str) -> String {
 
 /// Loads the policies and flags, decides, prints the verdict on stdout (diagnostics on
 /// stderr).
-fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
+fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &str) -> ExitCode {
     if files.is_empty() && allow.is_empty() {
-        eprintln!(
-            "egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]"
-        );
+        warn!("egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]");
         return ExitCode::from(USAGE_ERROR);
     }
-    let (target, port) = match parse_test_target(raw_target) {
+    let shown_target = visible(raw_target);
+    let (target, port, path) = match parse_test_target(raw_target) {
         Ok(parsed) => parsed,
         Err(message) => {
-            eprintln!("egress-sandbox: error: TARGET `{raw_target}`: {message}");
+            warn!("egress-sandbox: error: TARGET `{shown_target}`: {message}");
             return ExitCode::from(USAGE_ERROR);
         }
     };
+    if let Some(method) = method
+        && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        warn!("egress-sandbox: error: METHOD `{method}` is not an HTTP method (e.g. GET, POST)");
+        return ExitCode::from(USAGE_ERROR);
+    }
     let Some(set) = load_set(files, allow) else {
         return ExitCode::FAILURE;
     };
@@ -109,21 +131,73 @@ fn test(files: &[PathBuf], allow: &[String], raw_target: &str) -> ExitCode {
     }
     print_decision(&set, &target, port, &decision);
     match &target {
-        Target::Name(_) if decision.verdict != Verdict::Block => println!(
+        Target::Name(_) if decision.verdict != Verdict::Block => say!(
             "  note: the name was not resolved; the proxy resolves it when connecting and refuses \
              private addresses (reason=private_address) unless a cidr rule covers them"
         ),
         Target::Ip(_) if checked_address => {
-            println!(
-                "  note: address checked against deny cidr rules and the private-address floor"
-            )
+            say!("  note: address checked against deny cidr rules and the private-address floor")
         }
         _ => {}
     }
-    if decision.verdict == Verdict::Allow {
+    if decision.verdict != Verdict::Block {
+        print_inspection(&set, &target, port);
+        if let Some(method) = method {
+            decision = set.decide_request(&target, port, method, &path);
+            print_request(&set, method, &path, &decision);
+        }
+    }
+    if set.credential_conflicts().is_empty() && decision.verdict == Verdict::Allow {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Whether the proxy reads this target's requests in clear, and which credential it adds.
+fn print_inspection(set: &PolicySet, target: &Target, port: u16) {
+    let Some(inspection) = set.inspection(target, port) else {
+        say!("  inspected: no (tunnelled as is; the proxy never sees its requests)");
+        return;
+    };
+    let why = match (inspection.credential.is_some(), inspection.restricted) {
+        (true, true) => "a credential and method/path rules apply",
+        (true, false) => "a credential applies",
+        _ => "method/path rules apply",
+    };
+    say!(
+        "  inspected: yes ({why}); TLS is terminated with the run CA and re-originated to the upstream, verified"
+    );
+    if let Some(credential) = inspection.credential {
+        say!(
+            "  credential: secret {} sent as `{}: {}` (the client's own `{}` is dropped)",
+            credential.secret,
+            credential.header,
+            credential.value,
+            credential.header
+        );
+    }
+}
+
+/// The verdict on one request (method, path without query).
+fn print_request(set: &PolicySet, method: &str, path: &str, decision: &Decision) {
+    let verdict = match decision.verdict {
+        Verdict::Allow => "allowed",
+        Verdict::Block => "blocked",
+        Verdict::WouldBlock => "would_block",
+    };
+    let rule = decision
+        .rule
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), ToString::to_string);
+    say!(
+        "request: {verdict}  {method} {path}  reason={}  rule={rule}",
+        decision.reason
+    );
+    if let Some(rule) = &decision.rule
+        && let Some(text) = set.describe_rule(rule)
+    {
+        say!("  {rule}: {text}");
     }
 }
 
@@ -138,7 +212,7 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
         .rule
         .as_ref()
         .map_or_else(|| "-".to_owned(), ToString::to_string);
-    println!(
+    say!(
         "{verdict}  {target}:{port}  reason={}  rule={rule}  policy={}",
         decision.reason,
         set.name()
@@ -146,10 +220,10 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
     if let Some(rule) = &decision.rule
         && let Some(text) = set.describe_rule(rule)
     {
-        println!("  {rule}: {text}");
+        say!("  {rule}: {text}");
     }
     if decision.verdict == Verdict::WouldBlock {
-        println!("  note: report mode: the proxy lets this through and records it as would_block");
+        say!("  note: report mode: the proxy lets this through and records it as would_block");
     }
 }
 
@@ -159,7 +233,7 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     let mut failed = false;
     let report = |diagnostics: &[Diagnostic]| {
         for diagnostic in diagnostics {
-            eprintln!("{diagnostic}");
+            warn!("{diagnostic}");
         }
     };
     for file in files {
@@ -183,23 +257,40 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
             }
         }
     }
-    (!failed).then(|| PolicySet::merge(policies))
+    if failed {
+        return None;
+    }
+    let set = PolicySet::merge(policies);
+    for conflict in set.credential_conflicts() {
+        warn!("egress-sandbox: error: {conflict}");
+    }
+    Some(set)
 }
 
 /// `host[:port]` (port default 443) or a URL `http(s)://host[:port]/...` (port from the
-/// scheme). Paths, queries and fragments of a URL are ignored: rules match hosts.
-fn parse_test_target(raw: &str) -> Result<(Target, u16), String> {
-    let (authority, default_port) = match raw.split_once("://") {
+/// scheme), and the URL's path without its query (`/` when none): the host decides the
+/// connection, the path is judged only for a request (a METHOD given).
+fn parse_test_target(raw: &str) -> Result<(Target, u16, String), String> {
+    let (authority, default_port, path) = match raw.split_once("://") {
         Some((scheme, rest)) => {
             let port = match scheme.to_ascii_lowercase().as_str() {
                 "http" | "ws" => 80,
                 "https" | "wss" => 443,
-                other => return Err(format!("unsupported scheme `{other}`; use http or https")),
+                other => {
+                    return Err(format!(
+                        "unsupported scheme `{}`; use http or https",
+                        visible(other)
+                    ));
+                }
             };
             let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            (&rest[..end], port)
+            let path = split_path(&rest[end..]);
+            let path = if path.is_empty() { "/" } else { path };
+            (&rest[..end], port, path.to_owned())
         }
-        None => (raw, 443),
+        None => (raw, 443, "/".to_owned()),
     };
-    Target::parse_authority(authority, Some(default_port)).map_err(|error| error.to_string())
+    let (target, port) = Target::parse_authority(authority, Some(default_port))
+        .map_err(|error| error.to_string())?;
+    Ok((target, port, path))
 }

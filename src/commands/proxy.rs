@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use egress_proxy::audit::AuditDestination;
+use egress_proxy::floor;
 use egress_proxy::handoff::Handoff;
 use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
@@ -108,6 +109,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         path => AuditDestination::File(PathBuf::from(path)),
     };
     config.run_id = args.run_id;
+    config.floor_extra = args
+        .floor_extra
+        .iter()
+        .map(|raw| floor::parse_extra(raw).map_err(|error| anyhow!("--floor-extra: {error}")))
+        .collect::<Result<_>>()?;
     config.pins = args
         .resolve
         .iter()
@@ -149,7 +155,18 @@ fn load_policies(
     if policies.is_empty() {
         tracing::warn!("no policy given: every attempt will be refused");
     }
-    Ok(PolicySet::merge(policies))
+    let set = PolicySet::merge(policies);
+    if let Some(conflict) = set.credential_conflicts().first() {
+        bail!("invalid policy: {conflict}");
+    }
+    if let Some(host) = set.inspected_hosts().first() {
+        // Until the proxy can read requests in clear, a rule it cannot enforce must not
+        // quietly allow more than it says.
+        bail!(
+            "invalid policy: {host} has `credentials` or `methods`/`paths`, which this proxy cannot enforce yet"
+        );
+    }
+    Ok(set)
 }
 
 /// Listen addresses are IP:port only: no name lookup happens in this binary.
@@ -168,6 +185,16 @@ mod tests {
         assert!(parse_addr("--listen", "[::1]:3128").is_ok());
         assert!(parse_addr("--listen", "localhost:3128").is_err());
         assert!(parse_addr("--listen", "127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn rules_the_proxy_cannot_enforce_refuse_to_start() {
+        let inline = [(
+            "p.yaml".to_owned(),
+            "version: 1\nallow:\n  - host: a.example.com\n    methods: [GET]\n".to_owned(),
+        )];
+        let error = load_policies(&[], &inline, &[]).unwrap_err().to_string();
+        assert!(error.contains("a.example.com"), "{error}");
     }
 
     #[test]

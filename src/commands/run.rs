@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
+use egress_proxy::text::visible;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::RunArgs;
@@ -21,7 +22,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Err(error) => return Ok(refuse(&error)),
     };
     for warning in spec.warnings() {
-        eprintln!("{warning}");
+        say(warning);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -32,6 +33,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let interrupt = interruption().context("cannot install signal handlers")?;
         anyhow::Ok(run_until(spec, OutputSinks::stdio(), interrupt).await)
     })?;
+    // A read of a terminal's stdin may still be blocked in a runtime thread: do not wait
+    // for it (dropping the runtime would, until the user pressed Enter).
+    runtime.shutdown_background();
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(error) => {
@@ -40,15 +44,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     for failure in &outcome.teardown_errors {
-        eprintln!("egress-sandbox: could not remove {failure}; `egress-sandbox gc` will");
+        say(format_args!(
+            "egress-sandbox: could not remove {failure}; `egress-sandbox gc` will"
+        ));
     }
     if let Some(path) = report_path {
         let json = RunReport::new(&outcome).to_json();
         if let Err(error) = std::fs::write(&path, json + "\n") {
-            eprintln!(
+            say(format_args!(
                 "egress-sandbox: cannot write the report {}: {error}",
                 path.display()
-            );
+            ));
         }
     }
     eprintln!("{}", summary_line(&outcome));
@@ -115,11 +121,11 @@ fn refuse(error: &SpecError) -> ExitCode {
     match error {
         SpecError::Policy(policy) => {
             for diagnostic in &policy.diagnostics {
-                eprintln!("{diagnostic}");
+                say(diagnostic);
             }
             eprintln!("egress-sandbox: error: the policy was refused; nothing was run");
         }
-        other => eprintln!("egress-sandbox: error: {other}"),
+        other => say(format_args!("egress-sandbox: error: {other}")),
     }
     ExitCode::from(SETUP_FAILED)
 }
@@ -135,7 +141,14 @@ fn report_setup_failure(error: &RunError) {
         }
         source = cause.source();
     }
-    eprintln!("egress-sandbox: error: {message}");
+    say(format_args!("egress-sandbox: error: {message}"));
+}
+
+/// One line on stderr. Messages quote hosts, paths, names and policy text that may come
+/// from the sandbox or a hostile file: control, bidi and separator characters are shown as
+/// visible escapes (`text::visible`), never raw.
+fn say(message: impl std::fmt::Display) {
+    eprintln!("{}", visible(&message.to_string()));
 }
 
 /// Resolves with the first SIGINT or SIGTERM.

@@ -6,18 +6,34 @@
 //! with this gate in front of the command: it blocks on stdin until `run` writes one byte,
 //! which it does once the proxy has printed its ready line. So the command never runs
 //! before its only way out exists, and the two starts overlap. If `run` gives up, stdin
-//! ends without that byte and the command never runs.
+//! ends without that byte and the command never runs. The signal may carry the task files
+//! (`sandbox::gate_signal`), written under /task first. After the signal, stdin carries the
+//! caller's input to the command, and ends when it does.
 
-use std::io::Read;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use anyhow::Context;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use crate::cli::SandboxGateArgs;
+use crate::sandbox::gate_signal;
+use crate::sandbox::task_files::{self, TASK_DIR, TaskFile};
 
 pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
-    let mut go = [0u8; 1];
-    if !matches!(std::io::stdin().lock().read(&mut go), Ok(1)) {
-        eprintln!("egress-sandbox: the proxy never became ready; the command was not run");
+    // Read straight from fd 0, not through std's buffered stdin: whatever follows the go
+    // byte is the caller's input and must stay in the pipe for the command.
+    let mut stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let setup = match gate_signal::read(&mut stdin) {
+        Ok(Some(setup)) => setup,
+        Ok(None) | Err(_) => {
+            eprintln!("egress-sandbox: the proxy never became ready; the command was not run");
+            return Ok(ExitCode::from(125));
+        }
+    };
+    if let Err(error) = write_task_files(&setup.files) {
+        eprintln!("egress-sandbox: cannot write the task files: {error:#}");
         return Ok(ExitCode::from(125));
     }
     let (program, arguments) = args.command.split_first().expect("clap requires a command");
@@ -31,4 +47,21 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
         126
     };
     Ok(ExitCode::from(code))
+}
+
+/// Writes each file under /task (a tmpfs of this sandbox), creating directories; paths are
+/// checked again here, the gate trusts nothing it reads.
+fn write_task_files(files: &[TaskFile]) -> anyhow::Result<()> {
+    for file in files {
+        task_files::check_path(&file.path)
+            .map_err(|reason| anyhow::anyhow!("{:?}: {reason}", file.path))?;
+        let path = Path::new(TASK_DIR).join(&file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, &file.contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -6,7 +6,6 @@
 //! `write` per line, so concurrent runs appending to one file do not interleave within a
 //! line) and counted for the summary and report.
 
-use std::fs::File;
 use std::io::Write;
 
 use bytes::BytesMut;
@@ -16,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::docker::LogOutput;
-use crate::report::AuditTally;
+use super::tally::AuditTally;
 
 /// A line longer than this is not a record the proxy writes; it is dropped.
 const MAX_LINE: usize = 1 << 20;
@@ -36,7 +35,11 @@ pub struct ProxyOutput {
     pub records: JoinHandle<AuditTally>,
 }
 
-pub fn spawn_reader<S>(frames: S, audit_log: Option<File>) -> ProxyOutput
+/// Where each record line goes as it comes (the `--audit-log` file, the daemon's stream):
+/// one `write` per line with its newline.
+pub type AuditSink = Box<dyn Write + Send>;
+
+pub fn spawn_reader<S>(frames: S, audit_log: Option<AuditSink>) -> ProxyOutput
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send + Unpin + 'static,
 {
@@ -47,14 +50,14 @@ where
 
 struct Reader {
     ready: Option<oneshot::Sender<Result<(), NotReady>>>,
-    audit_log: Option<File>,
+    audit_log: Option<AuditSink>,
     tally: AuditTally,
     stderr_tail: Vec<u8>,
 }
 
 async fn read<S>(
     mut frames: S,
-    audit_log: Option<File>,
+    audit_log: Option<AuditSink>,
     ready: oneshot::Sender<Result<(), NotReady>>,
 ) -> AuditTally
 where
@@ -266,7 +269,7 @@ mod tests {
             .append(true)
             .open(&path)
             .unwrap();
-        let output = spawn_reader(frames, Some(file));
+        let output = spawn_reader(frames, Some(Box::new(file)));
         assert!(output.ready.await.unwrap().is_ok());
         let tally = output.records.await.unwrap();
         assert_eq!(tally.attempts.blocked, 1);

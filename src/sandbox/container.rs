@@ -13,6 +13,8 @@ use bollard::models::{
     Mount as DockerMount, MountType, NetworkingConfig, ResourcesUlimits,
 };
 
+use egress_proxy::handoff::{Handoff, InlinePolicy};
+
 use super::network::RunSubnet;
 use super::spec::{RunLimits, RunSpec};
 
@@ -49,6 +51,15 @@ fn hardened_host_config(network: &str) -> HostConfig {
                 "net.ipv6.conf.default.disable_ipv6".to_string(),
                 "1".to_string(),
             ),
+            // Neither container routes for anyone: the proxy sits on two networks, and a
+            // sandbox must not become a router for a neighbour. (Writing ip_forward also
+            // sets the default for interfaces added later, as the proxy's egress leg.)
+            ("net.ipv4.ip_forward".to_string(), "0".to_string()),
+            ("net.ipv6.conf.all.forwarding".to_string(), "0".to_string()),
+            (
+                "net.ipv6.conf.default.forwarding".to_string(),
+                "0".to_string(),
+            ),
         ])),
         privileged: Some(false),
         publish_all_ports: Some(false),
@@ -71,19 +82,26 @@ fn endpoint(network: &str, address: std::net::Ipv4Addr) -> NetworkingConfig {
     }
 }
 
-fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
-    vec![ResourcesUlimits {
-        name: Some("nofile".into()),
+fn ulimit(name: &str, limit: i64) -> ResourcesUlimits {
+    ResourcesUlimits {
+        name: Some(name.into()),
         soft: Some(limit),
         hard: Some(limit),
-    }]
+    }
+}
+
+fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
+    vec![ulimit("nofile", limit)]
 }
 
 /// The proxy's arguments (api-run.md): it listens on its run-network address only. The
-/// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it.
-pub fn proxy_command(spec: &RunSpec, subnet: RunSubnet, run_id: &str) -> Vec<String> {
+/// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it. What is the
+/// run's own (policies, allow flags, pins, run id) is not here: arguments are visible to
+/// anyone who can `docker inspect`, and a policy file name may hold any character, so it
+/// travels over stdin as the [`proxy_handoff`] line (`--config-stdin`).
+pub fn proxy_command(subnet: RunSubnet) -> Vec<String> {
     let ip = subnet.proxy();
-    let mut cmd = vec![
+    vec![
         "--listen".to_string(),
         format!("{ip}:{PROXY_PORT}"),
         "--dns-listen".into(),
@@ -92,35 +110,40 @@ pub fn proxy_command(spec: &RunSpec, subnet: RunSubnet, run_id: &str) -> Vec<Str
         format!("{ip}:443"),
         "--transparent-listen".into(),
         format!("{ip}:80"),
-        "--run-id".into(),
-        run_id.to_string(),
         "--audit-log".into(),
         "-".into(),
-    ];
-    for policy in &spec.policies {
-        cmd.push("--policy-yaml".into());
-        cmd.push(format!("{}={}", policy.file_name, policy.yaml));
-    }
-    for allow in &spec.allow {
-        cmd.push("--allow".into());
-        cmd.push(allow.clone());
-    }
-    for (name, ip) in &spec.resolve {
-        cmd.push("--resolve".into());
-        cmd.push(format!("{name}={ip}"));
-    }
-    cmd
+        "--config-stdin".into(),
+    ]
+}
+
+/// What the run hands its proxy over the proxy container's stdin before it binds.
+pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
+    let mut handoff = Handoff::default();
+    handoff.policies = spec
+        .policies
+        .iter()
+        .map(|policy| InlinePolicy {
+            file: policy.file_name.clone(),
+            yaml: policy.yaml.clone(),
+        })
+        .collect();
+    handoff.allow = spec.allow.clone();
+    handoff.resolve = spec
+        .resolve
+        .iter()
+        .map(|(name, ip)| format!("{name}={ip}"))
+        .collect();
+    handoff.run_id = Some(run_id.to_string());
+    handoff
 }
 
 /// The proxy container: on the run network at `.2`; the egress network is connected
 /// right after start, before the sandbox's gate opens (API 1.41 takes only one network at
 /// create, and a start with one network is the cheaper one).
 pub fn proxy_body(
-    spec: &RunSpec,
     image: &str,
     network: &str,
     subnet: RunSubnet,
-    run_id: &str,
     labels: &HashMap<String, String>,
 ) -> ContainerCreateBody {
     let mut host = hardened_host_config(network);
@@ -135,11 +158,15 @@ pub fn proxy_body(
         .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
     ContainerCreateBody {
         image: Some(image.to_string()),
-        cmd: Some(proxy_command(spec, subnet, run_id)),
+        cmd: Some(proxy_command(subnet)),
         user: Some(NOBODY.into()),
         env: Some(Vec::new()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
+        // The handoff line arrives here; closed after it.
+        attach_stdin: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
         labels: Some(labels.clone()),
         host_config: Some(host),
         networking_config: Some(endpoint(network, subnet.proxy())),
@@ -151,8 +178,12 @@ pub fn proxy_body(
 pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     let proxy = format!("http://{}:{PROXY_PORT}", subnet.proxy());
     let mut env = Vec::new();
-    if !spec.env.iter().any(|(key, _)| key == "HOME") {
-        env.push("HOME=/tmp".to_string());
+    // Defaults a `--env` of the same name replaces. Python buffers stdout into a pipe, so
+    // without PYTHONUNBUFFERED what a script printed before a time-limit kill would be lost.
+    for (key, value) in [("HOME", "/tmp"), ("PYTHONUNBUFFERED", "1")] {
+        if !spec.env.iter().any(|(given, _)| given == key) {
+            env.push(format!("{key}={value}"));
+        }
     }
     env.extend(spec.env.iter().map(|(key, value)| format!("{key}={value}")));
     for key in [
@@ -184,12 +215,39 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
     host.memory_swap = Some(memory as i64);
     host.pids_limit = Some(pids as i64);
     host.nano_cpus = Some((cpus * 1e9).round() as i64);
-    host.ulimits = Some(nofile(SANDBOX_NOFILE));
+    // No POSIX message queue memory: mq_open works on the IPC namespace whatever is
+    // mounted at /dev/mqueue, and the limit's accounting is per uid (65534 for every run).
+    host.ulimits = Some(vec![
+        ulimit("nofile", SANDBOX_NOFILE),
+        ulimit("msgqueue", 0),
+    ]);
     host.init = Some(true);
-    host.tmpfs = Some(HashMap::from([(
-        "/tmp".to_string(),
-        format!("rw,nosuid,nodev,size={tmp},mode=1777"),
-    )]));
+    // The writable places: /tmp and /dev/shm, each a tmpfs of --tmp bytes (Docker's own
+    // /dev/shm would be 64 MiB whatever --tmp says), and nothing executable on /dev/shm.
+    // /dev/mqueue, which Docker mounts writable, is replaced by an empty read-only tmpfs.
+    host.shm_size = Some(tmp as i64);
+    let mut tmpfs = HashMap::from([
+        (
+            "/tmp".to_string(),
+            format!("rw,nosuid,nodev,size={tmp},mode=1777"),
+        ),
+        (
+            "/dev/shm".to_string(),
+            format!("rw,noexec,nosuid,nodev,size={tmp},mode=1777"),
+        ),
+        (
+            "/dev/mqueue".to_string(),
+            "ro,noexec,nosuid,nodev,size=4k".to_string(),
+        ),
+    ]);
+    if !spec.files.is_empty() {
+        // Task files: written by the gate (as the sandbox's user) before the command runs.
+        tmpfs.insert(
+            super::task_files::TASK_DIR.to_string(),
+            format!("rw,nosuid,nodev,size={tmp},mode=1777"),
+        );
+    }
+    host.tmpfs = Some(tmpfs);
     // Docker's embedded resolver forwards every query to the proxy: no lookup leaves
     // from the host (CVE-2024-29018), and every lookup is an audit record.
     host.dns = Some(vec![subnet.proxy().to_string()]);
@@ -260,7 +318,8 @@ pub fn sandbox_body(
         working_dir: spec.workdir.clone(),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        // The gate's go signal; closed after it, so the command's stdin is at EOF.
+        // The gate's go signal, then the caller's input; closed after it, so the command
+        // sees EOF.
         attach_stdin: Some(gated),
         open_stdin: Some(gated),
         stdin_once: Some(gated),
@@ -322,7 +381,15 @@ mod tests {
         assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
         assert!(host.port_bindings.is_none());
         assert!(host.binds.is_none());
-        assert!(host.tmpfs.unwrap()["/tmp"].contains("size=67108864"));
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains("size=67108864"));
+        assert!(tmpfs["/dev/shm"].contains("size=67108864"));
+        assert!(tmpfs["/dev/shm"].contains("noexec"));
+        assert!(tmpfs["/dev/mqueue"].starts_with("ro,"));
+        assert_eq!(host.shm_size, Some(67108864));
+        let sysctls = host.sysctls.unwrap();
+        assert_eq!(sysctls["net.ipv4.ip_forward"], "0");
+        assert_eq!(sysctls["net.ipv6.conf.all.forwarding"], "0");
         let endpoints = body.networking_config.unwrap().endpoints_config.unwrap();
         let ip = endpoints["net"]
             .ipam_config
@@ -378,29 +445,42 @@ mod tests {
         assert!(env.contains(&"https_proxy=http://10.213.0.10:3128".to_string()));
         assert!(env.contains(&"ALL_PROXY=http://10.213.0.10:3128".to_string()));
         assert!(env.contains(&"NO_PROXY=".to_string()));
-        assert_eq!(env.len(), 10);
+        assert!(env.contains(&"PYTHONUNBUFFERED=1".to_string()));
+        assert_eq!(env.len(), 11);
     }
 
     #[test]
-    fn proxy_listens_on_its_run_address_only() {
-        let cmd = proxy_command(&spec(), subnet(), "r-00000001");
+    fn proxy_listens_on_its_run_address_only_and_takes_the_run_over_stdin() {
+        let cmd = proxy_command(subnet());
         let joined = cmd.join(" ");
         assert!(joined.starts_with("--listen 10.213.0.10:3128 --dns-listen 10.213.0.10:53"));
         assert!(joined.contains("--transparent-listen 10.213.0.10:443"));
-        assert!(joined.contains("--run-id r-00000001 --audit-log -"));
-        assert!(joined.ends_with("--allow api.example.com"));
-        let body = proxy_body(
-            &spec(),
-            "proxy:1",
-            "net",
-            subnet(),
-            "r-00000001",
-            &HashMap::new(),
-        );
+        assert!(joined.ends_with("--audit-log - --config-stdin"));
+        let body = proxy_body("proxy:1", "net", subnet(), &HashMap::new());
         assert_eq!(body.user.as_deref(), Some("65534:65534"));
         assert_eq!(body.env, Some(Vec::new()));
+        assert_eq!(body.open_stdin, Some(true));
+        assert_eq!(body.stdin_once, Some(true));
         let host = body.host_config.unwrap();
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(host.sysctls.unwrap()["net.ipv4.ip_forward"], "0");
+    }
+
+    #[test]
+    fn the_handoff_carries_policies_allow_flags_pins_and_the_run_id() {
+        let spec = RunSpec::builder(["true"])
+            .policy_yaml("a=b.yaml", "version: 1\nallow:\n  - host: x.example\n")
+            .allow("api.example.com")
+            .resolve("api.example.com", "203.0.113.5".parse().unwrap())
+            .build()
+            .unwrap();
+        let handoff = proxy_handoff(&spec, "r-00000001");
+        assert_eq!(handoff.policies.len(), 1);
+        assert_eq!(handoff.policies[0].file, "a=b.yaml");
+        assert!(handoff.policies[0].yaml.contains("x.example"));
+        assert_eq!(handoff.allow, ["api.example.com"]);
+        assert_eq!(handoff.resolve, ["api.example.com=203.0.113.5"]);
+        assert_eq!(handoff.run_id.as_deref(), Some("r-00000001"));
     }
 }

@@ -1,14 +1,20 @@
 //! `gc`: removes the containers and networks of runs whose owner process is gone.
 //!
 //! A run removes its own objects on every path it controls; a crash, `kill -9` or power
-//! loss is the rest. Objects carry `egress-sandbox.owner=<pid>:<start time>`; when that
-//! process no longer exists (or the pid now belongs to a later process), the run is dead.
-//! Live runs are left alone, as is the shared egress network.
+//! loss is the rest. Objects carry `egress-sandbox.owner=<pid>:<start time>:<boot id>:<pid
+//! namespace>` (see `labels`). One engine may serve several hosts, or a container and its
+//! host, each with pids of its own, so `gc` removes only what it can prove dead: an owner
+//! of its own host identity (same boot, same PID namespace) whose process is gone (or whose
+//! pid now belongs to a later process). Everything else is left and reported with the
+//! reason: live runs, owners of another host identity, and labels without a host identity
+//! (written by versions before it, or by something else) — those may belong to a live run
+//! elsewhere; whoever knows they are dead removes them by hand (`docker rm -f`,
+//! `docker network rm`). The shared egress network carries no run label and is never swept.
 
 use std::collections::HashMap;
 
 use super::docker::{Engine, EngineError};
-use super::labels::{OWNER_LABEL, Owner, RUN_LABEL};
+use super::labels::{HostIdentity, OWNER_LABEL, Owner, OwnerLabel, RUN_LABEL};
 
 /// One object `gc` removed (or failed to).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,85 +25,242 @@ pub struct Swept {
     pub error: Option<String>,
 }
 
-/// Whether the object with these labels belongs to a run that is gone. An owner label that
-/// cannot be read counts as gone: no live run writes one like that.
-fn is_orphan(labels: &HashMap<String, String>) -> bool {
-    match labels
-        .get(OWNER_LABEL)
-        .and_then(|owner| Owner::parse(owner))
-    {
-        Some(owner) => !owner.is_alive(),
-        None => true,
+/// One object `gc` left alone, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub kind: &'static str,
+    pub name: String,
+    pub run: String,
+    pub reason: SkipReason,
+}
+
+/// Why an object was left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// Its owner process runs.
+    Live { pid: u32 },
+    /// Its owner lives on another host or in another PID namespace: its pid says nothing here.
+    OtherHost { owner: HostIdentity },
+    /// Its owner label has no host identity (an older egress-sandbox wrote it).
+    NoHostIdentity { pid: u32 },
+    /// Its owner label is missing or not one egress-sandbox writes.
+    UnreadableOwner { label: Option<String> },
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::Live { pid } => write!(f, "its run is live (pid {pid})"),
+            SkipReason::OtherHost { owner } => write!(
+                f,
+                "owned by another host or PID namespace ({owner}); run gc there"
+            ),
+            SkipReason::NoHostIdentity { pid } => write!(
+                f,
+                "its owner label (pid {pid}) has no host identity, so it may be a live run \
+                 elsewhere; remove it by hand if you know it is dead"
+            ),
+            SkipReason::UnreadableOwner { label: Some(label) } => write!(
+                f,
+                "unreadable owner label {:?}; remove it by hand if you know it is dead",
+                egress_proxy::text::visible(label)
+            ),
+            SkipReason::UnreadableOwner { label: None } => write!(
+                f,
+                "no owner label; remove it by hand if you know it is dead"
+            ),
+        }
     }
 }
 
-/// Removes leftovers of dead runs: containers first, then their networks.
-pub async fn sweep(engine: &Engine) -> Result<Vec<Swept>, EngineError> {
+/// What `gc` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub removed: Vec<Swept>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The verdict on one object.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Remove,
+    Skip(SkipReason),
+}
+
+/// Removes only what is proved dead: an owner of `here` whose process is gone.
+fn judge(labels: &HashMap<String, String>, here: &HostIdentity) -> Verdict {
+    let Some(label) = labels.get(OWNER_LABEL) else {
+        return Verdict::Skip(SkipReason::UnreadableOwner { label: None });
+    };
+    match Owner::parse(label) {
+        OwnerLabel::Owner(owner) if &owner.host != here => {
+            Verdict::Skip(SkipReason::OtherHost { owner: owner.host })
+        }
+        OwnerLabel::Owner(owner) if owner.is_alive_here() => {
+            Verdict::Skip(SkipReason::Live { pid: owner.pid })
+        }
+        OwnerLabel::Owner(_) => Verdict::Remove,
+        OwnerLabel::WithoutHost { pid, .. } => Verdict::Skip(SkipReason::NoHostIdentity { pid }),
+        OwnerLabel::Unreadable => Verdict::Skip(SkipReason::UnreadableOwner {
+            label: Some(label.clone()),
+        }),
+    }
+}
+
+/// Removes leftovers of dead runs of this host identity: containers first, then their
+/// networks. Reports what it removed and what it left, with the reason.
+pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, EngineError> {
     let filters = HashMap::from([("label", vec![RUN_LABEL])]);
-    let mut swept = Vec::new();
+    let mut report = GcReport::default();
 
     for container in engine.list_containers(&filters).await? {
         let labels = container.labels.unwrap_or_default();
-        if !is_orphan(&labels) {
-            continue;
-        }
         let Some(id) = container.id else { continue };
         let name = container
             .names
             .and_then(|names| names.into_iter().next())
             .map(|name| name.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
-        let error = engine
-            .remove_container(&id)
-            .await
-            .err()
-            .map(|e| e.to_string());
-        swept.push(Swept {
-            kind: "container",
-            name,
-            run: labels.get(RUN_LABEL).cloned().unwrap_or_default(),
-            error,
-        });
+        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
+        match judge(&labels, here) {
+            Verdict::Skip(reason) => report.skipped.push(Skipped {
+                kind: "container",
+                name,
+                run,
+                reason,
+            }),
+            Verdict::Remove => {
+                let error = engine
+                    .remove_container(&id)
+                    .await
+                    .err()
+                    .map(|e| e.to_string());
+                report.removed.push(Swept {
+                    kind: "container",
+                    name,
+                    run,
+                    error,
+                });
+            }
+        }
     }
 
     for network in engine.list_networks(&filters).await? {
         let labels = network.labels.unwrap_or_default();
-        if !is_orphan(&labels) {
-            continue;
-        }
         let Some(id) = network.id else { continue };
         let name = network.name.unwrap_or_else(|| id.clone());
-        let error = engine
-            .remove_network(&id)
-            .await
-            .err()
-            .map(|e| e.to_string());
-        swept.push(Swept {
-            kind: "network",
-            name,
-            run: labels.get(RUN_LABEL).cloned().unwrap_or_default(),
-            error,
-        });
+        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
+        match judge(&labels, here) {
+            Verdict::Skip(reason) => report.skipped.push(Skipped {
+                kind: "network",
+                name,
+                run,
+                reason,
+            }),
+            Verdict::Remove => {
+                let error = engine
+                    .remove_network(&id)
+                    .await
+                    .err()
+                    .map(|e| e.to_string());
+                report.removed.push(Swept {
+                    kind: "network",
+                    name,
+                    run,
+                    error,
+                });
+            }
+        }
     }
-    Ok(swept)
+    Ok(report)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn owned_by(owner: &str) -> HashMap<String, String> {
+        HashMap::from([(OWNER_LABEL.to_string(), owner.to_string())])
+    }
+
     #[test]
-    fn live_owner_is_kept_dead_or_unreadable_is_swept() {
+    fn live_owner_is_kept_dead_owner_of_this_host_is_removed() {
         let me = Owner::current().unwrap();
-        let live = me.labels("r-00000001");
-        assert!(!is_orphan(&live));
+        let here = me.host.clone();
+        assert_eq!(
+            judge(&me.labels("r-00000001"), &here),
+            Verdict::Skip(SkipReason::Live { pid: me.pid })
+        );
         let dead = Owner {
             start_time: me.start_time + 1,
-            ..me
+            ..me.clone()
+        };
+        assert_eq!(judge(&dead.labels("r-00000002"), &here), Verdict::Remove);
+    }
+
+    #[test]
+    fn owners_of_another_host_or_pid_namespace_are_skipped_and_reported_never_removed() {
+        let me = Owner::current().unwrap();
+        let here = me.host.clone();
+        // Dead if judged here (a later start time), but on another boot / namespace the
+        // same pid is another process entirely.
+        let other_boot = Owner {
+            start_time: me.start_time + 1,
+            host: HostIdentity {
+                boot_id: "00000000-0000-4000-8000-000000000000".into(),
+                ..here.clone()
+            },
+            ..me.clone()
+        };
+        let other_namespace = Owner {
+            start_time: me.start_time + 1,
+            host: HostIdentity {
+                pid_namespace: here.pid_namespace + 1,
+                ..here.clone()
+            },
+            ..me.clone()
+        };
+        for foreign in [other_boot, other_namespace] {
+            let verdict = judge(&foreign.labels("r-00000003"), &here);
+            assert_eq!(
+                verdict,
+                Verdict::Skip(SkipReason::OtherHost {
+                    owner: foreign.host.clone()
+                })
+            );
+            let Verdict::Skip(reason) = verdict else {
+                unreachable!()
+            };
+            assert!(reason.to_string().contains("another host"), "{reason}");
         }
-        .labels("r-00000002");
-        assert!(is_orphan(&dead));
-        let unreadable = HashMap::from([(OWNER_LABEL.to_string(), "nope".to_string())]);
-        assert!(is_orphan(&unreadable));
+    }
+
+    #[test]
+    fn labels_without_a_host_identity_or_unreadable_are_skipped() {
+        let here = HostIdentity::current().unwrap();
+        // An old-format label of a pid that cannot exist here: still not proof, elsewhere
+        // it may be a live run.
+        assert_eq!(
+            judge(&owned_by("4294967294:1"), &here),
+            Verdict::Skip(SkipReason::NoHostIdentity { pid: 4294967294 })
+        );
+        assert_eq!(
+            judge(&owned_by("nope\u{1b}[2K"), &here),
+            Verdict::Skip(SkipReason::UnreadableOwner {
+                label: Some("nope\u{1b}[2K".into())
+            })
+        );
+        assert!(
+            !SkipReason::UnreadableOwner {
+                label: Some("nope\u{1b}[2K".into())
+            }
+            .to_string()
+            .contains('\u{1b}')
+        );
+        assert_eq!(
+            judge(&HashMap::new(), &here),
+            Verdict::Skip(SkipReason::UnreadableOwner { label: None })
+        );
     }
 }

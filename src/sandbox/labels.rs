@@ -1,9 +1,13 @@
 //! Names and labels of a run's Docker objects, and the owner stamp `gc` reads.
 //!
 //! Every object a run creates carries `egress-sandbox.run=<id>` and
-//! `egress-sandbox.owner=<pid>:<start time>`. A pid alone is reused; together with the
-//! process start time (field 22 of `/proc/<pid>/stat`, clock ticks since boot) it names one
-//! process for good, so `gc` can tell a live run from the leftovers of a dead one.
+//! `egress-sandbox.owner=<pid>:<start time>:<boot id>:<pid namespace>`. A pid alone is
+//! reused; with the process start time (field 22 of `/proc/<pid>/stat`, clock ticks since
+//! boot) it names one process for good — but only on one host and in one PID namespace.
+//! The engine may be shared by several hosts, or by a container and its host, each with
+//! its own pids; the boot id (`/proc/sys/kernel/random/boot_id`) and the PID namespace's
+//! inode (`/proc/self/ns/pid`) say where the pid means something, so `gc` judges only
+//! owners of its own host identity.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -42,11 +46,68 @@ impl RunNames {
     }
 }
 
-/// One process, for good: pid plus start time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a pid means something: one boot of one machine, one PID namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostIdentity {
+    /// The kernel's random id of this boot (a UUID), the same for every namespace.
+    pub boot_id: String,
+    /// The inode of the PID namespace, as `/proc/self/ns/pid` names it (`pid:[N]`).
+    pub pid_namespace: u64,
+}
+
+impl HostIdentity {
+    /// The identity of this process's host and PID namespace.
+    pub fn current() -> std::io::Result<HostIdentity> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+            .trim()
+            .to_string();
+        if boot_id.is_empty() || boot_id.contains(':') {
+            return Err(std::io::Error::other("unexpected boot id in /proc"));
+        }
+        let link = std::fs::read_link("/proc/self/ns/pid")?;
+        let pid_namespace = parse_namespace_link(&link.to_string_lossy()).ok_or_else(|| {
+            std::io::Error::other(format!("unexpected /proc/self/ns/pid: {}", link.display()))
+        })?;
+        Ok(HostIdentity {
+            boot_id,
+            pid_namespace,
+        })
+    }
+}
+
+impl fmt::Display for HostIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "boot {}, pid namespace {}",
+            self.boot_id, self.pid_namespace
+        )
+    }
+}
+
+/// `pid:[4026531836]` → 4026531836.
+fn parse_namespace_link(link: &str) -> Option<u64> {
+    link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// One process, for good: pid plus start time, on one host identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub pid: u32,
     pub start_time: u64,
+    pub host: HostIdentity,
+}
+
+/// What an owner label says, as `gc` reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnerLabel {
+    /// The current format, with a host identity.
+    Owner(Owner),
+    /// `<pid>:<start time>` as written before the host identity: the pid may belong to
+    /// another host or PID namespace, so nothing can be proved about it.
+    WithoutHost { pid: u32, start_time: u64 },
+    /// Not a label egress-sandbox writes.
+    Unreadable,
 }
 
 impl Owner {
@@ -56,20 +117,42 @@ impl Owner {
         let start_time = process_start_time(pid)?.ok_or_else(|| {
             std::io::Error::other("cannot read this process's start time from /proc")
         })?;
-        Ok(Owner { pid, start_time })
-    }
-
-    /// Parses the label value `<pid>:<start time>`.
-    pub fn parse(label: &str) -> Option<Owner> {
-        let (pid, start) = label.split_once(':')?;
-        Some(Owner {
-            pid: pid.parse().ok()?,
-            start_time: start.parse().ok()?,
+        Ok(Owner {
+            pid,
+            start_time,
+            host: HostIdentity::current()?,
         })
     }
 
-    /// Whether that very process still runs (on this machine: the label is a local pid).
-    pub fn is_alive(&self) -> bool {
+    /// Reads an owner label value in any format egress-sandbox has written.
+    pub fn parse(label: &str) -> OwnerLabel {
+        let fields: Vec<&str> = label.split(':').collect();
+        let pid_and_start = |pid: &str, start: &str| Some((pid.parse().ok()?, start.parse().ok()?));
+        match fields[..] {
+            [pid, start, boot_id, namespace] if !boot_id.is_empty() => {
+                match (pid_and_start(pid, start), namespace.parse()) {
+                    (Some((pid, start_time)), Ok(pid_namespace)) => OwnerLabel::Owner(Owner {
+                        pid,
+                        start_time,
+                        host: HostIdentity {
+                            boot_id: boot_id.to_string(),
+                            pid_namespace,
+                        },
+                    }),
+                    _ => OwnerLabel::Unreadable,
+                }
+            }
+            [pid, start] => match pid_and_start(pid, start) {
+                Some((pid, start_time)) => OwnerLabel::WithoutHost { pid, start_time },
+                None => OwnerLabel::Unreadable,
+            },
+            _ => OwnerLabel::Unreadable,
+        }
+    }
+
+    /// Whether that very process still runs. Meaningful only where `host` is the current
+    /// host identity: a pid is looked up in this PID namespace.
+    pub fn is_alive_here(&self) -> bool {
         matches!(process_start_time(self.pid), Ok(Some(start)) if start == self.start_time)
     }
 
@@ -84,7 +167,11 @@ impl Owner {
 
 impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.pid, self.start_time)
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.pid, self.start_time, self.host.boot_id, self.host.pid_namespace
+        )
     }
 }
 
@@ -124,13 +211,51 @@ mod tests {
     #[test]
     fn current_owner_is_alive_and_round_trips() {
         let owner = Owner::current().unwrap();
-        assert!(owner.is_alive());
-        assert_eq!(Owner::parse(&owner.to_string()), Some(owner));
+        assert!(owner.is_alive_here());
+        assert_eq!(
+            Owner::parse(&owner.to_string()),
+            OwnerLabel::Owner(owner.clone())
+        );
         let restarted = Owner {
             start_time: owner.start_time + 1,
             ..owner
         };
-        assert!(!restarted.is_alive());
+        assert!(!restarted.is_alive_here());
+    }
+
+    #[test]
+    fn owner_labels_of_every_format_are_told_apart() {
+        assert_eq!(
+            Owner::parse("12:34"),
+            OwnerLabel::WithoutHost {
+                pid: 12,
+                start_time: 34
+            }
+        );
+        assert_eq!(
+            Owner::parse("12:34:bd74293b-9a7d-4009-98de-c952f25ca926:4026531836"),
+            OwnerLabel::Owner(Owner {
+                pid: 12,
+                start_time: 34,
+                host: HostIdentity {
+                    boot_id: "bd74293b-9a7d-4009-98de-c952f25ca926".into(),
+                    pid_namespace: 4026531836,
+                },
+            })
+        );
+        for bad in [
+            "",
+            "12",
+            "x:34",
+            "12:34:boot",
+            "12:34::5",
+            "12:34:b:ns",
+            "1:2:3:4:5",
+        ] {
+            assert_eq!(Owner::parse(bad), OwnerLabel::Unreadable, "{bad:?}");
+        }
+        assert_eq!(parse_namespace_link("pid:[4026531836]"), Some(4026531836));
+        assert_eq!(parse_namespace_link("net:[4026531836]"), None);
     }
 
     #[test]
@@ -138,6 +263,6 @@ mod tests {
         let names = RunNames::generate();
         assert!(names.id.starts_with("r-") && names.id.len() == 10);
         assert_eq!(names.proxy, format!("egress-run-{}-proxy", names.id));
-        assert!(Owner::parse("garbage").is_none());
+        assert_eq!(Owner::parse("garbage"), OwnerLabel::Unreadable);
     }
 }

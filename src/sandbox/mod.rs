@@ -10,16 +10,23 @@
 //! - [`network`]: the per-run internal network (own /29, no host address) and the shared
 //!   egress network.
 //! - [`container`]: the proxy and sandbox containers as create requests, hardened.
+//! - [`events`]: what a caller following a run live receives ([`events::RunEvent`]).
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - [`audit_trail`]: the proxy's ready line and audit records, read through attach.
+//! - [`task_files`]: files handed to a run, written under /task by the gate.
+//! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
+//!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - [`teardown`]: owns every object of a run and removes it on every path.
 //! - [`run`]: the lifecycle itself — [`run::run`] / [`run::run_until`] → [`run::RunOutcome`].
+//! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files).
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
 
 pub mod audit_trail;
 pub mod container;
 pub mod docker;
+pub mod events;
+pub mod gate_signal;
 pub mod gc;
 pub mod images;
 pub mod labels;
@@ -27,8 +34,11 @@ pub mod network;
 pub mod output;
 pub mod run;
 pub mod spec;
+pub mod tally;
+pub mod task_files;
 pub mod teardown;
 
+pub use events::RunEvent;
 pub use output::{OutputSinks, OutputStats};
 pub use run::{Interruption, RunError, RunOutcome, RunStatus, run, run_until};
 pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};

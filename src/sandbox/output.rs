@@ -6,22 +6,29 @@
 
 use futures_util::{Stream, StreamExt};
 use serde::Serialize;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::docker::LogOutput;
 
-/// Where the command's output goes.
+/// Where the command's output goes, and what it reads on its stdin.
 pub struct OutputSinks {
     pub stdout: Box<dyn AsyncWrite + Send + Unpin>,
     pub stderr: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Forwarded to the command's stdin until it ends, then the command sees EOF; `None`:
+    /// EOF at once. Needs a local engine (the gate's attached stdin); ignored otherwise.
+    pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
+    /// Receives the run's id, its start and end, and each audit record as it comes.
+    pub events: Option<tokio::sync::mpsc::UnboundedSender<super::events::RunEvent>>,
 }
 
 impl OutputSinks {
-    /// This process's stdout and stderr.
+    /// This process's stdin, stdout and stderr.
     pub fn stdio() -> OutputSinks {
         OutputSinks {
             stdout: Box::new(tokio::io::stdout()),
             stderr: Box::new(tokio::io::stderr()),
+            stdin: Some(Box::new(tokio::io::stdin())),
+            events: None,
         }
     }
 
@@ -33,7 +40,31 @@ impl OutputSinks {
         OutputSinks {
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
+            stdin: None,
+            events: None,
         }
+    }
+
+    /// Follows the run live through `events`.
+    pub fn with_events(
+        mut self,
+        events: tokio::sync::mpsc::UnboundedSender<super::events::RunEvent>,
+    ) -> OutputSinks {
+        self.events = Some(events);
+        self
+    }
+
+    pub(crate) fn emit(&self, event: super::events::RunEvent) {
+        if let Some(events) = &self.events {
+            // The follower may have gone (a closed API stream); the run goes on.
+            let _ = events.send(event);
+        }
+    }
+
+    /// Feeds `input` to the command's stdin (closed when `input` ends).
+    pub fn with_stdin(mut self, input: impl AsyncRead + Send + Unpin + 'static) -> OutputSinks {
+        self.stdin = Some(Box::new(input));
+        self
     }
 }
 

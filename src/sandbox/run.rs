@@ -3,8 +3,8 @@
 //! ```text
 //! connect ─┬─ proxy image ──────┐
 //!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → attach → start → connect egress, ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ───────────────────────────────┴─ start sandbox
+//!          ├─ egress network ───┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
+//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
@@ -38,7 +38,6 @@
 //! # }
 //! ```
 
-use std::fs::File;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,16 +45,18 @@ use std::time::{Duration, Instant};
 use bollard::models::EndpointSettings;
 use serde::Serialize;
 
-use super::audit_trail::{self, ProxyOutput};
-use super::container::{Gate, proxy_body, sandbox_body};
+use super::audit_trail::{self, AuditSink, ProxyOutput};
+use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
+use super::events::{AuditTee, RunEvent};
+use super::gate_signal::{self, GateSetup};
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
+use super::tally::{AttemptCounts, AuditCounts, AuditTally, RefusalGroup};
 use super::teardown::Teardown;
-use crate::report::{AttemptCounts, AuditTally, RefusalGroup};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -76,7 +77,13 @@ pub enum RunStatus {
     Oom,
     /// egress-sandbox itself got SIGINT / SIGTERM (exit 130 / 143).
     Interrupted,
+    /// The proxy stopped while the command ran, so attempts could no longer be recorded:
+    /// the sandbox was killed at once (exit 125).
+    ProxyFailed,
 }
+
+/// The exit status of a run whose proxy stopped under it (as for a failed set-up).
+pub const PROXY_FAILED_EXIT: i32 = 125;
 
 /// The signal that interrupted a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +106,7 @@ impl Interruption {
 pub struct RunOutcome {
     pub run_id: String,
     pub status: RunStatus,
-    /// The exit status for the caller: the command's own, 124, 137, 130 or 143.
+    /// The exit status for the caller: the command's own, 124, 137, 130, 143 or 125.
     pub exit_code: i32,
     /// From the sandbox's start to its end (zero if it never started).
     pub duration: Duration,
@@ -109,8 +116,13 @@ pub struct RunOutcome {
     pub policy: String,
     pub output: OutputStats,
     pub attempts: AttemptCounts,
-    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first.
+    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
+    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
     pub blocked: Vec<RefusalGroup>,
+    /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
+    pub blocked_more: u64,
+    /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
+    pub audit: AuditCounts,
     /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
     pub teardown_errors: Vec<String>,
 }
@@ -134,11 +146,18 @@ pub enum RunError {
     ProxyNotReady { detail: String },
     #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
     ProxyReadyTimeout,
+    #[error("cannot hand the run's configuration to the proxy: {source}")]
+    Handoff {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot signal the sandbox's gate: {source}")]
     Gate {
         #[source]
         source: std::io::Error,
     },
+    #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
+    FilesNeedLocalEngine,
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: PathBuf,
@@ -168,7 +187,7 @@ pub async fn run_until(
     sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> Result<RunOutcome, RunError> {
-    let audit_log = match &spec.audit_log {
+    let audit_file = match &spec.audit_log {
         Some(path) => Some(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -181,6 +200,7 @@ pub async fn run_until(
         ),
         None => None,
     };
+    let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
     let proxy_binary = match &spec.proxy_binary {
         Some(path) => path.clone(),
         None => std::env::current_exe().map_err(RunError::ProxyBinary)?,
@@ -189,6 +209,7 @@ pub async fn run_until(
     let engine = Engine::connect().await?;
     tracing::debug!(host = engine.host(), "connected to the Docker engine");
     let names = RunNames::generate();
+    sinks.emit(RunEvent::Id(names.id.clone()));
     let teardown = Teardown::new(engine.clone(), &names.id);
     let run = Run {
         engine: &engine,
@@ -213,6 +234,30 @@ pub async fn run_until(
     Ok(outcome)
 }
 
+/// Copies `input` (if any) to the sandbox's stdin, then closes it: the command sees EOF.
+/// A command that exits without reading is no error.
+async fn forward_stdin(
+    input: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    mut stdin: StdinWriter,
+) {
+    use tokio::io::AsyncWriteExt;
+    if let Some(mut input) = input
+        && let Err(error) = tokio::io::copy(&mut input, &mut stdin).await
+    {
+        tracing::debug!(%error, "stopped forwarding stdin");
+    }
+    let _ = stdin.shutdown().await;
+}
+
+/// A spawned task that ends with its handle (a plain `JoinHandle` detaches on drop).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Run<'a> {
     engine: &'a Engine,
     spec: &'a RunSpec,
@@ -235,13 +280,14 @@ enum End {
     Exited(i64),
     Timeout,
     Interrupted(Interruption),
+    ProxyFailed,
 }
 
 impl Run<'_> {
     async fn go<I>(
         &self,
         proxy_binary: &std::path::Path,
-        audit_log: Option<File>,
+        audit_log: Option<AuditSink>,
         sinks: OutputSinks,
         interrupt: &mut std::pin::Pin<&mut I>,
     ) -> Result<RunOutcome, RunError>
@@ -261,14 +307,21 @@ impl Run<'_> {
         let engine = self.engine;
         let sandbox = self.names.sandbox.as_str();
 
+        let mut sinks = sinks;
+        let input = sinks.stdin.take();
+        // Forwards the caller's input after the go signal; aborted when the run is over.
+        let mut forward_input = None;
         match gate {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                go.write_all(b"\n")
+                let setup = GateSetup {
+                    files: self.spec.files.clone(),
+                };
+                go.write_all(&gate_signal::encode(&setup))
                     .await
-                    .and(go.shutdown().await)
                     .map_err(|source| RunError::Gate { source })?;
+                forward_input = Some(AbortOnDrop(tokio::spawn(forward_stdin(input, go))));
             }
             None => engine
                 .start_container(sandbox)
@@ -277,6 +330,13 @@ impl Run<'_> {
         }
         let started = Instant::now();
         tracing::debug!("sandbox started");
+        let events = sinks.events.clone();
+        let emit = |event| {
+            if let Some(events) = &events {
+                let _ = events.send(event);
+            }
+        };
+        emit(RunEvent::Started);
         // The proxy is stopped as soon as the command is over, which the output stream's
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
@@ -296,6 +356,8 @@ impl Run<'_> {
             }
         });
 
+        // Set before the run stops its own proxy: from then on the proxy's end is expected.
+        let stopping_proxy = std::sync::atomic::AtomicBool::new(false);
         let sandbox_side = async {
             let wait = engine.wait_container(sandbox);
             tokio::pin!(wait);
@@ -303,9 +365,11 @@ impl Run<'_> {
                 status = &mut wait => End::Exited(self.exit_status(status).await),
                 () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
                 signal = interrupt.as_mut() => End::Interrupted(signal),
+                () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
             };
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
+            emit(RunEvent::Ended);
             if !matches!(end, End::Exited(_)) {
                 // The container, not a process: a double-forked child that ignores SIGTERM
                 // dies too.
@@ -324,6 +388,7 @@ impl Run<'_> {
                 End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
                 End::Timeout => (RunStatus::Timeout, 124),
                 End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
+                End::ProxyFailed => (RunStatus::ProxyFailed, PROXY_FAILED_EXIT),
             };
             let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
                 Ok(Ok(stats)) => stats,
@@ -365,6 +430,7 @@ impl Run<'_> {
                 tracing::debug!("run network removed");
             };
             let stop_then_remove_proxy = async {
+                stopping_proxy.store(true, std::sync::atomic::Ordering::SeqCst);
                 let tally = self.stop_proxy(proxy).await;
                 if let Err(_elapsed) =
                     tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(proxy_name))
@@ -384,7 +450,9 @@ impl Run<'_> {
             tally
         };
         let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
+        drop(forward_input);
         tracing::debug!("proxy stopped, containers and network removed");
+        let refusals = tally.refusals();
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
             status,
@@ -395,7 +463,9 @@ impl Run<'_> {
             policy: self.spec.policy_name().to_string(),
             output,
             attempts: tally.attempts,
-            blocked: tally.refusals(),
+            blocked: refusals.groups,
+            blocked_more: refusals.more,
+            audit: tally.audit(),
             teardown_errors: Vec::new(),
         })
     }
@@ -404,11 +474,14 @@ impl Run<'_> {
     async fn prepare(
         &self,
         proxy_binary: &std::path::Path,
-        audit_log: Option<File>,
+        audit_log: Option<AuditSink>,
     ) -> Result<Prepared, RunError> {
         let engine = self.engine;
         let docker = engine.docker();
         let gated = engine.is_local();
+        if !gated && !self.spec.files.is_empty() {
+            return Err(RunError::FilesNeedLocalEngine);
+        }
         let (proxy_image, (image, entrypoint), egress, subnet) = tokio::try_join!(
             async {
                 images::ensure_proxy_image(docker, proxy_binary)
@@ -472,18 +545,11 @@ impl Run<'_> {
         image: &str,
         egress: &str,
         subnet: RunSubnet,
-        audit_log: Option<File>,
+        audit_log: Option<AuditSink>,
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(
-            self.spec,
-            image,
-            &self.names.network,
-            subnet,
-            &self.names.id,
-            &self.labels,
-        );
+        let body = proxy_body(image, &self.names.network, subnet, &self.labels);
         self.teardown.track_container(name);
         self.teardown
             .complete(
@@ -494,8 +560,8 @@ impl Run<'_> {
             .await
             .map_err(docker_step("create the proxy container"))?;
         tracing::debug!("proxy created");
-        let frames = engine
-            .attach_output(name)
+        let (frames, mut stdin) = engine
+            .attach_with_stdin(name)
             .await
             .map_err(docker_step("attach to the proxy"))?;
         let mut proxy = audit_trail::spawn_reader(frames, audit_log);
@@ -504,6 +570,18 @@ impl Run<'_> {
             .await
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
+        // The run's own configuration goes over stdin, never into arguments (visible to
+        // `docker inspect`); the proxy reads this one line before it binds anything.
+        {
+            use tokio::io::AsyncWriteExt;
+            let line = proxy_handoff(self.spec, &self.names.id).to_line();
+            stdin
+                .write_all(line.as_bytes())
+                .await
+                .and(stdin.shutdown().await)
+                .map_err(|source| RunError::Handoff { source })?;
+        }
+        tracing::debug!("handoff written to the proxy");
         // Connected after the start rather than before: a start with one network is
         // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
         // comes meanwhile. The gate opens only after both, so the command never runs
@@ -575,6 +653,25 @@ impl Run<'_> {
         Ok((output, Some(stdin)))
     }
 
+    /// Resolves when the proxy container stops on its own while the command runs (killed,
+    /// crashed, out of memory). Without its proxy a run cannot record its attempts, so the
+    /// caller kills the sandbox. Never resolves once `stopping` says the run stops the
+    /// proxy itself, nor when the engine cannot be asked (that is no proof of a death).
+    async fn proxy_died(&self, stopping: &std::sync::atomic::AtomicBool) {
+        match self.engine.wait_container(&self.names.proxy).await {
+            Ok(code) if !stopping.load(std::sync::atomic::Ordering::SeqCst) => {
+                tracing::warn!(
+                    code,
+                    "the proxy stopped during the run; killing the sandbox"
+                );
+                return;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "cannot wait for the proxy container"),
+        }
+        std::future::pending::<()>().await
+    }
+
     /// The wait answer, or the inspected exit code if the wait itself failed.
     async fn exit_status(&self, waited: Result<i64, bollard::errors::Error>) -> i64 {
         match waited {
@@ -638,6 +735,8 @@ impl Run<'_> {
             output: OutputStats::default(),
             attempts: AttemptCounts::default(),
             blocked: Vec::new(),
+            blocked_more: 0,
+            audit: AuditCounts::default(),
             teardown_errors: Vec::new(),
         }
     }

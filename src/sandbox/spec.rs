@@ -13,6 +13,8 @@ use egress_proxy::policy::{Diagnostic, Limits, Policy, PolicyError, PolicySet};
 use egress_proxy::target::HostName;
 use ipnet::Ipv4Net;
 
+use super::task_files::{self, TaskFile};
+
 /// The run's limits when neither a flag nor a stricter policy sets them (INTERFACE.md).
 pub const DEFAULT_LIMITS: RunLimits = RunLimits {
     timeout: Duration::from_secs(30),
@@ -134,6 +136,8 @@ pub struct RunSpec {
     pub(crate) egress_network: Option<String>,
     pub(crate) proxy_binary: Option<PathBuf>,
     pub(crate) subnet_pool: Ipv4Net,
+    /// Written under /task by the gate before the command runs.
+    pub(crate) files: Vec<TaskFile>,
 }
 
 impl RunSpec {
@@ -185,6 +189,7 @@ pub struct RunSpecBuilder {
     egress_network: Option<String>,
     proxy_binary: Option<PathBuf>,
     subnet_pool: Option<Ipv4Net>,
+    files: Vec<TaskFile>,
 }
 
 impl RunSpecBuilder {
@@ -275,6 +280,16 @@ impl RunSpecBuilder {
         self
     }
 
+    /// A file for the command, written at `/task/PATH` before it runs; `/task` becomes the
+    /// default working directory.
+    pub fn file(mut self, path: impl Into<String>, contents: impl Into<Vec<u8>>) -> Self {
+        self.files.push(TaskFile {
+            path: path.into(),
+            contents: contents.into(),
+        });
+        self
+    }
+
     /// Reads and merges the policies, applies their ceilings, checks everything else.
     pub fn build(self) -> Result<RunSpec, SpecError> {
         if self.command.is_empty() {
@@ -343,6 +358,24 @@ impl RunSpecBuilder {
         {
             return Err(invalid("--workdir", dir, "must be an absolute path"));
         }
+        let mut files_bytes = 0u64;
+        for file in &self.files {
+            task_files::check_path(&file.path)
+                .map_err(|reason| invalid("files", &file.path, reason))?;
+            files_bytes += file.contents.len() as u64;
+        }
+        let files_limit = limits.tmp.min(task_files::MAX_TASK_FILES_BYTES);
+        if files_bytes > files_limit {
+            return Err(invalid(
+                "files",
+                format!("{files_bytes} bytes"),
+                format!("more than /task holds ({files_limit} bytes: the tmp size, at most 64MiB)"),
+            ));
+        }
+        let workdir = match self.workdir {
+            None if !self.files.is_empty() => Some(task_files::TASK_DIR.to_string()),
+            workdir => workdir,
+        };
         let resolve = self
             .resolve
             .into_iter()
@@ -379,12 +412,13 @@ impl RunSpecBuilder {
             limits,
             mounts,
             env: self.env,
-            workdir: self.workdir,
+            workdir,
             resolve,
             audit_log: self.audit_log,
             egress_network: self.egress_network,
             proxy_binary: self.proxy_binary,
             subnet_pool,
+            files: self.files,
         })
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Run, TestNetwork, random_hex};
+use crate::support::{GoSignal, Run, TestNetwork, docker_ok, random_hex};
 
 const PROBE_SCRIPT: &str = r#"
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
@@ -253,4 +253,82 @@ fn host_has_process_with_arg(arg: &str) -> bool {
             })
             .unwrap_or(false)
     })
+}
+
+/// `/dev/shm` is a tmpfs of `--tmp` size (Docker's own is 64 MiB whatever `--tmp` says),
+/// `/dev/mqueue` takes nothing, and the sandbox does not forward packets.
+#[test]
+fn dev_shm_is_bounded_by_tmp_mqueue_is_read_only_and_nothing_forwards() {
+    let network = TestNetwork::create();
+    let script = "dd if=/dev/zero of=/dev/shm/big bs=1M count=8 2>/dev/null; echo shm_exit=$?; \
+                  echo shm_bytes=$(wc -c < /dev/shm/big); \
+                  if touch /dev/mqueue/q 2>/dev/null; then echo mqueue=writable; \
+                  else echo mqueue=refused; fi; \
+                  echo ip_forward=$(cat /proc/sys/net/ipv4/ip_forward)";
+    let run = Run::new(&network)
+        .option("--tmp", "1MiB")
+        .timeout("60s")
+        .run(&["sh", "-c", script]);
+
+    run.assert_code(0);
+    let context = run.describe();
+    assert!(!run.stdout.contains("shm_exit=0\n"), "{context}");
+    let shm_bytes: u64 = run
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("shm_bytes="))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no shm_bytes line\n{context}"));
+    assert!(
+        shm_bytes <= 1 << 20,
+        "{shm_bytes} bytes in /dev/shm\n{context}"
+    );
+    assert!(run.stdout.contains("mqueue=refused\n"), "{context}");
+    assert!(run.stdout.contains("ip_forward=0\n"), "{context}");
+    run.assert_nothing_left();
+}
+
+/// The proxy sits on two networks; it must not route between them. Its image is FROM
+/// scratch (no shell), so the value is read from the host inside its network namespace.
+#[test]
+fn the_proxy_does_not_forward_packets() {
+    let network = TestNetwork::create();
+    let signal = GoSignal::new();
+    let mut running = Run::new(&network)
+        .option("--mount", signal.mount())
+        .timeout("60s")
+        .spawn(&["sh", "-c", &format!("echo LIVE; {}", GoSignal::WAIT)]);
+    running.wait_for_stdout("LIVE");
+    let pid = docker_ok(&[
+        "inspect",
+        "-f",
+        "{{.State.Pid}}",
+        &running.proxy_container(),
+    ]);
+    let read = |key: &str| {
+        let output = std::process::Command::new("nsenter")
+            .args(["-t", &pid, "-n", "sysctl", "-n", key])
+            .output()
+            .expect("nsenter runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    let (ipv4, ipv6) = (
+        read("net.ipv4.ip_forward"),
+        read("net.ipv6.conf.all.forwarding"),
+    );
+    // The egress leg was connected after the start: its own setting must be off too.
+    let per_interface = read("net.ipv4.conf.eth1.forwarding");
+    signal.go();
+    let run = running.wait();
+
+    run.assert_code(0);
+    assert_eq!(ipv4, "0", "proxy ip_forward\n{}", run.describe());
+    assert_eq!(ipv6, "0", "proxy IPv6 forwarding\n{}", run.describe());
+    assert_eq!(
+        per_interface,
+        "0",
+        "proxy eth1 forwarding\n{}",
+        run.describe()
+    );
+    run.assert_nothing_left();
 }

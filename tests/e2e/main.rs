@@ -17,10 +17,12 @@ mod support;
 
 mod audit_summary;
 mod concurrency;
+mod handoff;
 mod hardening;
 mod isolation;
 mod reach;
 mod report_mode;
 mod seed;
 mod setup_errors;
+mod stdio;
 mod teardown;

@@ -75,3 +75,31 @@ fn sigkill_leaves_objects_that_gc_removes() {
     // Removes whatever gc missed (after reporting it) so the next tests start clean.
     crate::support::assert_nothing_left(&run_id, run.pid);
 }
+
+/// A run cannot keep its promise that every attempt is recorded once its proxy is gone: the
+/// sandbox is killed at once, the run says why (status `proxy_failed`, exit 125), and
+/// nothing is left.
+#[test]
+fn a_proxy_killed_mid_run_kills_the_sandbox_and_the_run_fails_with_125() {
+    let network = TestNetwork::create();
+    // The time limit is far above the hang bound: only the proxy's death can end this run
+    // in time.
+    let mut running = Run::new(&network)
+        .timeout("600s")
+        .hang_bound(Duration::from_secs(90))
+        .spawn(&["sh", "-c", "echo LOOPING; while true; do sleep 0.2; done"]);
+    running.wait_for_stdout("LOOPING");
+    let proxy = running.proxy_container();
+    crate::support::docker_ok(&["kill", &proxy]);
+    let run = running.wait();
+
+    run.assert_code(125);
+    assert_eq!(run.report()["status"], "proxy_failed", "{}", run.describe());
+    let summary = run.summary_line();
+    assert!(
+        summary.contains("the proxy stopped during the run")
+            && summary.contains("killed (exit 125)"),
+        "{summary}"
+    );
+    run.assert_nothing_left();
+}

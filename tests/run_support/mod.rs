@@ -197,11 +197,24 @@ pub fn any_local_image() -> String {
         .to_string()
 }
 
-/// `<pid>:<start time>` of this test process, as the owner label spells it.
+/// `<pid>:<start time>:<boot id>:<pid namespace>` of this test process, as the owner
+/// label spells it.
 pub fn own_owner_label() -> String {
     let pid = std::process::id();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 1..];
     let start = after.split_whitespace().nth(19).unwrap();
-    format!("{pid}:{start}")
+    format!("{pid}:{start}:{}", host_identity())
+}
+
+/// `<boot id>:<pid namespace inode>` of this host and PID namespace, as owner labels end.
+pub fn host_identity() -> String {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let namespace = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let inode = namespace
+        .to_string_lossy()
+        .trim_start_matches("pid:[")
+        .trim_end_matches(']')
+        .to_string();
+    format!("{}:{inode}", boot_id.trim())
 }

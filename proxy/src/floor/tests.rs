@@ -147,3 +147,114 @@ fn cidr_overlap_with_the_floor() {
     assert!(!overlaps("93.184.216.0/24"));
     assert!(!overlaps("2606:4700::/32"));
 }
+
+fn extra_floor(ranges: &[&str]) -> Floor {
+    Floor::with_extra(ranges.iter().map(|raw| parse_extra(raw).unwrap()))
+}
+
+#[test]
+fn extra_ranges_are_behind_the_floor_in_every_ipv6_form() {
+    // 93.184.216.0/24 and 8.8.4.4 are ordinary public addresses, outside the private list.
+    let floor = extra_floor(&["93.184.216.0/24", "8.8.4.4", "2606:2800:220:1::/64"]);
+    for raw in ["93.184.216.0", "93.184.216.34", "93.184.216.255", "8.8.4.4"] {
+        let v4: Ipv4Addr = raw.parse().unwrap();
+        assert!(
+            !is_private(IpAddr::V4(v4)),
+            "{v4} must be public for this test"
+        );
+        assert!(floor.holds(IpAddr::V4(v4)), "{v4}");
+        for v6 in embedded_forms(v4) {
+            assert!(floor.holds(IpAddr::V6(v6)), "{v6} carrying {v4}");
+        }
+    }
+    assert!(floor.holds("2606:2800:220:1::248".parse().unwrap()));
+    for raw in [
+        "93.184.215.255",
+        "93.184.217.0",
+        "8.8.4.5",
+        "8.8.8.8",
+        "2606:2800:220:2::1",
+    ] {
+        assert!(!floor.holds(raw.parse().unwrap()), "{raw}");
+    }
+    // The private ranges stay.
+    assert!(floor.holds("10.0.0.1".parse().unwrap()));
+    assert!(Floor::default().holds("169.254.169.254".parse().unwrap()));
+    assert!(!Floor::default().holds("93.184.216.34".parse().unwrap()));
+}
+
+#[test]
+fn extra_ranges_parse_as_cidr_or_single_address() {
+    assert_eq!(parse_extra("8.8.4.4").unwrap().to_string(), "8.8.4.4/32");
+    assert_eq!(
+        parse_extra(" 2001:4860::8888 ").unwrap().to_string(),
+        "2001:4860::8888/128"
+    );
+    // Host bits are dropped: the range is what counts.
+    assert_eq!(
+        parse_extra("93.184.216.34/24").unwrap().to_string(),
+        "93.184.216.0/24"
+    );
+    for bad in [
+        "",
+        "example.com",
+        "1.2.3.4/33",
+        "1.2.3",
+        "::1/129",
+        "1.2.3.4/",
+    ] {
+        assert_eq!(
+            parse_extra(bad),
+            Err(FloorError::BadRange(bad.trim().to_owned())),
+            "{bad:?}"
+        );
+    }
+    // An IPv4-mapped IPv6 range is the IPv4 range it names, so addresses judged as IPv4
+    // (the policy canonicalises mapped addresses) still meet it.
+    let floor = extra_floor(&["::ffff:8.8.4.0/120"]);
+    assert_eq!(floor.extra()[0].to_string(), "8.8.4.0/24");
+    assert!(floor.holds("8.8.4.4".parse().unwrap()));
+    assert!(floor.holds("64:ff9b::808:404".parse().unwrap()));
+}
+
+#[test]
+fn a_cidr_allow_rule_exempts_an_extra_range_as_it_does_a_private_one() {
+    use crate::policy::{Policy, PolicySet, Reason, Verdict};
+    let policy = |yaml: &str| {
+        let (policy, _) = Policy::from_yaml("t.yaml", yaml).unwrap();
+        PolicySet::merge(vec![policy])
+    };
+    let floor = extra_floor(&["93.184.216.0/24"]);
+    let names_only = policy("version: 1\nname: t\nallow:\n  - host: a.com\n");
+    for raw in [
+        "93.184.216.34",
+        "::ffff:93.184.216.34",
+        "64:ff9b::5db8:d822",
+    ] {
+        let decision = names_only.check_address_against(&floor, raw.parse().unwrap(), 443);
+        assert_eq!(
+            (decision.verdict, decision.reason, decision.rule),
+            (Verdict::Block, Reason::PrivateAddress, None),
+            "{raw}"
+        );
+        // Without the extra range it is an ordinary public address.
+        assert_eq!(
+            names_only.check_address(raw.parse().unwrap(), 443).verdict,
+            Verdict::Allow
+        );
+    }
+    let exempted = policy(
+        "version: 1\nname: t\nallow:\n  - host: a.com\n  - cidr: 93.184.216.34/32\n    ports: [443]\n",
+    );
+    let decision = exempted.check_address_against(&floor, "93.184.216.34".parse().unwrap(), 443);
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert_eq!(
+        decision.rule.map(|rule| rule.to_string()),
+        Some("t:allow[1]".into())
+    );
+    // The exemption is per address and per port, as for private ranges.
+    let other = exempted.check_address_against(&floor, "93.184.216.35".parse().unwrap(), 443);
+    assert_eq!(other.reason, Reason::PrivateAddress);
+    let port = exempted.check_address_against(&floor, "93.184.216.34".parse().unwrap(), 80);
+    assert_eq!(port.reason, Reason::PrivateAddress);
+}

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::host_pattern::{PatternUse, parse_host_pattern};
 use super::parse::parse_port;
 use super::{
-    Diagnostic, Limits, Mode, Policy, PolicyError, PortSet, Rule, RuleTarget, TlsSettings,
+    Diagnostic, Limits, Mode, Policy, PolicyError, PortSet, RequestRules, Rule, RuleTarget,
+    TlsSettings,
 };
 
 /// The `file` of diagnostics about flags; LINE is the flag's position (1 = first).
@@ -48,6 +49,7 @@ impl Policy {
             tls: TlsSettings::default(),
             allow,
             deny: Vec::new(),
+            credentials: Vec::new(),
         })
     }
 }
@@ -79,6 +81,7 @@ fn parse_flag(flag: &str) -> Result<(Rule, Vec<String>), (usize, String)> {
         Rule {
             target: RuleTarget::Host(checked.pattern),
             ports: PortSet::List(vec![port]),
+            request: RequestRules::default(),
             line: 0,
             column: 1,
         },

@@ -24,19 +24,23 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+mod credential;
 mod diagnostic;
 mod flags;
 mod host_pattern;
 mod parse;
+mod request;
 mod set;
 mod shadow;
 #[cfg(test)]
 mod tests;
 
+pub use credential::{Credential, SECRET_PLACEHOLDER, check_secret_name};
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{HostPattern, SHARED_HOSTING};
 pub use parse::{MAX_POLICY_BYTES, parse_duration, parse_size_value};
-pub use set::PolicySet;
+pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
+pub use set::{Inspection, PolicySet};
 
 /// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -56,6 +60,14 @@ pub enum Reason {
     ResolveFailed,
     ConnectFailed,
     Timeout,
+    /// An inspected request whose method no rule for its host allows.
+    MethodNotAllowed,
+    /// An inspected request whose path no rule for its host allows.
+    PathNotAllowed,
+    /// A run placeholder sent anywhere but its credential's host.
+    CredentialMisuse,
+    /// The upstream of an inspected host presented a certificate that does not verify.
+    UpstreamTls,
 }
 
 impl Reason {
@@ -74,6 +86,10 @@ impl Reason {
             Reason::ResolveFailed => "resolve_failed",
             Reason::ConnectFailed => "connect_failed",
             Reason::Timeout => "timeout",
+            Reason::MethodNotAllowed => "method_not_allowed",
+            Reason::PathNotAllowed => "path_not_allowed",
+            Reason::CredentialMisuse => "credential_misuse",
+            Reason::UpstreamTls => "upstream_tls",
         }
     }
 }
@@ -232,6 +248,8 @@ pub(crate) enum RuleTarget {
 pub(crate) struct Rule {
     pub(crate) target: RuleTarget,
     pub(crate) ports: PortSet,
+    /// `methods`/`paths` (allow rules on exact hosts only).
+    pub(crate) request: RequestRules,
     pub(crate) line: usize,
     pub(crate) column: usize,
 }
@@ -243,7 +261,15 @@ impl fmt::Display for Rule {
             RuleTarget::Host(pattern) => write!(f, "host: {pattern}")?,
             RuleTarget::Cidr(net) => write!(f, "cidr: {net}")?,
         }
-        write!(f, ", ports: {}", self.ports)
+        write!(f, ", ports: {}", self.ports)?;
+        if let Some(methods) = &self.request.methods {
+            write!(f, ", methods: [{}]", methods.join(", "))?;
+        }
+        if let Some(paths) = &self.request.paths {
+            let paths: Vec<String> = paths.iter().map(ToString::to_string).collect();
+            write!(f, ", paths: [{}]", paths.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -257,6 +283,7 @@ pub struct Policy {
     pub(crate) tls: TlsSettings,
     pub(crate) allow: Vec<Rule>,
     pub(crate) deny: Vec<Rule>,
+    pub(crate) credentials: Vec<Credential>,
 }
 
 impl Policy {
@@ -284,5 +311,10 @@ impl Policy {
     /// Number of deny rules.
     pub fn deny_count(&self) -> usize {
         self.deny.len()
+    }
+
+    /// The `credentials:` entries.
+    pub fn credentials(&self) -> &[Credential] {
+        &self.credentials
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
 
-use super::host_pattern::{PatternUse, parse_host_pattern};
+use super::credential::{Credential, check_header_name, check_secret_name, check_value_template};
+use super::host_pattern::{HostPattern, PatternUse, parse_host_pattern};
+use super::request::{RequestRules, parse_method, parse_path_pattern};
 use super::shadow::shadow_warnings;
 use super::{
     Diagnostic, Limits, Mode, Policy, PolicyError, PortSet, Rule, RuleTarget, SniCheck, TlsSettings,
@@ -32,6 +34,17 @@ struct RawPolicy {
     deny: Option<Vec<Spanned<RawRule>>>,
     limits: Option<RawLimits>,
     tls: Option<RawTls>,
+    credentials: Option<Vec<Spanned<RawCredential>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredential {
+    host: Option<Spanned<String>>,
+    port: Option<Spanned<String>>,
+    secret: Option<Spanned<String>>,
+    header: Option<Spanned<String>>,
+    value: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +53,8 @@ struct RawRule {
     host: Option<Spanned<String>>,
     cidr: Option<Spanned<String>>,
     ports: Option<Spanned<Vec<Spanned<String>>>>,
+    methods: Option<Spanned<Vec<Spanned<String>>>>,
+    paths: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -276,18 +291,170 @@ fn build(findings: &mut Findings<'_>, raw: RawPolicy) -> Policy {
         .tls
         .map(|tls| build_tls(findings, tls))
         .unwrap_or_default();
+    let credentials = build_credentials(findings, raw.credentials.unwrap_or_default());
     if findings.errors.is_empty() {
         findings
             .warnings
             .extend(shadow_warnings(findings.file, &allow, &deny));
     }
-    Policy {
+    let policy = Policy {
         name: Arc::from(name),
         mode,
         limits,
         tls,
         allow,
         deny,
+        credentials,
+    };
+    if findings.errors.is_empty() {
+        check_credentials_admitted(findings, &policy);
+    }
+    policy
+}
+
+/// `credentials:` entries: exact host, port, secret name, header, value template. Two
+/// credentials for one host and port are an error: which one applies would be a guess.
+fn build_credentials(
+    findings: &mut Findings<'_>,
+    raw_credentials: Vec<Spanned<RawCredential>>,
+) -> Vec<Credential> {
+    let mut credentials: Vec<Credential> = Vec::with_capacity(raw_credentials.len());
+    for (index, raw_credential) in raw_credentials.into_iter().enumerate() {
+        let location = raw_credential.referenced;
+        let raw = raw_credential.value;
+        let errors_before = findings.errors.len();
+        let host = match &raw.host {
+            None => {
+                findings.error_at(
+                    &location,
+                    format!("credentials[{index}] needs a `host` (the exact name it is sent to)"),
+                );
+                None
+            }
+            Some(host) => match parse_host_pattern(&host.value, PatternUse::Allow) {
+                Ok(checked) => match checked.pattern {
+                    HostPattern::Exact(name) => Some(
+                        crate::target::HostName::parse(&name)
+                            .expect("an exact host pattern is a valid name"),
+                    ),
+                    HostPattern::Wildcard(_) => {
+                        findings.error_at(
+                            &host.referenced,
+                            format!(
+                                "credentials[{index}]: a credential goes to one exact host, never a wildcard"
+                            ),
+                        );
+                        None
+                    }
+                },
+                Err(message) => {
+                    findings.error_at(&host.referenced, format!("credentials[{index}]: {message}"));
+                    None
+                }
+            },
+        };
+        let port = match &raw.port {
+            None => Some(443),
+            Some(port) => match parse_port(&port.value) {
+                Ok(port) => Some(port),
+                Err(message) => {
+                    findings.error_at(&port.referenced, message);
+                    None
+                }
+            },
+        };
+        let secret = match &raw.secret {
+            None => {
+                findings.error_at(
+                    &location,
+                    format!("credentials[{index}] needs a `secret` (the secret's name)"),
+                );
+                None
+            }
+            Some(secret) => match check_secret_name(&secret.value) {
+                Ok(()) => Some(secret.value.clone()),
+                Err(message) => {
+                    findings.error_at(&secret.referenced, message);
+                    None
+                }
+            },
+        };
+        let header = match &raw.header {
+            None => Some("authorization".to_owned()),
+            Some(header) => match check_header_name(&header.value) {
+                Ok(name) => Some(name),
+                Err(message) => {
+                    findings.error_at(&header.referenced, message);
+                    None
+                }
+            },
+        };
+        let value = match &raw.value {
+            None => Some("Bearer {secret}".to_owned()),
+            Some(value) => match check_value_template(&value.value) {
+                Ok(()) => Some(value.value.clone()),
+                Err(message) => {
+                    findings.error_at(&value.referenced, message);
+                    None
+                }
+            },
+        };
+        if findings.errors.len() != errors_before {
+            continue;
+        }
+        let (Some(host), Some(port), Some(secret), Some(header), Some(value)) =
+            (host, port, secret, header, value)
+        else {
+            continue;
+        };
+        if let Some(earlier) = credentials
+            .iter()
+            .find(|c| c.host == host && c.port == port)
+        {
+            findings.error_at(
+                &location,
+                format!(
+                    "credentials[{index}]: {host}:{port} already has a credential (line {}); one host and port take one credential",
+                    earlier.line
+                ),
+            );
+            continue;
+        }
+        let (line, column) = position(&location);
+        credentials.push(Credential {
+            host,
+            port,
+            secret,
+            header,
+            value,
+            line,
+            column,
+        });
+    }
+    credentials
+}
+
+/// A credential is only ever sent where the same policy lets the request go: an allow
+/// rule must admit its host and port (and no deny rule refuse them).
+fn check_credentials_admitted(findings: &mut Findings<'_>, policy: &Policy) {
+    if policy.credentials.is_empty() {
+        return;
+    }
+    let alone = super::PolicySet::merge(vec![policy.clone()]);
+    for credential in &policy.credentials {
+        let target = crate::target::Target::Name(credential.host.clone());
+        let decision = alone.decide(&target, credential.port);
+        if decision.verdict != super::Verdict::Allow {
+            findings.errors.push(Diagnostic::error(
+                findings.file,
+                credential.line,
+                credential.column,
+                format!(
+                    "credential for {}:{}: no allow rule of this policy admits it ({})",
+                    credential.host, credential.port, decision.reason
+                ),
+            ));
+        }
     }
 }
 
@@ -401,17 +568,117 @@ fn build_rules(
             None => Some(default_ports),
             Some(ports) => parse_port_list(findings, &ports, "ports").map(PortSet::List),
         };
-        if let (Some(target), Some(ports)) = (target, ports) {
+        let request = build_request_rules(
+            findings,
+            &format!("{list}[{index}]"),
+            raw.methods,
+            raw.paths,
+            used_in,
+            target.as_ref(),
+        );
+        if let (Some(target), Some(ports), Some(request)) = (target, ports, request) {
             let (line, column) = position(&rule_location);
             rules.push(Rule {
                 target,
                 ports,
+                request,
                 line,
                 column,
             });
         }
     }
     rules
+}
+
+/// `methods:` and `paths:` of a rule: allow rules on an exact host only (the run CA signs
+/// exact names, and a deny rule refuses whole hosts). None after an error.
+fn build_request_rules(
+    findings: &mut Findings<'_>,
+    rule_name: &str,
+    methods: Option<Spanned<Vec<Spanned<String>>>>,
+    paths: Option<Spanned<Vec<Spanned<String>>>>,
+    used_in: PatternUse,
+    target: Option<&RuleTarget>,
+) -> Option<RequestRules> {
+    let first = match (&methods, &paths) {
+        (Some(methods), _) => methods.referenced,
+        (None, Some(paths)) => paths.referenced,
+        (None, None) => return Some(RequestRules::default()),
+    };
+    if used_in == PatternUse::Deny {
+        findings.error_at(
+            &first,
+            format!("{rule_name}: `methods` and `paths` narrow allow rules; a deny rule refuses the whole host"),
+        );
+        return None;
+    }
+    match target {
+        Some(RuleTarget::Host(HostPattern::Exact(_))) => {}
+        Some(RuleTarget::Host(HostPattern::Wildcard(_))) => {
+            findings.error_at(
+                &first,
+                format!("{rule_name}: `methods` and `paths` need an exact host (the proxy inspects exact names only)"),
+            );
+            return None;
+        }
+        Some(RuleTarget::Cidr(_)) => {
+            findings.error_at(
+                &first,
+                format!("{rule_name}: `methods` and `paths` need a `host` rule, not a `cidr` rule"),
+            );
+            return None;
+        }
+        // The target's own error is already reported.
+        None => return None,
+    }
+    let mut ok = true;
+    let mut rules = RequestRules::default();
+    for (key, list, parse) in [
+        (
+            "methods",
+            methods,
+            parse_method as fn(&str) -> Result<String, String>,
+        ),
+        ("paths", paths, |raw: &str| {
+            parse_path_pattern(raw).map(|p| p.to_string())
+        }),
+    ] {
+        let Some(list) = list else { continue };
+        if list.value.is_empty() {
+            findings.error_at(
+                &list.referenced,
+                format!(
+                    "{rule_name}: `{key}` is empty; omit it to allow every {}",
+                    &key[..key.len() - 1]
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        let mut seen: Vec<String> = Vec::new();
+        for item in &list.value {
+            match parse(&item.value) {
+                Ok(value) if seen.contains(&value) => {
+                    findings.warning_at(&item.referenced, format!("`{value}` is listed twice"))
+                }
+                Ok(value) => seen.push(value),
+                Err(message) => {
+                    findings.error_at(&item.referenced, message);
+                    ok = false;
+                }
+            }
+        }
+        if key == "methods" {
+            rules.methods = Some(seen);
+        } else {
+            rules.paths = Some(
+                seen.iter()
+                    .map(|p| parse_path_pattern(p).expect("checked above"))
+                    .collect(),
+            );
+        }
+    }
+    ok.then_some(rules)
 }
 
 /// A port list: each 1–65535, not empty. Repeats are dropped with a warning.

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::host_pattern::HostPattern;
+use super::request::check_request_path;
 use super::{
-    Decision, Limits, Mode, Policy, PortSet, Reason, Rule, RuleList, RuleRef, RuleTarget, SniCheck,
-    TlsSettings, Verdict,
+    Credential, Decision, Limits, Mode, Policy, PortSet, Reason, RequestRules, Rule, RuleList,
+    RuleRef, RuleTarget, SniCheck, TlsSettings, Verdict,
 };
 use crate::floor;
 use crate::target::{HostName, Target};
@@ -32,6 +33,8 @@ struct IndexedRule {
     order: u32,
     ports: PortSet,
     rule: RuleRef,
+    /// `methods`/`paths`; unrestricted for most rules.
+    request: RequestRules,
 }
 
 /// The rules keyed by one name or suffix.
@@ -112,6 +115,21 @@ struct Index {
     deny_cidrs: Vec<CidrRule>,
     /// The policies as given, to describe a rule for `policy test`.
     policies: Vec<Policy>,
+    /// One credential per (host, port): the first policy's, when several agree.
+    credentials: HashMap<(String, u16), Credential>,
+    /// Exact names inspected on some port (a credential or a restricting rule), sorted.
+    inspected: Vec<HostName>,
+    /// Credentials of different policies that disagree for one host and port.
+    conflicts: Vec<String>,
+}
+
+/// Why the proxy reads an inspected target's requests in clear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inspection<'a> {
+    /// The credential added to every request, if any.
+    pub credential: Option<&'a Credential>,
+    /// Some allow rule for this host and port has `methods` or `paths`.
+    pub restricted: bool,
 }
 
 /// Merged, indexed policies: what the proxy asks. Cheap to clone (shared).
@@ -205,6 +223,7 @@ impl PolicySet {
                     let indexed = IndexedRule {
                         order,
                         ports: rule.ports.clone(),
+                        request: rule.request.clone(),
                         rule: RuleRef {
                             policy: Arc::clone(&policy.name),
                             list,
@@ -244,6 +263,40 @@ impl PolicySet {
             }
         }
         names.shrink_to_fit();
+        let mut credentials: HashMap<(String, u16), Credential> = HashMap::new();
+        let mut conflicts = Vec::new();
+        let mut inspected: Vec<HostName> = Vec::new();
+        for policy in &policies {
+            for credential in &policy.credentials {
+                let key = (credential.host.as_str().to_owned(), credential.port);
+                match credentials.get(&key) {
+                    Some(first)
+                        if (&first.secret, &first.header, &first.value)
+                            != (&credential.secret, &credential.header, &credential.value) =>
+                    {
+                        conflicts.push(format!(
+                            "policy {}: the credential for {}:{} differs from another policy's ({} vs {})",
+                            policy.name, credential.host, credential.port, credential.secret, first.secret
+                        ));
+                    }
+                    Some(_) => {}
+                    None => {
+                        credentials.insert(key, credential.clone());
+                    }
+                }
+                inspected.push(credential.host.clone());
+            }
+            for rule in &policy.allow {
+                if let (RuleTarget::Host(HostPattern::Exact(name)), true) =
+                    (&rule.target, rule.request.restricts())
+                    && let Ok(name) = HostName::parse(name)
+                {
+                    inspected.push(name);
+                }
+            }
+        }
+        inspected.sort();
+        inspected.dedup();
         PolicySet {
             index: Arc::new(Index {
                 name,
@@ -256,7 +309,95 @@ impl PolicySet {
                 allow_cidrs,
                 deny_cidrs,
                 policies,
+                credentials,
+                inspected,
+                conflicts,
             }),
+        }
+    }
+
+    /// Exact names whose requests the proxy reads (on some port): what the run CA may sign.
+    pub fn inspected_hosts(&self) -> &[HostName] {
+        &self.index.inspected
+    }
+
+    /// Every credential of the set, one per host and port, in no particular order.
+    pub fn credentials(&self) -> impl Iterator<Item = &Credential> {
+        self.index.credentials.values()
+    }
+
+    /// Credentials of merged policies that disagree (a run refuses to start with any).
+    pub fn credential_conflicts(&self) -> &[String] {
+        &self.index.conflicts
+    }
+
+    /// Whether requests to `target:port` are read in clear, and which credential they get.
+    /// None: the target is tunnelled untouched. IP targets are never inspected.
+    pub fn inspection(&self, target: &Target, port: u16) -> Option<Inspection<'_>> {
+        let Target::Name(name) = target else {
+            return None;
+        };
+        if self.index.inspected.binary_search(name).is_err() {
+            return None;
+        }
+        let credential = self
+            .index
+            .credentials
+            .get(&(name.as_str().to_owned(), port));
+        let restricted = self.index.names.get(name.as_str()).is_some_and(|rules| {
+            rules
+                .allow_exact
+                .iter()
+                .any(|rule| rule.ports.contains(port) && rule.request.restricts())
+        });
+        (credential.is_some() || restricted).then_some(Inspection {
+            credential,
+            restricted,
+        })
+    }
+
+    /// The verdict on one request to an allowed `target:port`: its `path` (without the
+    /// query) must have one reading, then some allow rule for the target must admit the
+    /// method and path. Exact-host rules decide when there are any (a wildcard rule never
+    /// widens what an exact rule narrows). Call after [`PolicySet::decide`] allowed the
+    /// target; returns that kind of decision, with the admitting rule.
+    pub fn decide_request(&self, target: &Target, port: u16, method: &str, path: &str) -> Decision {
+        if check_request_path(path).is_err() {
+            return block(Reason::BadRequest, None);
+        }
+        let Target::Name(name) = target else {
+            return self.decide(target, port);
+        };
+        let mut exact: Vec<&IndexedRule> = Vec::new();
+        let mut wildcard: Vec<&IndexedRule> = Vec::new();
+        self.walk(name.as_str(), |rules, is_exact| {
+            let (list, into) = if is_exact {
+                (&rules.allow_exact, &mut exact)
+            } else {
+                (&rules.allow_wildcard, &mut wildcard)
+            };
+            into.extend(list.iter().filter(|rule| rule.ports.contains(port)));
+        });
+        let mut candidates = if exact.is_empty() { wildcard } else { exact };
+        if candidates.is_empty() {
+            return self.decide(target, port);
+        }
+        candidates.sort_by_key(|rule| rule.order);
+        if let Some(open) = candidates.iter().find(|rule| !rule.request.restricts()) {
+            return allow(&open.rule);
+        }
+        if let Some(admitting) = candidates
+            .iter()
+            .find(|rule| rule.request.admits_method(method) && rule.request.admits_path(path))
+        {
+            return allow(&admitting.rule);
+        }
+        match candidates
+            .iter()
+            .find(|rule| rule.request.admits_method(method))
+        {
+            Some(rule) => self.refuse(Reason::PathNotAllowed, Some(&rule.rule)),
+            None => self.refuse(Reason::MethodNotAllowed, Some(&candidates[0].rule)),
         }
     }
 
@@ -308,12 +449,18 @@ impl PolicySet {
     /// covering it (and the port) exempts it; else Allow. The floor holds in report mode.
     /// An Allow names the covering `cidr` allow rule if there is one, else no rule.
     pub fn check_address(&self, addr: IpAddr, port: u16) -> Decision {
+        self.check_address_against(&floor::Floor::default(), addr, port)
+    }
+
+    /// [`PolicySet::check_address`] with `floor` in place of the private ranges alone (the
+    /// proxy's floor, with its `--floor-extra` ranges).
+    pub fn check_address_against(&self, floor: &floor::Floor, addr: IpAddr, port: u16) -> Decision {
         let addr = canonical(addr);
         if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));
         }
         let exempting = find_cidr(&self.index.allow_cidrs, addr, port);
-        if floor::is_private(addr) && exempting.is_none() {
+        if floor.holds(addr) && exempting.is_none() {
             return block(Reason::PrivateAddress, None);
         }
         Decision {

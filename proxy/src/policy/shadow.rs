@@ -43,7 +43,12 @@ impl<'a> Coverage<'a> {
         let mut found = Vec::new();
         let mut push = |index: usize| {
             let other = &self.rules[index];
-            if Some(index) != skip && rule.ports.is_subset_of(&other.ports) {
+            // A rule with `methods`/`paths` covers nothing for sure; and a wildcard never
+            // widens what an exact rule with `methods`/`paths` narrows (exact rules decide).
+            let wildcard_over_narrow = rule.request.restricts()
+                && matches!(other.target, RuleTarget::Host(HostPattern::Wildcard(_)));
+            let widens = !other.request.restricts() && !wildcard_over_narrow;
+            if Some(index) != skip && widens && rule.ports.is_subset_of(&other.ports) {
                 found.push(index);
             }
         };

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::target::{HostName, Target};
 
+mod credentials;
 mod decide;
 mod validate;
 

@@ -1,7 +1,8 @@
-//! The default sandbox image: Debian bookworm minbase with python3, curl and
-//! ca-certificates, made with debootstrap on this machine and imported through the Docker API
-//! (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-1`) so a
-//! changed recipe gets a new image instead of silently reusing the old one.
+//! The default sandbox image: Debian bookworm minbase with what code written by an agent
+//! usually needs — python3 with pip and venv, nodejs, git, curl and ca-certificates — made
+//! with debootstrap on this machine and imported through the Docker API (no registry, no
+//! Dockerfile). Built once; the tag carries a recipe version (`-2`) so a changed recipe gets
+//! a new image instead of silently reusing the old one.
 
 use std::fs;
 use std::io::{self, Write};
@@ -22,12 +23,13 @@ use super::rootfs::{RootfsDir, prepare_for_image};
 use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
 
 /// The tag of the default sandbox image.
-pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-1";
+pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-2";
 /// Overrides the Debian mirror debootstrap downloads from.
 pub const MIRROR_ENV: &str = "EGRESS_SANDBOX_DEBIAN_MIRROR";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const SUITE: &str = "bookworm";
-const PACKAGES: &str = "python3,curl,ca-certificates";
+/// Debian packages only (their dependencies come along): nothing is fetched from PyPI or npm.
+const PACKAGES: &str = "python3,python3-pip,python3-venv,nodejs,git,curl,ca-certificates";
 const LOG_FILE: &str = "base-image-build.log";
 const ROOTFS_PREFIX: &str = "base-rootfs.";
 
@@ -303,7 +305,9 @@ async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
         .from_src("-")
         .repo(repo)
         .tag(tag)
-        .message("egress-sandbox base: debootstrap --variant=minbase bookworm + python3, curl, ca-certificates")
+        .message(&format!(
+            "egress-sandbox base: debootstrap --variant=minbase bookworm + {PACKAGES}"
+        ))
         .changes(vec![
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             "ENV LANG=C.UTF-8".into(),

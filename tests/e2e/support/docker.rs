@@ -6,7 +6,8 @@ use std::process::Command;
 
 /// Label key the tool puts on every object of a run (value: the run id).
 pub const RUN_LABEL: &str = "egress-sandbox.run";
-/// Label key with `<pid>:<process start time>` of the `egress-sandbox` process that owns a run.
+/// Label key with `<pid>:<process start time>:<boot id>:<pid namespace>` of the `egress-sandbox`
+/// process that owns a run.
 pub const OWNER_LABEL: &str = "egress-sandbox.owner";
 /// Label this suite puts on its own networks, so a stray one is easy to find by hand.
 const TEST_LABEL: &str = "egress-sandbox-e2e.test";

@@ -4,7 +4,7 @@ pub mod docker;
 pub mod run;
 pub mod servers;
 
-pub use docker::{TestNetwork, assert_nothing_left, leftovers, objects_owned_by};
+pub use docker::{TestNetwork, assert_nothing_left, docker_ok, leftovers, objects_owned_by};
 pub use run::{Finished, Run, RunningRun};
 pub use servers::{Canary, Upstream};
 
@@ -61,3 +61,40 @@ pub const WITHOUT_PROXY_VARIABLES: &[&str] = &[
     "-u",
     "no_proxy",
 ];
+
+/// A host directory the sandbox sees read-only at [`GoSignal::PATH`]; the sandboxed command
+/// waits for [`GoSignal::WAIT`] to see the file the test creates with [`GoSignal::go`], so
+/// a test can look at a live run and then let it end by itself (exit 0).
+pub struct GoSignal {
+    dir: tempfile::TempDir,
+}
+
+impl GoSignal {
+    pub const PATH: &'static str = "/go-signal";
+    /// Shell that returns once the test said go.
+    pub const WAIT: &'static str = "while [ ! -e /go-signal/go ]; do sleep 0.1; done";
+
+    pub fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        // The sandbox's user (nobody) must be able to look into it.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the signal directory");
+        GoSignal { dir }
+    }
+
+    /// The `--mount` value.
+    pub fn mount(&self) -> String {
+        format!("{}:{}", self.dir.path().display(), Self::PATH)
+    }
+
+    pub fn go(&self) {
+        std::fs::write(self.dir.path().join("go"), b"").expect("write the go file");
+    }
+}
+
+impl Default for GoSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}

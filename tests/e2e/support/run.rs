@@ -44,6 +44,8 @@ pub struct Run {
     network: String,
     hang_bound: Duration,
     policies: usize,
+    /// Fed to the run's stdin, then closed; none: stdin is /dev/null.
+    stdin: Option<Vec<u8>>,
 }
 
 impl Run {
@@ -70,6 +72,7 @@ impl Run {
             network: network.name.clone(),
             hang_bound: HANG_BOUND,
             policies: 0,
+            stdin: None,
         }
     }
 
@@ -105,10 +108,24 @@ impl Run {
         self.option("--policy", path)
     }
 
+    /// Writes `yaml` to a policy file called `file_name` (any name a file may have) and
+    /// passes it with `--policy`.
+    pub fn policy_named(self, file_name: &str, yaml: &str) -> Self {
+        let path = self.dir.path().join(file_name);
+        std::fs::write(&path, yaml).expect("write the policy file");
+        self.option("--policy", path)
+    }
+
     /// Sets a variable in the environment of the `egress-sandbox` process itself (the
     /// caller's environment), which must never reach the sandbox.
     pub fn caller_env(mut self, key: &str, value: &str) -> Self {
         self.command.env(key, value);
+        self
+    }
+
+    /// Writes `input` to the run's stdin (from a thread), then closes it.
+    pub fn stdin(mut self, input: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(input.into());
         self
     }
 
@@ -121,13 +138,24 @@ impl Run {
     pub fn spawn(mut self, program: &[&str]) -> RunningRun {
         warm_up(&self.network);
         self.command.arg("--").args(program);
+        let stdin = match self.stdin {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        };
         let mut child = self
             .command
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start egress-sandbox");
+        if let (Some(input), Some(mut pipe)) = (self.stdin, child.stdin.take()) {
+            // A command that never reads may leave this blocked until the run ends.
+            thread::spawn(move || {
+                use std::io::Write;
+                let _ = pipe.write_all(&input);
+            });
+        }
         let stdout = Capture::start(child.stdout.take().expect("piped stdout"));
         let stderr = Capture::start(child.stderr.take().expect("piped stderr"));
         RunningRun {
@@ -273,6 +301,17 @@ impl RunningRun {
             }
             thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The name of this run's proxy container, found by its owner label (the run must be
+    /// under way: the container exists).
+    pub fn proxy_container(&self) -> String {
+        let (owned, _) = super::docker::objects_owned_by(self.pid);
+        owned
+            .containers
+            .into_iter()
+            .find(|name| name.ends_with("-proxy"))
+            .unwrap_or_else(|| panic!("run (pid {}) has no proxy container", self.pid))
     }
 
     /// Sends `signal` (a name such as "TERM" or "KILL") to the `egress-sandbox` process.

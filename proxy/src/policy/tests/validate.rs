@@ -6,7 +6,7 @@ use super::*;
 fn positions_of_yaml_errors() {
     assert_eq!(
         error("version: 1\nallow:\n  - host: a.com\n    bogus: 3\n"),
-        "test.yaml:4:5: error: YAML: unknown field `bogus`, expected one of host, cidr, ports"
+        "test.yaml:4:5: error: YAML: unknown field `bogus`, expected one of host, cidr, ports, methods, paths"
     );
     assert_eq!(
         error("version: 1\nversion: 1\n"),
@@ -22,7 +22,7 @@ fn positions_of_yaml_errors() {
     );
     assert_eq!(
         error("version: 1\nfoo: bar\n"),
-        "test.yaml:2:1: error: YAML: unknown field `foo`, expected one of version, name, mode, allow, deny, limits, tls"
+        "test.yaml:2:1: error: YAML: unknown field `foo`, expected one of version, name, mode, allow, deny, limits, tls, credentials"
     );
 }
 

@@ -1,0 +1,94 @@
+//! Opening TCP listeners with a listen backlog that suits a proxy.
+//!
+//! `TcpListener::bind` (tokio, via mio) listens with a backlog of 128, the standard
+//! library's value. A run whose program opens many connections at once fills that queue
+//! before the accept loop drains it, and the kernel then drops SYNs (clients stall for a
+//! retransmit second). Every TCP listener of the proxy is opened here instead.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpSocket};
+
+/// Connections the kernel queues for a listener before the proxy accepts them. Capped by
+/// `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listener on `addr` with `SO_REUSEADDR` (as `TcpListener::bind` sets it, so a restarted
+/// proxy can bind at once) and a backlog of [`LISTEN_BACKLOG`].
+pub fn tcp_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The backlog the kernel applied to the listening socket on `addr`, read from `ss`
+    /// (for a listening socket, Send-Q is the backlog).
+    fn applied_backlog(addr: SocketAddr) -> u32 {
+        let output = std::process::Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{}", addr.port())])
+            .output()
+            .expect("`ss` (iproute2) runs; the test reads the backlog with it");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text
+            .lines()
+            .find(|line| line.contains(&addr.to_string()))
+            .unwrap_or_else(|| panic!("no listening socket {addr} in `ss` output: {text}"));
+        // State Recv-Q Send-Q Local Peer
+        line.split_whitespace()
+            .nth(2)
+            .and_then(|q| q.parse().ok())
+            .unwrap_or_else(|| panic!("no Send-Q in {line:?}"))
+    }
+
+    #[tokio::test]
+    async fn listeners_queue_at_least_1024_connections() {
+        let listener = tcp_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(
+            applied_backlog(addr) >= 1024,
+            "backlog {}",
+            applied_backlog(addr)
+        );
+    }
+
+    #[tokio::test]
+    async fn every_tcp_listener_of_the_proxy_has_the_backlog() {
+        use crate::policy::{Policy, PolicySet};
+        use crate::{BoundProxy, ProxyConfig};
+        let policy = Policy::from_allow_flags(&["example.com".into()]).unwrap();
+        let mut config = ProxyConfig::new(
+            PolicySet::merge(vec![policy]),
+            "127.0.0.1:0".parse().unwrap(),
+        );
+        config.transparent_listen = vec!["127.0.0.1:0".parse().unwrap()];
+        config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+        let (records, _receiver) = tokio::sync::mpsc::unbounded_channel();
+        config.audit = crate::audit::AuditDestination::Channel(records);
+        let proxy = BoundProxy::bind(config).await.unwrap();
+        let addrs = proxy.local_addrs().clone();
+        let tcp = [addrs.listen, addrs.transparent[0], addrs.dns.unwrap()];
+        for addr in tcp {
+            assert!(
+                applied_backlog(addr) >= 1024,
+                "{addr}: {}",
+                applied_backlog(addr)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_an_error() {
+        let first = tcp_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let taken = first.local_addr().unwrap();
+        assert!(tcp_listener(taken).is_err());
+    }
+}

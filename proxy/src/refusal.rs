@@ -1,0 +1,103 @@
+//! Refusals: why an attempt went no further, and the answer a client gets for it.
+//!
+//! The [`gate`](crate::gate) produces a [`Refusal`] (and has already recorded the attempt);
+//! every HTTP-speaking door answers it with `refusal_response`, so a refusal looks the same
+//! whichever door it came through.
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+
+use crate::audit::Outcome;
+use crate::body::ProxyBody;
+use crate::policy::Reason;
+
+/// Why an attempt went no further, for the client's answer. The attempt itself already
+/// carries the outcome and reason for the audit record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub outcome: Outcome,
+    pub reason: Reason,
+    /// What the client asked for, as logged.
+    pub host: String,
+    pub detail: String,
+}
+
+impl Refusal {
+    /// The HTTP status a door answers with: 403 for policy refusals, 400 for malformed or
+    /// unsupported requests, 502/504 when an allowed upstream cannot be reached.
+    pub fn status(&self) -> u16 {
+        match self.reason {
+            Reason::BadRequest | Reason::Unsupported => 400,
+            Reason::Limit => 503,
+            Reason::ResolveFailed | Reason::ConnectFailed | Reason::UpstreamTls => 502,
+            Reason::Timeout => 504,
+            _ => 403,
+        }
+    }
+}
+
+/// A sentence for the client, per reason.
+pub fn explain(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Rule => "allowed by a rule",
+        Reason::NotAllowed => "the host is not on the allowlist",
+        Reason::Denied => "a deny rule matches",
+        Reason::PortNotAllowed => "the host is allowed, but not on this port",
+        Reason::IpLiteral => "IP addresses are refused unless a cidr rule allows them",
+        Reason::PrivateAddress => "private, loopback and link-local addresses are refused",
+        Reason::SniMismatch => "the TLS server name does not match the requested host",
+        Reason::BadRequest => "the request is malformed",
+        Reason::Unsupported => "the proxy does not support this kind of request",
+        Reason::Limit => "the proxy is at its connection limit",
+        Reason::ResolveFailed => "the host name could not be resolved",
+        Reason::ConnectFailed => "the upstream could not be reached",
+        Reason::Timeout => "the upstream did not answer in time",
+        Reason::MethodNotAllowed => "the host is allowed, but not this request method",
+        Reason::PathNotAllowed => "the host is allowed, but not this path",
+        Reason::CredentialMisuse => {
+            "the request carries a credential placeholder meant for another host"
+        }
+        Reason::UpstreamTls => "the upstream's TLS certificate does not verify",
+    }
+}
+
+/// The answer to a refused or failed attempt: status by reason, `X-Egress-Blocked` naming
+/// the reason, and a body that says which host and why.
+pub(crate) fn refusal_response(refusal: &Refusal) -> Response<ProxyBody> {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+    let host = if refusal.host.is_empty() {
+        "the request".to_owned()
+    } else {
+        refusal.host.escape_debug().to_string()
+    };
+    let body = format!(
+        "egress-sandbox: {host} {} ({}): {}{}{}\n",
+        refusal.outcome.as_str(),
+        refusal.reason,
+        explain(refusal.reason),
+        if refusal.detail.is_empty() { "" } else { "; " },
+        refusal.detail.escape_debug(),
+    );
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-egress-blocked",
+        HeaderValue::from_static(refusal.reason.as_str()),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if matches!(refusal.reason, Reason::BadRequest | Reason::Unsupported) {
+        // After a malformed request we cannot trust where the next one starts.
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}

@@ -1,0 +1,81 @@
+//! What every door shares: the gate, the limits, the upstream pool — and which listener a
+//! connection came in on.
+//!
+//! Doors depend on this module and on the shutdown module, never on the server: the server
+//! builds one [`Shared`] from the configuration and hands it to every door it dispatches to.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::audit::AuditSink;
+use crate::config::{ProxyConfig, ProxyLimits};
+use crate::floor::Floor;
+use crate::gate::Gate;
+use crate::pool::UpstreamPool;
+use crate::resolve::Resolver;
+
+/// What every door shares, one per proxy.
+pub(crate) struct Shared {
+    pub gate: Gate,
+    pub limits: ProxyLimits,
+    /// The address the DNS responder answers allowed names with, if it runs.
+    pub dns_answer: Option<Ipv4Addr>,
+    pub pool: UpstreamPool,
+}
+
+impl Shared {
+    /// Starts the audit writer and builds the gate from `config`. Fails only when the audit
+    /// destination cannot be opened.
+    pub fn new(config: ProxyConfig, dns_answer: Option<Ipv4Addr>) -> std::io::Result<Shared> {
+        let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())?;
+        let resolver = Resolver::new(
+            config.pins,
+            &config.upstream_dns,
+            config.limits.resolve_timeout,
+        );
+        let gate = Gate::new(
+            config.policy,
+            Floor::with_extra(config.floor_extra),
+            resolver,
+            config.limits.connect_timeout,
+            audit,
+        );
+        Ok(Shared {
+            gate,
+            pool: UpstreamPool::new(
+                config.limits.max_idle_upstreams,
+                config.limits.upstream_idle_timeout,
+            ),
+            limits: config.limits,
+            dns_answer,
+        })
+    }
+}
+
+/// One place under `ProxyLimits::max_connections`. A client connection holds it, and so does
+/// every tunnel the connection turns into (a CONNECT tunnel outlives the HTTP connection that
+/// asked for it): the place is free again only when the last holder is gone, so an open
+/// tunnel counts until it closes.
+#[derive(Clone)]
+pub(crate) struct ConnectionSlot {
+    _permit: Arc<OwnedSemaphorePermit>,
+}
+
+impl ConnectionSlot {
+    pub fn new(permit: OwnedSemaphorePermit) -> Self {
+        ConnectionSlot {
+            _permit: Arc::new(permit),
+        }
+    }
+}
+
+/// Which listener a connection came in on; decides how a request names its target.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Door {
+    /// The explicit proxy: absolute-form requests and CONNECT.
+    Explicit,
+    /// A transparent listener on this port: the target is the `Host` header.
+    Transparent { port: u16 },
+}

@@ -1,0 +1,312 @@
+//! Audit log files read back for review: one [`Entry`] per line the proxy wrote.
+//!
+//! The reader is deliberately tolerant: records gain fields over time (`seq`, `prev`, and
+//! `method`/`path`/`status` on inspected `http` records), so unknown fields are ignored and
+//! a reason this build does not know is kept as text. Lines that are not audit records
+//! (blank, truncated, another program's output) are reported as [`Skipped`] with their
+//! file and line instead of failing the whole review. Checking that a log is complete and
+//! untouched is `audit verify`'s job, not this module's.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use egress_proxy::audit::{Kind, Outcome};
+use serde::Deserialize;
+
+/// One attempt: a CONNECT tunnel, a plain HTTP request, a DNS query or a transparent
+/// connection (INTERFACE.md, "Audit record").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    pub ts: String,
+    /// `ts` as milliseconds since the Unix epoch, when it parses.
+    pub time_ms: Option<i64>,
+    pub run: Option<String>,
+    pub policy: Option<String>,
+    pub kind: Kind,
+    pub client: Option<String>,
+    pub host: String,
+    pub port: Option<u16>,
+    pub decision: Outcome,
+    /// The reason vocabulary as written (`not_allowed`, `rule`, …), kept as text so a newer
+    /// proxy's reason still reads.
+    pub reason: String,
+    pub rule: Option<String>,
+    pub addr: Option<String>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+    pub seq: Option<u64>,
+    /// Inspected `http` records only.
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub status: Option<u16>,
+}
+
+impl Attempt {
+    /// Refused, or would have been refused under enforce (report mode).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self.decision, Outcome::Blocked | Outcome::WouldBlock)
+    }
+}
+
+/// `{"kind":"limit",…}`: the run reached its audit limit; later attempts were counted,
+/// not written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitReached {
+    pub ts: String,
+    pub time_ms: Option<i64>,
+    pub run: Option<String>,
+    pub policy: Option<String>,
+    pub limit: u64,
+    pub seq: Option<u64>,
+}
+
+/// `{"kind":"end",…}`: the last line of a run, written at proxy shutdown.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunEnd {
+    pub ts: String,
+    pub time_ms: Option<i64>,
+    pub run: Option<String>,
+    pub policy: Option<String>,
+    /// Lines of this run before the end line.
+    pub records: u64,
+    /// Attempts counted but not written (past the limit, DNS over the rate).
+    pub dropped: u64,
+    pub seq: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    Attempt(Attempt),
+    Limit(LimitReached),
+    End(RunEnd),
+}
+
+impl Entry {
+    pub fn run(&self) -> Option<&str> {
+        match self {
+            Entry::Attempt(a) => a.run.as_deref(),
+            Entry::Limit(l) => l.run.as_deref(),
+            Entry::End(e) => e.run.as_deref(),
+        }
+    }
+}
+
+/// An entry and where it was read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Located {
+    pub file: PathBuf,
+    /// From 1.
+    pub line: usize,
+    pub entry: Entry,
+}
+
+/// A line that is not an audit record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skipped {
+    pub file: PathBuf,
+    pub line: usize,
+    pub why: String,
+}
+
+/// Everything read from a set of files, in file order then line order.
+#[derive(Debug, Default)]
+pub struct AuditLog {
+    pub entries: Vec<Located>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl AuditLog {
+    pub fn attempts(&self) -> impl Iterator<Item = &Attempt> {
+        self.entries
+            .iter()
+            .filter_map(|located| match &located.entry {
+                Entry::Attempt(attempt) => Some(attempt),
+                _ => None,
+            })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", path.display())]
+pub struct ReadError {
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Reads every file whole. A file that cannot be opened or read is an error; a line that
+/// is not a record is [`Skipped`].
+pub fn read_files(paths: &[PathBuf]) -> Result<AuditLog, ReadError> {
+    let mut log = AuditLog::default();
+    for path in paths {
+        let error = |source| ReadError {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(error)?;
+        read_into(path, BufReader::new(file), &mut log).map_err(error)?;
+    }
+    Ok(log)
+}
+
+/// Reads one stream of lines (a file, or text in tests) into `log`.
+pub fn read_into(path: &Path, reader: impl BufRead, log: &mut AuditLog) -> io::Result<()> {
+    for (index, line) in reader.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_line(&line) {
+            Ok(entry) => log.entries.push(Located {
+                file: path.to_owned(),
+                line: index + 1,
+                entry,
+            }),
+            Err(why) => log.skipped.push(Skipped {
+                file: path.to_owned(),
+                line: index + 1,
+                why,
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// Every field any kind of line may carry; which are required depends on `kind`.
+#[derive(Deserialize)]
+struct RawLine {
+    ts: Option<String>,
+    run: Option<String>,
+    policy: Option<String>,
+    kind: String,
+    client: Option<String>,
+    host: Option<String>,
+    port: Option<u16>,
+    decision: Option<Outcome>,
+    reason: Option<String>,
+    rule: Option<String>,
+    addr: Option<String>,
+    #[serde(default)]
+    bytes_up: u64,
+    #[serde(default)]
+    bytes_down: u64,
+    #[serde(default)]
+    duration_ms: u64,
+    seq: Option<u64>,
+    limit: Option<u64>,
+    records: Option<u64>,
+    dropped: Option<u64>,
+    method: Option<String>,
+    path: Option<String>,
+    status: Option<u16>,
+}
+
+/// One line → one entry, or why it is not one.
+pub fn parse_line(line: &str) -> Result<Entry, String> {
+    let raw: RawLine =
+        serde_json::from_str(line).map_err(|error| format!("not an audit record ({error})"))?;
+    let ts = raw.ts.ok_or("no `ts`")?;
+    let time_ms = epoch_millis(&ts);
+    match raw.kind.as_str() {
+        "limit" => Ok(Entry::Limit(LimitReached {
+            ts,
+            time_ms,
+            run: raw.run,
+            policy: raw.policy,
+            limit: raw.limit.unwrap_or(0),
+            seq: raw.seq,
+        })),
+        "end" => Ok(Entry::End(RunEnd {
+            ts,
+            time_ms,
+            run: raw.run,
+            policy: raw.policy,
+            records: raw.records.ok_or("`end` line without `records`")?,
+            dropped: raw.dropped.unwrap_or(0),
+            seq: raw.seq,
+        })),
+        other => {
+            let kind: Kind = serde_json::from_value(serde_json::Value::String(other.to_owned()))
+                .map_err(|_| format!("unknown record kind `{}`", other.escape_debug()))?;
+            Ok(Entry::Attempt(Attempt {
+                ts,
+                time_ms,
+                run: raw.run,
+                policy: raw.policy,
+                kind,
+                client: raw.client,
+                host: raw.host.ok_or("no `host`")?,
+                port: raw.port,
+                decision: raw.decision.ok_or("no `decision`")?,
+                reason: raw.reason.ok_or("no `reason`")?,
+                rule: raw.rule,
+                addr: raw.addr,
+                bytes_up: raw.bytes_up,
+                bytes_down: raw.bytes_down,
+                duration_ms: raw.duration_ms,
+                seq: raw.seq,
+                method: raw.method,
+                path: raw.path,
+                status: raw.status,
+            }))
+        }
+    }
+}
+
+/// RFC 3339 (`2026-11-29T18:40:43.123Z`) → milliseconds since the epoch.
+pub fn epoch_millis(ts: &str) -> Option<i64> {
+    let at = humantime::parse_rfc3339_weak(ts).ok()?;
+    let since = at.duration_since(UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_millis()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ATTEMPT: &str = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"connect","client":"10.0.0.3:5","host":"a.example.org","port":443,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"seq":3,"prev":"ab","method":"GET","future":true}"#;
+
+    #[test]
+    fn an_attempt_with_chain_and_unknown_fields_reads() {
+        let Entry::Attempt(attempt) = parse_line(ATTEMPT).unwrap() else {
+            panic!("not an attempt")
+        };
+        assert_eq!(attempt.host, "a.example.org");
+        assert_eq!(attempt.seq, Some(3));
+        assert_eq!(attempt.method.as_deref(), Some("GET"));
+        assert_eq!(attempt.time_ms, Some(1_795_977_643_123));
+        assert!(attempt.is_refusal());
+    }
+
+    #[test]
+    fn limit_and_end_lines_read_as_their_own_entries() {
+        let limit = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"limit","reason":"audit_limit","limit":5,"seq":5,"prev":"x"}"#;
+        let end = r#"{"v":1,"ts":"2026-11-29T18:40:44.000Z","run":"r-1","policy":"p","kind":"end","records":6,"dropped":9,"seq":6,"prev":"y"}"#;
+        assert!(matches!(
+            parse_line(limit),
+            Ok(Entry::Limit(LimitReached { limit: 5, .. }))
+        ));
+        assert!(matches!(
+            parse_line(end),
+            Ok(Entry::End(RunEnd {
+                records: 6,
+                dropped: 9,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn lines_that_are_not_records_are_skipped_with_their_line() {
+        let text = format!("{ATTEMPT}\n\nnot json\n{{\"kind\":\"smoke\",\"ts\":\"x\"}}\n");
+        let mut log = AuditLog::default();
+        read_into(Path::new("a.log"), text.as_bytes(), &mut log).unwrap();
+        assert_eq!(log.entries.len(), 1);
+        let lines: Vec<usize> = log.skipped.iter().map(|s| s.line).collect();
+        assert_eq!(lines, [3, 4]);
+        assert!(log.skipped[1].why.contains("unknown record kind"));
+    }
+}

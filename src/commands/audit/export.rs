@@ -1,0 +1,27 @@
+//! `egress-sandbox audit export --format ocsf FILE...`: every line of the logs as one OCSF
+//! event per line on stdout (`audit_tools::ocsf` has the mapping).
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::audit_tools::{log, ocsf};
+use crate::cli::ExportFormat;
+
+pub fn export(format: ExportFormat, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let log = log::read_files(files)?;
+    super::warn_skipped(&log);
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for located in &log.entries {
+        let event = match format {
+            ExportFormat::Ocsf => ocsf::event(&located.entry),
+        };
+        serde_json::to_writer(&mut out, &event).context("cannot write to stdout")?;
+        out.write_all(b"\n").context("cannot write to stdout")?;
+    }
+    out.flush().context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}

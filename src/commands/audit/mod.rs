@@ -1,0 +1,29 @@
+//! `egress-sandbox audit …`: commands that read audit logs. One module per subcommand.
+
+mod export;
+mod html;
+mod summary;
+
+use std::process::ExitCode;
+
+use crate::cli::{AuditArgs, AuditCommand};
+
+pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        AuditCommand::Summary { files } => summary::summary(&files),
+        AuditCommand::Export { format, files } => export::export(format, &files),
+        AuditCommand::Report { html, files } => html::report(&html, &files),
+    }
+}
+
+/// One warning on stderr per line of the logs that is not an audit record.
+fn warn_skipped(log: &crate::audit_tools::log::AuditLog) {
+    for skipped in &log.skipped {
+        eprintln!(
+            "egress-sandbox: warning: {}:{}: {}; skipped",
+            skipped.file.display(),
+            skipped.line,
+            egress_proxy::text::visible(&skipped.why)
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! `egress-sandbox audit summary FILE...`: refused attempts grouped by host, port and reason.
+//!
+//! Logs are read line by line into the bounded [`AuditTally`], so a log of any size is
+//! summarised in bounded memory. Hosts come from sandboxes and a log may be old (from
+//! before the proxy escaped them at the source) or forged: everything printed goes through
+//! `text::visible`.
+
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use egress_proxy::audit::AuditRecord;
+use egress_proxy::text::visible;
+use serde::Deserialize;
+
+use crate::report::{AuditTally, REPORT_GROUPS};
+
+pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut summary = Summary::default();
+    for path in files {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("cannot open {}", visible(&path.display().to_string())))?;
+        summary.read(path, std::io::BufReader::new(file), &mut |warning| {
+            eprintln!("egress-sandbox: warning: {warning}");
+        })?;
+    }
+    print!("{}", summary.render());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The proxy's own lines besides attempts (INTERFACE.md contract 3): `limit` once the
+/// audit limit is reached, `end` last with what was dropped.
+#[derive(Deserialize)]
+struct SpecialLine {
+    kind: String,
+    #[serde(default)]
+    dropped: u64,
+}
+
+/// What the logs read so far amount to.
+#[derive(Default)]
+struct Summary {
+    tally: AuditTally,
+    /// Attempts the proxies counted but did not write, from every `end` record.
+    dropped: u64,
+    /// `limit` records: runs that reached their audit limit.
+    limits: u64,
+}
+
+impl Summary {
+    /// Reads one log; lines that are not records are reported through `warn` and skipped.
+    fn read(
+        &mut self,
+        path: &Path,
+        reader: impl BufRead,
+        warn: &mut dyn FnMut(String),
+    ) -> anyhow::Result<()> {
+        let shown = path.display().to_string();
+        let shown = visible(&shown);
+        for (index, line) in reader.split(b'\n').enumerate() {
+            let line = line.with_context(|| format!("cannot read {shown}"))?;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<AuditRecord>(&line) {
+                Ok(record) => self.tally.add(&record),
+                Err(error) => match serde_json::from_slice::<SpecialLine>(&line) {
+                    Ok(special) if special.kind == "end" => self.dropped += special.dropped,
+                    Ok(special) if special.kind == "limit" => {
+                        self.limits += 1;
+                        self.tally.add_limit();
+                    }
+                    // serde's message may quote the line's own (hostile) text.
+                    _ => warn(format!(
+                        "{shown}:{}: not an audit record ({}); skipped",
+                        index + 1,
+                        visible(&error.to_string())
+                    )),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        let attempts = self.tally.attempts;
+        let _ = writeln!(
+            out,
+            "{} attempts: {} allowed, {} blocked, {} would_block, {} failed",
+            attempts.total(),
+            attempts.allowed,
+            attempts.blocked,
+            attempts.would_block,
+            attempts.failed
+        );
+        if self.dropped > 0 || self.limits > 0 {
+            let _ = writeln!(
+                out,
+                "{} attempts dropped, not written ({} runs reached their audit limit)",
+                self.dropped, self.limits
+            );
+        }
+        let refusals = self.tally.refusals_at_most(REPORT_GROUPS);
+        if refusals.groups.is_empty() {
+            if refusals.more == 0 {
+                out.push_str("no refused attempts\n");
+            }
+            return out;
+        }
+        let rows: Vec<(u64, String, String, String)> = refusals
+            .groups
+            .iter()
+            .map(|group| {
+                let port = group
+                    .port
+                    .map_or_else(|| "-".to_string(), |port| port.to_string());
+                let host = visible(&group.host).into_owned();
+                (group.count, host, port, group.reason.to_string())
+            })
+            .collect();
+        let host_width = rows
+            .iter()
+            .map(|(_, host, _, _)| host.chars().count())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let _ = writeln!(
+            out,
+            "{:>6}  {:<host_width$}  {:>5}  REASON",
+            "COUNT", "HOST", "PORT"
+        );
+        for (count, host, port, reason) in &rows {
+            let _ = writeln!(out, "{count:>6}  {host:<host_width$}  {port:>5}  {reason}");
+        }
+        if refusals.more > 0 {
+            let _ = writeln!(
+                out,
+                "{:>6}  (refused attempts in groups not listed)",
+                refusals.more
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egress_proxy::text::must_escape;
+
+    const RECORD: &str = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"dns","client":"10.213.0.3:5","host":"HOST","port":null,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0}"#;
+
+    fn summarise(log: &str) -> (String, Vec<String>) {
+        let mut summary = Summary::default();
+        let mut warnings = Vec::new();
+        summary
+            .read(Path::new("audit.jsonl"), log.as_bytes(), &mut |w| {
+                warnings.push(w)
+            })
+            .unwrap();
+        (summary.render(), warnings)
+    }
+
+    /// A log from before escaping at the source: JSON escapes that every reader undoes.
+    #[test]
+    fn raw_controls_in_an_old_log_are_printed_as_visible_escapes() {
+        let log = [
+            RECORD.replace("HOST", r"\u001b[2K\rall-clear"),
+            RECORD.replace("HOST", "evil\u{202e}txt.test"),
+            RECORD.replace("HOST", r"nel\u0085line\u2028sep"),
+        ]
+        .join("\n");
+        let (text, warnings) = summarise(&log);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(
+            !text.chars().any(|c| must_escape(c) && c != '\n'),
+            "{text:?}"
+        );
+        assert!(text.contains(r"\x1b[2K\x0dall-clear"), "{text}");
+        assert!(text.contains(r"evil\u202etxt.test"), "{text}");
+        assert!(text.contains(r"nel\u0085line\u2028sep"), "{text}");
+    }
+
+    #[test]
+    fn a_hostile_line_that_is_no_record_is_warned_about_visibly() {
+        let line = RECORD.replace(r#""decision":"blocked""#, r#""decision":"\u001b[2Kok""#);
+        let (_, warnings) = summarise(&line);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("audit.jsonl:1: not an audit record"));
+        assert!(!warnings[0].chars().any(must_escape), "{:?}", warnings[0]);
+    }
+
+    #[test]
+    fn limit_and_end_lines_are_counted_not_warned_about() {
+        let log = [
+            RECORD.replace("HOST", "a.test"),
+            r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"limit","reason":"audit_limit","limit":1,"seq":1,"prev":"00"}"#.to_string(),
+            r#"{"v":1,"ts":"2026-11-29T18:40:44.123Z","run":"r-1","policy":"p","kind":"end","records":2,"dropped":40,"seq":2,"prev":"00"}"#.to_string(),
+        ]
+        .join("\n");
+        let (text, warnings) = summarise(&log);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(
+            text.starts_with("1 attempts: 0 allowed, 1 blocked"),
+            "{text}"
+        );
+        assert!(
+            text.contains("40 attempts dropped, not written (1 runs reached their audit limit)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn records_with_extra_fields_are_read() {
+        let line = RECORD.replace("HOST", "a.test").replace(
+            r#""duration_ms":0"#,
+            r#""duration_ms":0,"seq":0,"prev":"ab","method":"GET""#,
+        );
+        let (text, warnings) = summarise(&line);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(text.contains("a.test"), "{text}");
+    }
+}
