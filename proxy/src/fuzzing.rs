@@ -23,8 +23,8 @@ pub fn request_target<B>(
     request: &Request<B>,
 ) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
     let door = match door {
-        RequestDoor::Explicit => crate::http::Door::Explicit,
-        RequestDoor::Transparent { port } => crate::http::Door::Transparent { port },
+        RequestDoor::Explicit => crate::shared::Door::Explicit,
+        RequestDoor::Transparent { port } => crate::shared::Door::Transparent { port },
     };
     crate::http::request_target(door, request)
 }
