@@ -119,9 +119,11 @@ thread_local! {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+    // Judged when hyper hands the request over, not in the response future: hyper may close
+    // on the client's EOF before it polls that future.
+    let service = service_fn(|request: Request<hyper::body::Incoming>| {
         judge(&request);
-        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        std::future::ready(Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())))
     });
     // As `http::serve` with the proxy's default limits.
     let max_head = egress_proxy::ProxyLimits::default().max_head_bytes;
