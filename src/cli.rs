@@ -33,10 +33,26 @@ pub enum Command {
     Audit(AuditArgs),
     /// Remove networks and containers of runs that are gone.
     Gc(GcArgs),
+    /// Serve runs over a local API (HTTP + JSON on a Unix socket).
+    Serve(ServeArgs),
     /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
     /// ready (one byte on stdin), then executes COMMAND in its place.
     #[command(name = "sandbox-gate", hide = true)]
     SandboxGate(SandboxGateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The API socket [default: /run/egress-sandbox/api.sock as root, else
+    /// $XDG_RUNTIME_DIR/egress-sandbox.sock]. Access to it is access to the Docker host.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Make the socket 0660 for GROUP (name or number) instead of 0600.
+    #[arg(long = "socket-group", value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Also serve GET /metrics (Prometheus text) on this TCP address.
+    #[arg(long = "metrics-listen", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -46,7 +62,7 @@ pub struct SandboxGateArgs {
     pub command: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct RunArgs {
     /// Policy file (YAML); repeatable, policies merge.
     #[arg(short, long = "policy", value_name = "FILE")]
@@ -96,6 +112,10 @@ pub struct RunArgs {
     /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
+    /// report, audit log and exit codes; stdin is read to its end first).
+    #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]
+    pub server: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -113,6 +133,10 @@ pub enum PolicyCommand {
     Check {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Also an error: any allow rule that UPPER.yaml (an organisation's ceiling) would
+        /// not allow, counting UPPER's deny rules.
+        #[arg(long, value_name = "UPPER.yaml")]
+        within: Option<PathBuf>,
     },
     /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
     /// 1 blocked.
@@ -165,6 +189,16 @@ pub struct ProxyArgs {
     /// Run id written into every audit record.
     #[arg(long = "run-id", value_name = "ID")]
     pub run_id: Option<String>,
+    /// Audit records written at most; past it one `limit` record, then attempts are only
+    /// counted (the `end` record's `dropped`).
+    #[arg(long = "audit-limit", value_name = "N", default_value_t = egress_proxy::audit::DEFAULT_AUDIT_LIMIT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub audit_limit: u64,
+    /// DNS queries per second per client address (bursts of a quarter second's worth); over
+    /// it the query is answered REFUSED and counted as dropped, with no record.
+    #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::dns::DEFAULT_DNS_RATE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub dns_rate: u32,
     /// Read the run's configuration (policies, pins, run id) as one JSON line from stdin
     /// before binding (how a run hands it to its proxy container; `handoff` module).
     #[arg(long = "config-stdin", hide = true)]

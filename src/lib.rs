@@ -9,6 +9,7 @@
 //!   sandbox containers, teardown guards, `gc`.
 //! - [`audit_tools`]: audit logs read back for review — OCSF export, the HTML report,
 //!   `policy suggest`.
+//! - [`serve`]: the daemon behind `egress-sandbox serve` (local API) and its client.
 //! - [`report`]: the run report and the one-line summary.
 #![deny(unsafe_code)]
 
@@ -18,3 +19,4 @@ pub mod commands;
 pub mod logging;
 pub mod report;
 pub mod sandbox;
+pub mod serve;

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Audit(args) => commands::audit::run(args),
         Command::Gc(args) => commands::gc::run(args),
+        Command::Serve(args) => commands::serve::run(args),
         Command::SandboxGate(args) => commands::sandbox_gate::run(args),
     };
     match result {

@@ -28,6 +28,8 @@ pub struct RunReport<'a> {
     /// Refused attempts counted in no group of `blocked`.
     pub blocked_more: u64,
     pub audit: AuditCounts,
+    /// Hex SHA-256 of the run's `end` audit line (null when the proxy never wrote it).
+    pub audit_head: Option<&'a str>,
 }
 
 impl<'a> RunReport<'a> {
@@ -52,6 +54,7 @@ impl<'a> RunReport<'a> {
                     .map(|group| group.count)
                     .sum::<u64>(),
             audit: outcome.audit,
+            audit_head: outcome.audit_head.as_deref(),
         }
     }
 
@@ -179,6 +182,7 @@ mod tests {
             blocked: refusals.groups,
             blocked_more: refusals.more,
             audit: tally.audit(),
+            audit_head: None,
             teardown_errors: Vec::new(),
         }
     }

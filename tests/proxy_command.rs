@@ -152,6 +152,30 @@ fn ready_line_then_audit_records_then_clean_exit_on_sigterm() {
     assert_eq!(record["addr"], "127.0.0.2");
     assert_eq!(record["bytes_up"], 4);
     assert_eq!(record["bytes_down"], 4);
+    // The chain closes last: the end record counts the two lines before it.
+    let end = proxy.line();
+    assert_eq!(end["kind"], "end", "{end}");
+    assert_eq!(end["records"], 2, "{end}");
+    assert_eq!(end["dropped"], 0, "{end}");
+    assert_eq!(end["seq"], 2, "{end}");
+    assert_eq!(end["run"], "r-cmd", "{end}");
+}
+
+#[test]
+fn audit_limit_and_dns_rate_must_be_at_least_one() {
+    for args in [
+        vec!["--listen", "127.0.0.1:0", "--audit-limit", "0"],
+        vec!["--listen", "127.0.0.1:0", "--dns-rate", "0"],
+        vec!["--listen", "127.0.0.1:0", "--audit-limit", "many"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .arg("proxy")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: a usage error");
+        assert!(output.stdout.is_empty(), "{args:?}: no ready line");
+    }
 }
 
 #[test]

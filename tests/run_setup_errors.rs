@@ -107,3 +107,44 @@ fn unreachable_engine_is_a_clear_125() {
         stderr(&output)
     );
 }
+
+/// One parser each for pins, durations and sizes: `run`, its proxy and a policy agree on
+/// `127.1` (a shorthand, refused by both with the address it stands for) and on zero
+/// (refused by both the flags and the policy).
+#[test]
+fn run_proxy_and_policy_parse_pins_and_limits_alike() {
+    let shorthand = "--resolve \"api.test=127.1\": `127.1` is a shorthand of 127.0.0.1; write the address in full";
+    let (status, err, pid) = run_as_child(&["--resolve", "api.test=127.1", "--", "true"]);
+    assert_eq!(status, 125, "{err}");
+    assert!(err.contains(shorthand), "{err}");
+    assert_nothing_left_by(pid);
+    let proxy = binary()
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--resolve",
+            "api.test=127.1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&proxy), 125, "{}", stderr(&proxy));
+    assert!(stderr(&proxy).contains(shorthand), "{}", stderr(&proxy));
+
+    for (flag, value) in [
+        ("--output-limit", "0"),
+        ("--tmp", "0KiB"),
+        ("--timeout", "0s"),
+    ] {
+        let (status, err, pid) = run_as_child(&[flag, value, "--", "true"]);
+        assert_eq!(status, 125, "{flag} {value}: {err}");
+        assert!(err.contains(&format!("`{value}` is zero")), "{err}");
+        assert_nothing_left_by(pid);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("zero.yaml");
+    std::fs::write(&policy, "version: 1\nlimits:\n  output: 0\n").unwrap();
+    let (status, err, _) = run_as_child(&["-p", policy.to_str().unwrap(), "--", "true"]);
+    assert_eq!(status, 125, "{err}");
+    assert!(err.contains("`output`: `0` is zero"), "{err}");
+}

@@ -8,9 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
-use std::io::{self, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -18,6 +19,15 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::policy::{Decision, Reason, RuleRef, Verdict};
+use crate::text::{must_escape, push_escape};
+use writer::WriterMessage;
+
+mod chain;
+mod writer;
+
+pub use chain::{
+    AuditLine, Chain, EndKind, EndRecord, LimitKind, LimitRecord, genesis, sha256_hex,
+};
 
 /// The schema version written in every record's `v`.
 pub const AUDIT_VERSION: u32 = 1;
@@ -96,16 +106,21 @@ pub fn timestamp(at: SystemTime) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
 
-/// An untrusted host as bytes, made safe for the log: invalid UTF-8 bytes become the text
-/// `\xNN`, and the result is cut to [`MAX_RAW_HOST_BYTES`] on a character boundary. ASCII
-/// control characters stay characters here; JSON serialisation escapes them as `\u00XX`.
-/// C1 controls, line/paragraph separators and bidi overrides become the text `\uXXXX`.
+/// An untrusted host (or label, SNI, path) as bytes, made safe for the log at the source:
+/// every character of [`must_escape`] (C0 controls, DEL, C1 controls, bidi controls, line
+/// and paragraph separators) becomes the visible text `\x1b` / `\u202e`, invalid UTF-8 bytes
+/// become the text `\xNN`, and the result is cut to [`MAX_RAW_HOST_BYTES`] on a character
+/// boundary. JSON escaping alone is not enough: every JSON reader undoes it, and the record's
+/// text would then erase or forge what an operator reads on a terminal.
 pub fn raw_host_for_log(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_RAW_HOST_BYTES));
+    let mut escaped = String::new();
     for chunk in raw.utf8_chunks() {
         for c in chunk.valid().chars() {
-            let pushed = if breaks_lines_or_reorders_text(c) {
-                push_bounded(&mut out, &format!("\\u{:04x}", u32::from(c)))
+            let pushed = if must_escape(c) {
+                escaped.clear();
+                push_escape(&mut escaped, c);
+                push_bounded(&mut out, &escaped)
             } else {
                 push_bounded(&mut out, c.encode_utf8(&mut [0; 4]))
             };
@@ -122,11 +137,10 @@ pub fn raw_host_for_log(raw: &[u8]) -> String {
     out
 }
 
-/// Characters JSON leaves raw that still end a line for some readers (C1 controls such as
-/// NEL, U+2028, U+2029: Python's `splitlines`, JavaScript) or reorder what a terminal shows
-/// (bidirectional overrides). They are written as the text `\uXXXX`, like invalid bytes.
-fn breaks_lines_or_reorders_text(c: char) -> bool {
-    matches!(c, '\u{80}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+/// Text for a record's field made safe as [`raw_host_for_log`] does; unchanged (apart from
+/// the cut) when it holds nothing to escape, so escaping twice changes nothing.
+pub fn text_for_log(text: &str) -> String {
+    raw_host_for_log(text.as_bytes())
 }
 
 fn push_bounded(out: &mut String, piece: &str) -> bool {
@@ -144,153 +158,129 @@ pub enum AuditDestination {
     Stdout,
     /// Appended to this file, created if missing.
     File(PathBuf),
-    /// Handed to the library caller (tests, embedders); nothing is written.
+    /// Attempt records handed to the library caller (tests, embedders); nothing is written,
+    /// so there is no chain and no `limit` or `end` line.
     Channel(mpsc::UnboundedSender<AuditRecord>),
 }
 
 /// Records per (decision, reason), for the caller's summary.
 pub type AuditCounts = BTreeMap<(Outcome, Reason), u64>;
 
-enum WriterMessage {
-    Record(Box<AuditRecord>),
-    /// Everything sent before this is written and flushed when the sender is answered.
-    Flush(oneshot::Sender<()>),
-}
+/// The default of `--audit-limit`: attempt records written per run before the rest are
+/// only counted.
+pub const DEFAULT_AUDIT_LIMIT: u64 = 100_000;
 
 /// The cheap, clonable handle every door holds. Sending never blocks the request path.
 #[derive(Clone)]
 pub struct AuditSink {
     tx: mpsc::UnboundedSender<WriterMessage>,
+    /// The writer thread, woken when someone waits for their record.
+    writer: std::thread::Thread,
     counts: Arc<Mutex<AuditCounts>>,
+    dropped: Arc<AtomicU64>,
     run: Option<Arc<str>>,
     policy: Arc<str>,
 }
 
 impl AuditSink {
     /// Opens the destination (a file is opened now, so a bad path fails before any listener
-    /// is bound) and starts the single writer thread.
+    /// is bound) and starts the single writer thread. After `limit` attempt records, one
+    /// `limit` record is written and later attempts are only counted.
     pub fn start(
         destination: AuditDestination,
         run: Option<String>,
         policy: &str,
+        limit: u64,
     ) -> io::Result<AuditSink> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let output: Output = match destination {
-            AuditDestination::Stdout => Output::Writer(Box::new(io::stdout())),
-            AuditDestination::File(path) => Output::Writer(Box::new(
+        let output = match destination {
+            AuditDestination::Stdout => writer::Output::Writer(Box::new(io::stdout())),
+            AuditDestination::File(path) => writer::Output::Writer(Box::new(
                 OpenOptions::new().create(true).append(true).open(&path)?,
             )),
-            AuditDestination::Channel(channel) => Output::Channel(channel),
+            AuditDestination::Channel(channel) => writer::Output::Channel(channel),
         };
-        std::thread::Builder::new()
+        let dropped = Arc::new(AtomicU64::new(0));
+        let settings = writer::WriterSettings {
+            run: run.clone(),
+            policy: policy.to_owned(),
+            limit,
+            dropped_elsewhere: dropped.clone(),
+        };
+        let thread = std::thread::Builder::new()
             .name("audit-writer".into())
-            .spawn(move || write_records(rx, output))?;
+            .spawn(move || writer::run(rx, output, settings))?;
         Ok(AuditSink {
             tx,
+            writer: thread.thread().clone(),
             counts: Arc::default(),
+            dropped,
             run: run.map(Arc::from),
             policy: Arc::from(policy),
         })
     }
 
-    /// Fills in `v`, `ts`, `run` and `policy`, counts the record and queues it.
-    pub fn send(&self, mut record: AuditRecord) {
+    /// Fills in `v`, `run` and `policy` and counts the record.
+    fn prepare(&self, record: &mut AuditRecord) {
         record.v = AUDIT_VERSION;
         record.run = self.run.as_deref().map(str::to_owned);
         record.policy = Some(self.policy.to_string());
         if let Ok(mut counts) = self.counts.lock() {
             *counts.entry((record.decision, record.reason)).or_default() += 1;
         }
+    }
+
+    /// Queues the record; it reaches the log within a writer tick.
+    pub fn send(&self, mut record: AuditRecord) {
+        self.prepare(&mut record);
         // The writer only stops when the process ends; a failed send means it is gone.
-        let _ = self.tx.send(WriterMessage::Record(Box::new(record)));
+        let _ = self.tx.send(WriterMessage::Record {
+            record: Box::new(record),
+            done: None,
+        });
+    }
+
+    /// Sends the record and waits until it is written and flushed (or counted as dropped
+    /// past the audit limit): how a refusal is recorded before it is answered.
+    pub async fn send_and_wait(&self, mut record: AuditRecord) {
+        self.prepare(&mut record);
+        let (done, wait) = oneshot::channel();
+        let message = WriterMessage::Record {
+            record: Box::new(record),
+            done: Some(done),
+        };
+        self.wait_for(message, wait).await;
     }
 
     /// Waits until every record sent so far is written and flushed.
     pub async fn flush(&self) {
         let (done, wait) = oneshot::channel();
-        if self.tx.send(WriterMessage::Flush(done)).is_ok() {
+        self.wait_for(WriterMessage::Flush(done), wait).await;
+    }
+
+    /// Writes the run's `end` record (after every record sent so far) and waits until it is
+    /// flushed. Records sent later are not written. Called once, at shutdown.
+    pub async fn finish(&self) {
+        let (done, wait) = oneshot::channel();
+        self.wait_for(WriterMessage::End(done), wait).await;
+    }
+
+    async fn wait_for(&self, message: WriterMessage, wait: oneshot::Receiver<()>) {
+        if self.tx.send(message).is_ok() {
+            self.writer.unpark();
             let _ = wait.await;
         }
+    }
+
+    /// Counts an attempt that gets no record of its own (a DNS query over the rate); the
+    /// `end` record reports it in `dropped`.
+    pub fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A snapshot of the records sent so far, per (decision, reason).
     pub fn counts(&self) -> AuditCounts {
         self.counts.lock().map(|c| c.clone()).unwrap_or_default()
-    }
-}
-
-enum Output {
-    Writer(Box<dyn Write + Send>),
-    Channel(mpsc::UnboundedSender<AuditRecord>),
-}
-
-/// How often the writer thread drains the channel. It polls instead of waiting on the
-/// channel so that sending a record never wakes a thread: on a small machine that wake-up
-/// sat on every request's critical path (measured with bench/proxy.sh). Records reach the
-/// log at most this much later; [`AuditSink::flush`] waits at most this long.
-const WRITER_TICK: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// The writer thread: every tick, writes what has queued up and flushes once. A blocking
-/// thread keeps slow disks or a full stdout pipe from stalling the async workers.
-fn write_records(mut rx: mpsc::UnboundedReceiver<WriterMessage>, output: Output) {
-    let mut output = match output {
-        Output::Channel(channel) => Sink::Channel(channel),
-        Output::Writer(writer) => Sink::Writer(io::BufWriter::with_capacity(64 * 1024, writer)),
-    };
-    let mut waiting = Vec::new();
-    loop {
-        let mut wrote = false;
-        let closed = loop {
-            match rx.try_recv() {
-                Ok(WriterMessage::Record(record)) => {
-                    output.write(*record);
-                    wrote = true;
-                }
-                Ok(WriterMessage::Flush(done)) => waiting.push(done),
-                Err(mpsc::error::TryRecvError::Empty) => break false,
-                Err(mpsc::error::TryRecvError::Disconnected) => break true,
-            }
-        };
-        if wrote || !waiting.is_empty() {
-            output.flush();
-        }
-        for done in waiting.drain(..) {
-            let _ = done.send(());
-        }
-        if closed {
-            return;
-        }
-        std::thread::sleep(WRITER_TICK);
-    }
-}
-
-enum Sink {
-    Writer(io::BufWriter<Box<dyn Write + Send>>),
-    Channel(mpsc::UnboundedSender<AuditRecord>),
-}
-
-impl Sink {
-    fn write(&mut self, record: AuditRecord) {
-        match self {
-            Sink::Writer(writer) => {
-                let mut line = record.to_line();
-                line.push('\n');
-                if let Err(error) = writer.write_all(line.as_bytes()) {
-                    tracing::error!(%error, "cannot write the audit log");
-                }
-            }
-            Sink::Channel(channel) => {
-                let _ = channel.send(record);
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        if let Sink::Writer(writer) = self
-            && let Err(error) = writer.flush()
-        {
-            tracing::error!(%error, "cannot flush the audit log");
-        }
     }
 }
 
@@ -312,6 +302,8 @@ pub struct Attempt {
     pub addr: Option<SocketAddr>,
     pub bytes_up: u64,
     pub bytes_down: u64,
+    /// The record went out already ([`Attempt::record`]); dropping sends nothing more.
+    sent: bool,
 }
 
 impl Attempt {
@@ -332,7 +324,42 @@ impl Attempt {
             addr: None,
             bytes_up: 0,
             bytes_down: 0,
+            sent: false,
         }
+    }
+
+    /// Sends the record now and waits until it is written and flushed. Every door calls
+    /// this before it answers a refusal (403, 400, NXDOMAIN, a close), so whoever sees the
+    /// answer finds the record in the log.
+    pub async fn record(mut self) {
+        if let Some(record) = self.take_record() {
+            self.sink.send_and_wait(record).await;
+        }
+    }
+
+    /// The record, once: `None` after it was taken.
+    fn take_record(&mut self) -> Option<AuditRecord> {
+        if std::mem::replace(&mut self.sent, true) {
+            return None;
+        }
+        Some(AuditRecord {
+            v: AUDIT_VERSION,
+            ts: timestamp(self.started_at),
+            run: None,
+            policy: None,
+            kind: self.kind,
+            client: self.client.map(|c| c.to_string()),
+            // Whatever a door put here, no control character leaves raw.
+            host: text_for_log(&self.host),
+            port: self.port,
+            decision: self.decision,
+            reason: self.reason,
+            rule: self.rule.take(),
+            addr: self.addr.map(|a| a.ip().to_string()),
+            bytes_up: self.bytes_up,
+            bytes_down: self.bytes_down,
+            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     /// Sets `host` from an untrusted raw value (escaped and cut).
@@ -362,25 +389,12 @@ impl Attempt {
 }
 
 impl Drop for Attempt {
+    /// An attempt that ends any other way (a tunnel closing, shutdown, a panic) still sends
+    /// its record, queued.
     fn drop(&mut self) {
-        let record = AuditRecord {
-            v: AUDIT_VERSION,
-            ts: timestamp(self.started_at),
-            run: None,
-            policy: None,
-            kind: self.kind,
-            client: self.client.map(|c| c.to_string()),
-            host: std::mem::take(&mut self.host),
-            port: self.port,
-            decision: self.decision,
-            reason: self.reason,
-            rule: self.rule.take(),
-            addr: self.addr.map(|a| a.ip().to_string()),
-            bytes_up: self.bytes_up,
-            bytes_down: self.bytes_down,
-            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        };
-        self.sink.send(record);
+        if let Some(record) = self.take_record() {
+            self.sink.send(record);
+        }
     }
 }
 
@@ -413,7 +427,7 @@ mod tests {
         let line = record.to_line();
         assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
         assert!(
-            line.contains(r#"evil\"host\r\n{\"v\":1}\u0000\u001b\\xff\\xfe.example"#),
+            line.contains(r#"evil\"host\\x0d\\x0a{\"v\":1}\\x00\\x1b\\xff\\xfe.example"#),
             "{line}"
         );
         let back: AuditRecord = serde_json::from_str(&line).unwrap();
@@ -443,7 +457,7 @@ mod tests {
     async fn dropped_attempts_are_recorded_and_counted() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let sink =
-            AuditSink::start(AuditDestination::Channel(tx), Some("r-1".into()), "p").unwrap();
+            AuditSink::start(AuditDestination::Channel(tx), Some("r-1".into()), "p", 10).unwrap();
         {
             let mut attempt = Attempt::new(&sink, Kind::Connect, None);
             attempt.host = "example.com".into();

@@ -26,6 +26,12 @@ pub struct ProxyConfig {
     pub audit: AuditDestination,
     /// Written into every audit record's `run`.
     pub run_id: Option<String>,
+    /// Attempt records written per run; past it one `limit` record, then attempts are only
+    /// counted (the `end` record's `dropped`). At least 1.
+    pub audit_limit: u64,
+    /// DNS queries per second per client address; over it a query is answered REFUSED,
+    /// counted as dropped, and gets no record. At least 1.
+    pub dns_rate: u32,
     /// `--resolve NAME=IP` pins; the floor still applies to them.
     pub pins: Vec<(HostName, IpAddr)>,
     /// Where unpinned names are resolved.
@@ -101,6 +107,8 @@ impl ProxyConfig {
             transparent_listen: Vec::new(),
             audit: AuditDestination::Stdout,
             run_id: None,
+            audit_limit: crate::audit::DEFAULT_AUDIT_LIMIT,
+            dns_rate: crate::dns::DEFAULT_DNS_RATE,
             pins: Vec::new(),
             upstream_dns: Upstream::System,
             floor_extra: Vec::new(),

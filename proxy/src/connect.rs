@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind, Outcome};
 use crate::body::ProxyBody;
 use crate::policy::{Reason, SniCheck};
-use crate::refusal::refusal_response;
+use crate::refusal::refuse;
 use crate::relay::{Transferred, relay};
 use crate::shared::{ConnectionSlot, Shared};
 use crate::shutdown::Shutdown;
@@ -47,7 +47,7 @@ pub(crate) async fn handle(
                 Reason::BadRequest,
                 "CONNECT needs host:port",
             );
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
     };
     let (target, port) = match parse_connect_authority(&authority) {
@@ -59,12 +59,12 @@ pub(crate) async fn handle(
                 Reason::BadRequest,
                 detail,
             );
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
     };
     let upstream = match gate.open(&mut attempt, &target, port).await {
         Ok(upstream) => upstream,
-        Err(refusal) => return refusal_response(&refusal),
+        Err(refusal) => return refuse(attempt, &refusal).await,
     };
     let tls = gate.policy().tls();
     let check_sni = tls.sni == SniCheck::Strict && tls.ports.contains(&port);
@@ -140,6 +140,9 @@ impl Tunnel {
                     tracing::debug!(%error, host = %self.target, "SNI check failed");
                     self.attempt
                         .set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
+                    // Recorded before the tunnel closes on the client.
+                    self.attempt.record().await;
+                    drop(client);
                     return;
                 }
             }

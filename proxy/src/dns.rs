@@ -1,7 +1,8 @@
 //! The DNS responder for the sandbox (UDP and TCP). It never forwards a query anywhere:
 //! allowed names get the proxy's own address (so programs that ignore proxy variables reach
 //! the transparent listeners), everything else gets NXDOMAIN, and every query is an audit
-//! record (kind `dns`, port null).
+//! record (kind `dns`, port null). A refusal's record is written before the answer goes out.
+//! Queries over the per-client rate ([`rate`]) are answered REFUSED and only counted.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -19,12 +20,18 @@ use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::Target;
 
+mod rate;
+
+pub use rate::{DEFAULT_DNS_RATE, RateLimiter};
+
 /// TTL of our answers: short, so a policy change or a new run is seen quickly.
 const ANSWER_TTL: u32 = 30;
 /// Largest UDP payload we announce in EDNS answers (the usual safe value).
 const EDNS_PAYLOAD: u16 = 1232;
 
 /// Answers one query message. `None` = drop it (too short to carry an id, or not a query).
+/// The record is queued when this returns; the responders use [`judge`] instead, to write a
+/// refusal's record before they answer.
 pub fn respond(
     query: &[u8],
     client: SocketAddr,
@@ -32,7 +39,29 @@ pub fn respond(
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> Option<Vec<u8>> {
+    judge(query, client, policy, answer, audit).0
+}
+
+/// The answer to one query message and the query's attempt, not yet recorded.
+pub fn judge(
+    query: &[u8],
+    client: SocketAddr,
+    policy: &PolicySet,
+    answer: Ipv4Addr,
+    audit: &AuditSink,
+) -> (Option<Vec<u8>>, Attempt) {
     let mut attempt = Attempt::new(audit, Kind::Dns, Some(client));
+    let reply = answer_message(query, client, policy, answer, &mut attempt);
+    (reply, attempt)
+}
+
+fn answer_message(
+    query: &[u8],
+    client: SocketAddr,
+    policy: &PolicySet,
+    answer: Ipv4Addr,
+    attempt: &mut Attempt,
+) -> Option<Vec<u8>> {
     let request = match Message::from_vec(query) {
         Ok(request) => request,
         Err(error) => {
@@ -60,7 +89,7 @@ pub fn respond(
         edns.set_max_payload(EDNS_PAYLOAD);
         response.edns = Some(edns);
     }
-    let code = answer_query(&request, &mut response, &mut attempt, policy, answer);
+    let code = answer_query(&request, &mut response, attempt, policy, answer);
     response.metadata.response_code = code;
     response.to_vec().ok()
 }
@@ -123,6 +152,44 @@ fn answer_query(
     ResponseCode::NoError
 }
 
+/// One query, whichever transport: over the client's rate → REFUSED, counted, no record;
+/// otherwise judged, and a refusal's record written before the reply is returned.
+async fn reply_to(
+    shared: &Shared,
+    message: &[u8],
+    client: SocketAddr,
+    answer: Ipv4Addr,
+) -> Option<Vec<u8>> {
+    let gate = &shared.gate;
+    if !shared.dns_rate.allow(client.ip()) {
+        gate.audit().count_dropped();
+        return refused(message);
+    }
+    let (reply, attempt) = judge(message, client, gate.policy(), answer, gate.audit());
+    if attempt.is_refused() {
+        attempt.record().await;
+    }
+    reply
+}
+
+/// REFUSED for a query over the rate, without parsing more than its header; nothing for
+/// what is not a query (never answer an answer).
+fn refused(message: &[u8]) -> Option<Vec<u8>> {
+    let [id_high, id_low, flags, ..] = *message else {
+        return None;
+    };
+    if message.len() < 12 || flags & 0x80 != 0 {
+        return None;
+    }
+    Message::error_msg(
+        u16::from_be_bytes([id_high, id_low]),
+        OpCode::Query,
+        ResponseCode::Refused,
+    )
+    .to_vec()
+    .ok()
+}
+
 pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdown: Shutdown) {
     let Some(answer) = shared.dns_answer else {
         return;
@@ -141,8 +208,7 @@ pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdo
                 continue;
             }
         };
-        let gate = &shared.gate;
-        if let Some(reply) = respond(&buffer[..len], client, gate.policy(), answer, gate.audit())
+        if let Some(reply) = reply_to(&shared, &buffer[..len], client, answer).await
             && let Err(error) = socket.send_to(&reply, client).await
         {
             tracing::debug!(%error, %client, "DNS reply failed");
@@ -205,8 +271,7 @@ async fn serve_tcp_connection(
             },
             () = shutdown.wait() => return,
         };
-        let gate = &shared.gate;
-        let Some(reply) = respond(&message, client, gate.policy(), answer, gate.audit()) else {
+        let Some(reply) = reply_to(&shared, &message, client, answer).await else {
             return;
         };
         let Ok(len) = u16::try_from(reply.len()) else {

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind};
 use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
-use crate::refusal::{Refusal, refusal_response};
+use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::Shutdown;
 use crate::target::Target;
@@ -145,7 +145,7 @@ impl ClientConnection {
                         Reason::Unsupported,
                         "CONNECT is only served on the proxy port",
                     );
-                    refusal_response(&refusal)
+                    refuse(attempt, &refusal).await
                 }
             };
         }
@@ -157,7 +157,7 @@ impl ClientConnection {
                     .shared
                     .gate
                     .refuse_request(&mut attempt, &raw, reason, detail);
-                return refusal_response(&refusal);
+                return refuse(attempt, &refusal).await;
             }
         };
         if let Err((reason, detail)) = check_request_shape(&request) {
@@ -167,7 +167,7 @@ impl ClientConnection {
                 .shared
                 .gate
                 .refuse_request(&mut attempt, b"", reason, detail);
-            return refusal_response(&refusal);
+            return refuse(attempt, &refusal).await;
         }
         let up = Arc::new(AtomicU64::new(0));
         match self
@@ -175,7 +175,7 @@ impl ClientConnection {
             .await
         {
             Ok(response) => counted_response(response, attempt, up),
-            Err(refusal) => refusal_response(&refusal),
+            Err(refusal) => refuse(attempt, &refusal).await,
         }
     }
 

@@ -13,6 +13,7 @@
 //!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
 //! - [`floor`]: the private-address floor and a proxy's `--floor-extra` ranges; pure.
 //! - [`resolve`]: the proxy's own resolver (hickory, never getaddrinfo) and `--resolve` pins.
+//! - [`units`]: the one parser of durations and sizes (policy limits, run flags).
 //! - [`audit`]: the audit record and its single writer; [`text`] makes untrusted text safe
 //!   to show a person.
 //! - [`gate`]: the one decision pipeline: classify → policy → resolve once → floor → audit.
@@ -75,6 +76,7 @@ pub mod splice;
 pub mod target;
 pub mod text;
 pub mod transparent;
+pub mod units;
 
 pub use config::{ProxyConfig, ProxyLimits};
 pub use server::{BoundProxy, LocalAddrs, Proxy, ProxyError, RunningProxy};

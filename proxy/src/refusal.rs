@@ -9,7 +9,7 @@ use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
-use crate::audit::Outcome;
+use crate::audit::{Attempt, Outcome};
 use crate::body::ProxyBody;
 use crate::policy::Reason;
 
@@ -61,6 +61,14 @@ pub fn explain(reason: Reason) -> &'static str {
         }
         Reason::UpstreamTls => "the upstream's TLS certificate does not verify",
     }
+}
+
+/// Writes the attempt's record and waits for it, then answers with [`refusal_response`]:
+/// whoever sees a 403 (or 400, 502, 504) finds its record in the log. Every door answers a
+/// refusal through this.
+pub(crate) async fn refuse(attempt: Attempt, refusal: &Refusal) -> Response<ProxyBody> {
+    attempt.record().await;
+    refusal_response(refusal)
 }
 
 /// The answer to a refused or failed attempt: status by reason, `X-Egress-Blocked` naming

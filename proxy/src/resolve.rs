@@ -17,12 +17,8 @@ use crate::target::{HostName, Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error("--resolve {0:?}: expected NAME=IP")]
-    PinSyntax(String),
-    #[error("--resolve {raw:?}: {error}")]
-    PinName { raw: String, error: TargetError },
-    #[error("--resolve {0:?}: the address is not an IP address")]
-    PinAddress(String),
+    #[error(transparent)]
+    Pin(#[from] PinError),
     #[error("no DNS resolver is configured ({0})")]
     NoResolver(String),
     #[error("{name} did not resolve: {message}")]
@@ -33,24 +29,67 @@ pub enum ResolveError {
     Timeout(String),
 }
 
-/// A `--resolve NAME=IP` flag: NAME is normalised like any target, so a pin for
-/// `API.Example.com.` applies to `api.example.com`.
-pub fn parse_pin(raw: &str) -> Result<(HostName, IpAddr), ResolveError> {
+/// Why a `--resolve NAME=IP` pin was refused. `Display` names the flag and quotes the pin.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PinError {
+    #[error("--resolve {0:?}: expected NAME=IP")]
+    Syntax(String),
+    #[error("--resolve {pin:?}: {error}")]
+    Name { pin: String, error: TargetError },
+    #[error("--resolve {pin:?}: {error}")]
+    Address { pin: String, error: PinAddressError },
+}
+
+/// Why the address of a pin was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PinAddressError {
+    #[error("`{0}` is not an IP address")]
+    NotAnAddress(String),
+    #[error("`{given}` is a shorthand of {full}; write the address in full")]
+    Shorthand { given: String, full: IpAddr },
+}
+
+/// A `--resolve NAME=IP` pin, the one parser for every front end (`run`, `proxy`, the
+/// handoff, serve's `resolve` field): NAME is normalised like any target, so a pin for
+/// `API.Example.com.` applies to `api.example.com`; IP as [`parse_pin_address`].
+pub fn parse_pin(raw: &str) -> Result<(HostName, IpAddr), PinError> {
     let (name, ip) = raw
         .split_once('=')
-        .ok_or_else(|| ResolveError::PinSyntax(raw.to_owned()))?;
-    let name = HostName::parse(name).map_err(|error| ResolveError::PinName {
-        raw: raw.to_owned(),
+        .ok_or_else(|| PinError::Syntax(raw.to_owned()))?;
+    let name = HostName::parse(name).map_err(|error| PinError::Name {
+        pin: raw.to_owned(),
         error,
     })?;
-    let ip = Target::parse_host(ip)
-        .ok()
-        .and_then(|target| match target {
-            Target::Ip(ip) => Some(ip),
-            Target::Name(_) => None,
-        })
-        .ok_or_else(|| ResolveError::PinAddress(raw.to_owned()))?;
+    let ip = parse_pin_address(ip).map_err(|error| PinError::Address {
+        pin: raw.to_owned(),
+        error,
+    })?;
     Ok((name, ip))
+}
+
+/// The address of a pin, written in full: `203.0.113.7`, `2001:db8::1` or `[2001:db8::1]`.
+/// Shorthands a resolver would also take (`127.1`, `0x7f000001`, `2852039166`, `010.0.0.1`)
+/// are refused with the address they stand for: like a policy's `cidr`, a pin is written
+/// by a person, and `010` means 8 to one reader and 10 to another. `::ffff:a.b.c.d` is
+/// `a.b.c.d`, as for every target, so the floor and `cidr` rules see one spelling.
+pub fn parse_pin_address(raw: &str) -> Result<IpAddr, PinAddressError> {
+    let parsed = match raw
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+    {
+        Some(inner) => inner.parse::<std::net::Ipv6Addr>().map(IpAddr::V6).ok(),
+        None => raw.parse::<IpAddr>().ok(),
+    };
+    if let Some(ip) = parsed {
+        return Ok(ip.to_canonical());
+    }
+    match Target::parse_host(raw) {
+        Ok(Target::Ip(full)) => Err(PinAddressError::Shorthand {
+            given: raw.to_owned(),
+            full,
+        }),
+        _ => Err(PinAddressError::NotAnAddress(raw.to_owned())),
+    }
 }
 
 /// Where DNS answers come from when a name is not pinned.
@@ -162,9 +201,66 @@ mod tests {
         let (name, ip) = parse_pin("API.Example.com.=127.0.0.2").unwrap();
         assert_eq!(name.as_str(), "api.example.com");
         assert_eq!(ip, "127.0.0.2".parse::<IpAddr>().unwrap());
-        assert!(parse_pin("example.com").is_err());
-        assert!(parse_pin("example.com=other.example").is_err());
-        assert!(parse_pin("1.2.3.4=1.2.3.4").is_err());
+        assert!(matches!(parse_pin("example.com"), Err(PinError::Syntax(_))));
+        assert!(matches!(
+            parse_pin("example.com=other.example"),
+            Err(PinError::Address { .. })
+        ));
+        assert!(matches!(
+            parse_pin("1.2.3.4=1.2.3.4"),
+            Err(PinError::Name { .. })
+        ));
+    }
+
+    /// Where `run` and `proxy` used to disagree: `proxy` took `127.1` as 127.0.0.1, `run`
+    /// refused it; both now refuse every shorthand and say what it stands for.
+    #[test]
+    fn pin_addresses_are_written_in_full() {
+        for (given, full) in [
+            ("127.1", "127.0.0.1"),
+            ("0x7f000001", "127.0.0.1"),
+            ("2852039166", "169.254.169.254"),
+            ("0177.0.0.1", "127.0.0.1"),
+        ] {
+            let error = parse_pin(&format!("api.test={given}")).unwrap_err();
+            assert_eq!(
+                error,
+                PinError::Address {
+                    pin: format!("api.test={given}"),
+                    error: PinAddressError::Shorthand {
+                        given: given.into(),
+                        full: full.parse().unwrap()
+                    }
+                }
+            );
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "--resolve \"api.test={given}\": `{given}` is a shorthand of {full}; write the address in full"
+                )
+            );
+        }
+        for (given, ip) in [
+            ("203.0.113.7", "203.0.113.7"),
+            ("2001:db8::1", "2001:db8::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+            ("::ffff:203.0.113.7", "203.0.113.7"),
+        ] {
+            assert_eq!(
+                parse_pin_address(given),
+                Ok(ip.parse::<IpAddr>().unwrap()),
+                "{given}"
+            );
+        }
+        for bad in ["", "[203.0.113.7]", "fe80::1%eth0", "1.2.3.4.5", " 1.2.3.4"] {
+            assert!(
+                matches!(
+                    parse_pin_address(bad),
+                    Err(PinAddressError::NotAnAddress(_))
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[tokio::test]

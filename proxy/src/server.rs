@@ -179,7 +179,8 @@ impl RunningProxy {
     }
 
     /// Stops accepting, closes tunnels (each writes its record with its byte counts), gives
-    /// in-flight requests a short grace, flushes the audit log. Returns the final counts.
+    /// in-flight requests a short grace, then closes the run's audit chain with its `end`
+    /// record and flushes it. Returns the final counts.
     pub async fn shutdown(mut self) -> AuditCounts {
         self.trigger.begin();
         self.shutdown = None;
@@ -191,7 +192,7 @@ impl RunningProxy {
         if !self.trigger.finished(wait).await {
             tracing::warn!("some connections did not finish within the shutdown grace");
         }
-        self.audit.flush().await;
+        self.audit.finish().await;
         self.audit.counts()
     }
 }
@@ -291,7 +292,8 @@ async fn serve_connection(
     }
 }
 
-/// Over the connection limit: one `limit` record, a 503 on the explicit listener, close.
+/// Over the connection limit: one `limit` record (written before the answer), a 503 on the
+/// explicit listener, close.
 async fn refuse_over_limit(
     mut stream: TcpStream,
     client: SocketAddr,
@@ -301,16 +303,17 @@ async fn refuse_over_limit(
 ) {
     let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
     attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
-    match door {
-        Door::Explicit => {
-            let body = "egress-sandbox: the proxy is at its connection limit\n";
-            let response = format!(
-                "HTTP/1.1 503 Service Unavailable\r\nX-Egress-Blocked: limit\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let write = stream.write_all(response.as_bytes());
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
-        }
-        Door::Transparent { port } => attempt.port = Some(port),
+    if let Door::Transparent { port } = door {
+        attempt.port = Some(port);
+    }
+    attempt.record().await;
+    if let Door::Explicit = door {
+        let body = "egress-sandbox: the proxy is at its connection limit\n";
+        let response = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nX-Egress-Blocked: limit\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let write = stream.write_all(response.as_bytes());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
     }
 }

@@ -23,13 +23,20 @@ pub(crate) struct Shared {
     /// The address the DNS responder answers allowed names with, if it runs.
     pub dns_answer: Option<Ipv4Addr>,
     pub pool: UpstreamPool,
+    /// DNS queries per second per client, shared by the UDP and TCP responders.
+    pub dns_rate: crate::dns::RateLimiter,
 }
 
 impl Shared {
     /// Starts the audit writer and builds the gate from `config`. Fails only when the audit
     /// destination cannot be opened.
     pub fn new(config: ProxyConfig, dns_answer: Option<Ipv4Addr>) -> std::io::Result<Shared> {
-        let audit = AuditSink::start(config.audit, config.run_id, config.policy.name())?;
+        let audit = AuditSink::start(
+            config.audit,
+            config.run_id,
+            config.policy.name(),
+            config.audit_limit.max(1),
+        )?;
         let resolver = Resolver::new(
             config.pins,
             &config.upstream_dns,
@@ -50,6 +57,7 @@ impl Shared {
             ),
             limits: config.limits,
             dns_answer,
+            dns_rate: crate::dns::RateLimiter::new(config.dns_rate),
         })
     }
 }

@@ -4,7 +4,8 @@
 //! The first byte decides: a TLS handshake record is routed by the ClientHello's SNI (kind
 //! `tls`), an HTTP method by the `Host` header (kind `http`, served by [`crate::http`]),
 //! anything else is closed (kind `tcp`, `unsupported`). Either way the target goes through
-//! the same gate as an explicit request, on the listener's port.
+//! the same gate as an explicit request, on the listener's port. A refused connection's
+//! record is written before the connection is closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +48,8 @@ pub(crate) async fn serve(
             let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
             attempt.port = Some(port);
             attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
+            attempt.record().await;
+            drop(stream);
         }
     }
 }
@@ -81,22 +84,22 @@ async fn serve_tls(
         Ok(hello) if hello.ech => {
             // The visible name is only ECH's public name; routing by it would let the
             // hidden inner name through.
-            attempt.host = hello.server_name.unwrap_or_default();
+            attempt.set_raw_host(hello.server_name.unwrap_or_default().as_bytes());
             attempt.set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
-            return;
+            return close_refused(attempt, client_stream).await;
         }
         Ok(hello) => hello,
         Err(SniError::Closed { received: 0 } | SniError::Io(_)) => return,
         Err(error) => {
             tracing::debug!(%error, "transparent TLS without a readable ClientHello");
             attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);
-            return;
+            return close_refused(attempt, client_stream).await;
         }
     };
     let Some(name) = hello.server_name.as_deref() else {
         // No SNI: nothing to route by.
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
-        return;
+        return close_refused(attempt, client_stream).await;
     };
     let target = match Target::parse_host(name) {
         Ok(target) => target,
@@ -107,11 +110,11 @@ async fn serve_tls(
                 Reason::BadRequest,
                 "invalid SNI",
             );
-            return;
+            return close_refused(attempt, client_stream).await;
         }
     };
     let Ok(mut upstream) = gate.open(&mut attempt, &target, port).await else {
-        return;
+        return close_refused(attempt, client_stream).await;
     };
     if upstream.write_all(&hello.bytes).await.is_err() {
         return;
@@ -128,4 +131,11 @@ async fn serve_tls(
     .await;
     attempt.bytes_up += moved.up;
     attempt.bytes_down = moved.down;
+}
+
+/// Writes a refused connection's record, then closes it: the client's reset or end of
+/// stream comes after the record is in the log.
+async fn close_refused(attempt: Attempt, stream: TcpStream) {
+    attempt.record().await;
+    drop(stream);
 }

@@ -23,6 +23,7 @@ use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Notify;
 
 /// `site.test` is allowed on `port`, and only 127.0.0.2 is exempt from the floor.
 fn site_policy(port: u16, extra: &str) -> String {
@@ -141,7 +142,7 @@ async fn smuggled_requests_never_reach_another_host() {
             "variant {index}: the site answered the hidden request: {response}"
         );
     }
-    assert_eq!(canary.connection_count(), 0, "the canary was reached");
+    assert_eq!(canary.connection_count().await, 0, "the canary was reached");
 }
 
 #[tokio::test]
@@ -177,7 +178,7 @@ async fn every_pipelined_request_is_judged_on_its_own() {
     drop(responses);
     let records = proxy.records_now().await;
     assert_eq!(records.len(), 4, "{records:?}");
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
     assert!(
         !site.received_text().contains("evil.test"),
         "{}",
@@ -377,8 +378,8 @@ async fn request_target_tricks_are_refused_or_judged_by_the_real_host() {
         status(&response) == 400 || response.is_empty(),
         "{response}"
     );
-    assert_eq!(canary.connection_count(), 0);
-    assert_eq!(site.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
+    assert_eq!(site.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -464,7 +465,7 @@ async fn upgrades_are_refused_or_stripped() {
             (Outcome::Blocked, Reason::Unsupported)
         );
     }
-    assert_eq!(site.connection_count(), 0);
+    assert_eq!(site.connection_count().await, 0);
     // A websocket upgrade is forwarded as a plain request: the upgrade does not happen.
     let request = format!(
         "GET http://site.test:{s}/ws HTTP/1.1\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\n\
@@ -513,7 +514,7 @@ async fn expect_continue_to_a_refused_host_gets_403_and_no_100() {
     assert_eq!(status(&answer), 403, "{answer}");
     assert!(!answer.contains(" 100 "), "{answer}");
     assert_eq!(proxy.record().await.reason, Reason::NotAllowed);
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -574,8 +575,8 @@ async fn connect_authority_tricks_are_refused() {
             None => assert_eq!(record.reason, Reason::BadRequest, "{authority}"),
         }
     }
-    assert_eq!(canary.connection_count(), 0);
-    assert_eq!(echo.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
+    assert_eq!(echo.connection_count().await, 0);
 }
 
 /// A CONNECT on a TLS port followed, in the same packet, by a plain request for another
@@ -615,7 +616,7 @@ async fn connect_followed_by_a_request_for_another_host_is_not_a_second_request(
         records.iter().all(|r| r.decision == Outcome::Blocked),
         "{records:?}"
     );
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 /// A CONNECT with a request body: the body bytes must not slip upstream unchecked.
@@ -637,10 +638,9 @@ async fn a_connect_body_cannot_carry_unchecked_bytes_upstream() {
         let mut answer = vec![0u8; 512];
         let _ = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer)).await;
         drop(stream);
+        // Every upstream connection closed and read to its end: nothing is still on its way.
+        let received = echo.settled_received().await;
         let records = proxy.records_now().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let records = [records, proxy.records_now().await].concat();
-        let received = echo.received.lock().unwrap().clone();
         assert!(
             !received.windows(7).any(|w| w == b"NOT-TLS"),
             "{framing:?}: unchecked body bytes reached the upstream; records {records:?}"
@@ -727,6 +727,8 @@ async fn tunnel_with(
             break;
         }
         if pieces > 1 {
+            // Pacing, not a wait: a pause between writes makes the proxy see the pieces in
+            // separate reads, which is what a split ClientHello is about.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
@@ -839,9 +841,8 @@ async fn sni_tricks_close_the_tunnel_before_upstream_sees_a_byte() {
         assert_eq!(record.host, "site.test", "{label}");
         assert_eq!(record.bytes_up, 0, "{label}");
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
-        echo.received.lock().unwrap().is_empty(),
+        echo.settled_received().await.is_empty(),
         "the upstream got bytes"
     );
 }
@@ -886,7 +887,7 @@ async fn allowed_names_leading_to_local_private_addresses_are_never_connected() 
         }
         proxy.shutdown().await;
     }
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -895,17 +896,7 @@ async fn a_name_with_one_private_address_is_connected_only_to_the_checked_one() 
     let canary = Site::canary("127.0.0.3").await;
     let s = site.port();
     // The canary listens on the site's port too, so a wrong choice would reach it.
-    let canary_same_port = match TcpListener::bind(("127.0.0.3", s)).await {
-        Ok(listener) => listener,
-        Err(error) => panic!("cannot bind the canary on 127.0.0.3:{s}: {error}"),
-    };
-    let reached = Arc::new(Mutex::new(0usize));
-    let counter = reached.clone();
-    tokio::spawn(async move {
-        while let Ok((_stream, _)) = canary_same_port.accept().await {
-            *counter.lock().unwrap() += 1;
-        }
-    });
+    let canary_same_port = Site::canary_at(SocketAddr::from(([127, 0, 0, 3], s))).await;
     for pins in [
         vec![("site.test", "127.0.0.3"), ("site.test", "127.0.0.2")],
         vec![("site.test", "127.0.0.2"), ("site.test", "127.0.0.3")],
@@ -926,17 +917,18 @@ async fn a_name_with_one_private_address_is_connected_only_to_the_checked_one() 
         proxy.shutdown().await;
     }
     assert_eq!(
-        *reached.lock().unwrap(),
+        canary_same_port.connection_count().await,
         0,
         "a private address was connected to"
     );
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
-/// A DNS server that answers nothing and counts every packet and connection it gets.
+/// A DNS server that answers nothing and keeps every packet and connection it gets.
 struct DnsCanary {
     addr: SocketAddr,
     hits: Arc<Mutex<Vec<Vec<u8>>>>,
+    changed: Arc<Notify>,
 }
 
 impl DnsCanary {
@@ -947,24 +939,64 @@ impl DnsCanary {
         let addr = udp.local_addr().unwrap();
         let tcp = TcpListener::bind(addr).await.unwrap();
         let hits: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-        let udp_hits = hits.clone();
+        let changed: Arc<Notify> = Arc::default();
+        let (udp_hits, udp_changed) = (hits.clone(), changed.clone());
         tokio::spawn(async move {
             let mut buffer = vec![0u8; 4096];
             while let Ok((n, _)) = udp.recv_from(&mut buffer).await {
                 udp_hits.lock().unwrap().push(buffer[..n].to_vec());
+                udp_changed.notify_waiters();
             }
         });
-        let tcp_hits = hits.clone();
+        let (tcp_hits, tcp_changed) = (hits.clone(), changed.clone());
         tokio::spawn(async move {
             while let Ok((_stream, _)) = tcp.accept().await {
                 tcp_hits.lock().unwrap().push(b"tcp".to_vec());
+                tcp_changed.notify_waiters();
             }
         });
-        DnsCanary { addr, hits }
+        DnsCanary {
+            addr,
+            hits,
+            changed,
+        }
     }
 
     fn count(&self) -> usize {
         self.hits.lock().unwrap().len()
+    }
+
+    /// The name each packet asked for (`tcp` for a TCP connection, `?` if unparsable).
+    fn names(&self) -> Vec<String> {
+        self.hits
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|hit| {
+                if hit == b"tcp" {
+                    return "tcp".to_owned();
+                }
+                Message::from_vec(hit)
+                    .ok()
+                    .and_then(|message| message.queries.first().map(|q| q.name().to_ascii()))
+                    .map_or_else(|| "?".to_owned(), |name| name.to_ascii_lowercase())
+            })
+            .collect()
+    }
+
+    /// Waits (up to `HANG`) until a query for `name` has arrived.
+    async fn wait_for_query(&self, name: &str) {
+        let waited = tokio::time::timeout(HANG, async {
+            loop {
+                let changed = self.changed.notified();
+                if self.names().iter().any(|seen| seen == name) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "no query for {name} reached the DNS canary");
     }
 }
 
@@ -1049,26 +1081,23 @@ async fn refused_names_are_never_resolved_by_any_door() {
             "{name}"
         );
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        dns.count(),
-        0,
-        "a refused name (or a responder query) reached a resolver"
-    );
-    let records = proxy.records_now().await;
-    assert!(records.iter().all(|r| r.addr.is_none()), "{records:?}");
-
-    // Positive control: an allowed, unpinned name is looked up (and fails: the canary is mute).
+    // Positive control through the same resolver, after every refused name: an allowed,
+    // unpinned name is looked up (and fails: the canary is mute). Once the canary has seen
+    // that lookup, a lookup of a refused name made before it has arrived too.
     let response = exchange(
         proxy.addr,
         format!("GET http://unpinned.test:{s}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
     )
     .await;
     assert_eq!(status(&response), 502, "{response}");
+    dns.wait_for_query("unpinned.test.").await;
+    let seen = dns.names();
     assert!(
-        dns.count() > 0,
-        "the DNS canary saw nothing: the test proves nothing"
+        seen.iter().all(|name| name == "unpinned.test."),
+        "a refused name (or a responder query) reached a resolver: {seen:?}"
     );
+    let records = proxy.records_now().await;
+    assert!(records.iter().all(|r| r.addr.is_none()), "{records:?}");
 }
 
 #[tokio::test]
@@ -1108,7 +1137,7 @@ async fn report_mode_still_refuses_deny_rules_and_the_floor() {
             );
         }
     }
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1431,8 +1460,8 @@ async fn transparent_tls_is_judged_by_sni_on_the_listener_port_and_stays_with_th
             "{label}: {record:?}"
         );
     }
-    assert_eq!(canary.connection_count(), 0);
-    assert_eq!(echo.connection_count(), 1);
+    assert_eq!(canary.connection_count().await, 0);
+    assert_eq!(echo.connection_count().await, 1);
 }
 
 #[tokio::test]
@@ -1478,17 +1507,23 @@ async fn transparent_http_is_judged_by_host_and_silent_or_empty_connections_get_
     drop(TcpStream::connect(listener).await.unwrap());
     // Connect and stay silent: cut off at the head bound.
     let mut silent = TcpStream::connect(listener).await.unwrap();
+    let silent_client = silent.local_addr().unwrap().to_string();
     let mut rest = Vec::new();
     tokio::time::timeout(HANG, silent.read_to_end(&mut rest))
         .await
         .expect("cut off in time")
         .ok();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    for record in proxy.records_now().await {
+    // The silent connection's record comes after the head bound, so whatever the empty
+    // connection caused was written before it: read up to it, every record blocked.
+    loop {
+        let record = proxy.record().await;
         assert_eq!(record.decision, Outcome::Blocked, "{record:?}");
+        if record.client.as_deref() == Some(silent_client.as_str()) {
+            break;
+        }
     }
-    assert_eq!(canary.connection_count(), 0);
-    assert_eq!(site.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
+    assert_eq!(site.connection_count().await, 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1558,7 +1593,10 @@ async fn hostile_hosts_never_forge_or_split_an_audit_line() {
     proxy.shutdown().await;
     let text = std::fs::read(&log).unwrap();
     let text = String::from_utf8(text).expect("the audit log is UTF-8");
-    let lines: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).collect();
+    let mut lines: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).collect();
+    // The run's chain closes with its end record; the attempts come before it.
+    let end = lines.pop().unwrap();
+    assert!(end.contains(r#""kind":"end""#), "{end}");
     assert_eq!(lines.len(), attempts, "one line per attempt:\n{text}");
     for line in &lines {
         assert!(line.starts_with("{\"v\":1,"), "{line}");
@@ -1571,9 +1609,10 @@ async fn hostile_hosts_never_forge_or_split_an_audit_line() {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert_eq!(record.decision, Outcome::Blocked, "{line}");
         let value: serde_json::Value = serde_json::from_str(line).unwrap();
-        assert_eq!(value.as_object().unwrap().len(), 15, "{line}");
+        // The 15 fields of an attempt, then the chain's seq and prev.
+        assert_eq!(value.as_object().unwrap().len(), 17, "{line}");
     }
-    assert_eq!(site.connection_count(), 0);
+    assert_eq!(site.connection_count().await, 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1719,7 +1758,7 @@ async fn plain_http_to_a_tls_port_is_judged_by_host_then_refused_as_not_tls() {
     .await;
     assert_eq!(status(&response), 403);
     assert_eq!(record.reason, Reason::NotAllowed);
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 
     let mut stream = TcpStream::connect(listener).await.unwrap();
     stream

@@ -116,7 +116,7 @@ async fn refused_connect_gets_403_naming_host_and_reason() {
     .await;
     assert_eq!(status(&response), 400, "{response}");
     assert_eq!(proxy.record().await.reason, Reason::BadRequest);
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -182,9 +182,10 @@ async fn assert_sni_refused(first_bytes: Vec<u8>) {
         (Outcome::Blocked, Reason::SniMismatch)
     );
     assert_eq!(record.host, "tunnel.test");
-    // The upstream was connected (so a dead one is an honest 502) but never got a byte.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(echo.received.lock().unwrap().is_empty());
+    // The upstream was connected (so a dead one is an honest 502) but never got a byte:
+    // waited until the proxy closed that connection and the upstream read it to its end.
+    assert!(echo.settled_received().await.is_empty());
+    assert_eq!(echo.connection_count().await, 1);
 }
 
 #[tokio::test]
@@ -226,8 +227,8 @@ async fn half_a_client_hello_then_close_is_a_refusal_not_an_allowed_tunnel() {
         (Outcome::Blocked, Reason::SniMismatch)
     );
     assert_eq!(record.bytes_up, 0);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(echo.received.lock().unwrap().is_empty());
+    assert!(echo.settled_received().await.is_empty());
+    assert_eq!(echo.connection_count().await, 1);
 }
 
 #[tokio::test]

@@ -136,7 +136,7 @@ async fn hostile_query_names_are_escaped_into_one_log_line() {
     let line = record.to_line();
     assert!(!line.contains('\n'), "{line}");
     assert!(
-        line.contains(r#""host":"a\"b\n{\"v\":1}\u0001\\xff.test""#),
+        line.contains(r#""host":"a\"b\\x0a{\"v\":1}\\x01\\xff.test""#),
         "{line}"
     );
 }
@@ -199,7 +199,7 @@ async fn transparent_tls_is_routed_by_sni() {
         (record.kind, record.decision, record.reason),
         (Kind::Tls, Outcome::Blocked, Reason::NotAllowed)
     );
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -247,7 +247,10 @@ async fn transparent_host_headers_with_quotes_are_logged_escaped() {
     let response = read_to_close(&mut stream).await;
     assert_eq!(status(&response), 400, "{response}");
     let line = proxy.record().await.to_line();
-    assert!(line.contains(r#""host":"\"quoted\"\t\\xffhost""#), "{line}");
+    assert!(
+        line.contains(r#""host":"\"quoted\"\\x09\\xffhost""#),
+        "{line}"
+    );
 }
 
 #[tokio::test]
@@ -262,7 +265,7 @@ async fn other_protocols_on_transparent_ports_are_closed_as_unsupported() {
         (record.kind, record.decision, record.reason),
         (Kind::Tcp, Outcome::Blocked, Reason::Unsupported)
     );
-    assert_eq!(site.connection_count(), 0);
+    assert_eq!(site.connection_count().await, 0);
 }
 
 #[tokio::test]

@@ -81,7 +81,7 @@ async fn refused_host_gets_403_and_is_never_resolved_or_reached() {
         (Outcome::Blocked, Reason::NotAllowed)
     );
     assert_eq!(record.addr, None);
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -131,7 +131,7 @@ async fn each_pipelined_request_is_judged_and_sent_to_its_own_upstream() {
         fourth.starts_with("HTTP/1.1 200") && fourth.contains("site-a /4"),
         "{fourth}"
     );
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
     let seen_a = a.received_text();
     assert!(!seen_a.contains("/2") && !seen_a.contains("/3"), "{seen_a}");
     assert_eq!(seen_a.matches("GET ").count(), 2, "{seen_a}");
@@ -181,7 +181,7 @@ async fn refused(
         (Outcome::Blocked, reason),
         "{request:?}"
     );
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
     record
 }
 
@@ -471,7 +471,7 @@ async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
     );
     let response = exchange(proxy.addr, request.as_bytes()).await;
     assert!(!response.contains("c.test"), "{response}");
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
     assert!(
         !a.received_text().contains("c.test"),
         "{}",
@@ -512,7 +512,7 @@ async fn deny_rules_beat_allow_rules() {
         (Outcome::Blocked, Reason::Denied)
     );
     assert_eq!(record.rule.as_deref(), Some("test:deny[0]"));
-    assert_eq!(canary.connection_count(), 0);
+    assert_eq!(canary.connection_count().await, 0);
 }
 
 #[tokio::test]
@@ -541,11 +541,11 @@ async fn idle_upstream_connections_are_reused_only_for_the_same_target() {
         assert_eq!((record.host.as_str(), record.reason), (host, Reason::Rule));
     }
     assert_eq!(
-        a.connection_count(),
+        a.connection_count().await,
         1,
         "the second request to a.test reused the first connection"
     );
-    assert_eq!(b.connection_count(), 1);
+    assert_eq!(b.connection_count().await, 1);
     assert!(!a.received_text().contains("/second"));
     assert!(!b.received_text().contains("/first") && !b.received_text().contains("/third"));
 }

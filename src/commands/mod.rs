@@ -6,4 +6,7 @@ pub mod gc;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod run_client;
+pub mod run_flags;
 pub mod sandbox_gate;
+pub mod serve;

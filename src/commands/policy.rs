@@ -32,7 +32,7 @@ macro_rules! warn {
 
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        PolicyCommand::Check { files } => Ok(check(&files)),
+        PolicyCommand::Check { files, within } => Ok(check(&files, within.as_deref())),
         PolicyCommand::Test {
             policies,
             allow,
@@ -47,11 +47,21 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints every diagnostic and one summary line per file, on stdout: the report is the
 /// command's output.
-fn check(files: &[PathBuf]) -> ExitCode {
+/// With `within`, each valid file is also checked against that upper policy
+/// (`policy::check_within`); an invalid UPPER fails the whole check.
+fn check(files: &[PathBuf], within: Option<&std::path::Path>) -> ExitCode {
+    let upper = match within.map(load_upper) {
+        None => None,
+        Some(Some(upper)) => Some(upper),
+        Some(None) => return ExitCode::FAILURE,
+    };
     let mut all_valid = true;
     for file in files {
         let shown = file.display();
-        match Policy::load(file) {
+        let loaded = Policy::load(file).and_then(|(policy, warnings)| {
+            beyond_upper(&shown.to_string(), &policy, upper.as_ref(), warnings)
+        });
+        match loaded {
             Ok((policy, warnings)) => {
                 for warning in &warnings {
                     say!("{warning}");
@@ -83,6 +93,41 @@ fn check(files: &[PathBuf]) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// UPPER of `check --within`, or None after printing why it cannot serve.
+fn load_upper(path: &std::path::Path) -> Option<(String, Policy)> {
+    match Policy::load(path) {
+        Ok((policy, _)) => Some((path.display().to_string(), policy)),
+        Err(error) => {
+            for diagnostic in &error.diagnostics {
+                say!("{diagnostic}");
+            }
+            say!(
+                "{}: invalid, so it cannot serve as --within",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// A valid policy that reaches beyond UPPER becomes an error, like any other invalid one.
+fn beyond_upper(
+    file: &str,
+    policy: &Policy,
+    upper: Option<&(String, Policy)>,
+    warnings: Vec<Diagnostic>,
+) -> Result<(Policy, Vec<Diagnostic>), egress_proxy::policy::PolicyError> {
+    let errors = upper.map_or_else(Vec::new, |(upper_file, upper)| {
+        egress_proxy::policy::check_within(file, policy, upper_file, upper)
+    });
+    if errors.is_empty() {
+        return Ok((policy.clone(), warnings));
+    }
+    let mut diagnostics = errors;
+    diagnostics.extend(warnings);
+    Err(egress_proxy::policy::PolicyError { diagnostics })
 }
 
 fn count(n: usize, noun: &str) -> String {

@@ -109,6 +109,8 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         path => AuditDestination::File(PathBuf::from(path)),
     };
     config.run_id = args.run_id;
+    config.audit_limit = args.audit_limit;
+    config.dns_rate = args.dns_rate;
     config.floor_extra = args
         .floor_extra
         .iter()

@@ -7,15 +7,19 @@ use anyhow::Context;
 use egress_proxy::text::visible;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::run_flags;
 use crate::cli::RunArgs;
 use crate::report::{RunReport, summary_line};
-use crate::sandbox::spec::{self, RunSpec, SpecError};
+use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::sandbox::{Interruption, OutputSinks, RunError, run_until};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
-const SETUP_FAILED: u8 = 125;
+pub(crate) const SETUP_FAILED: u8 = 125;
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if let Some(socket) = args.server.clone() {
+        return super::run_client::run(args, socket);
+    }
     let report_path = args.report.clone();
     let spec = match build_spec(args) {
         Ok(spec) => spec,
@@ -63,7 +67,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     ))
 }
 
-fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
+pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
     let mut builder = RunSpec::builder(args.command);
     for path in args.policies {
         builder = builder.policy_file(path);
@@ -75,10 +79,10 @@ fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
         builder = builder.image(image);
     }
     if let Some(raw) = args.timeout {
-        builder = builder.timeout(spec::parse_duration("--timeout", &raw)?);
+        builder = builder.timeout(run_flags::duration("--timeout", &raw)?);
     }
     if let Some(raw) = args.memory {
-        builder = builder.memory(spec::parse_size("--memory", &raw)?);
+        builder = builder.memory(run_flags::size("--memory", &raw)?);
     }
     if let Some(cpus) = args.cpus {
         builder = builder.cpus(cpus);
@@ -87,25 +91,25 @@ fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
         builder = builder.pids(pids);
     }
     if let Some(raw) = args.tmp {
-        builder = builder.tmp(spec::parse_size("--tmp", &raw)?);
+        builder = builder.tmp(run_flags::size("--tmp", &raw)?);
     }
     if let Some(raw) = args.output_limit {
-        builder = builder.output_limit(spec::parse_size("--output-limit", &raw)?);
+        builder = builder.output_limit(run_flags::size("--output-limit", &raw)?);
     }
     for raw in args.mounts {
-        let (source, target, writable) = spec::parse_mount(&raw)?;
+        let (source, target, writable) = run_flags::mount(&raw)?;
         builder = builder.mount(source, target, writable);
     }
     for raw in args.env {
-        let (key, value) = spec::parse_env(&raw)?;
+        let (key, value) = run_flags::env(&raw)?;
         builder = builder.env(key, value);
     }
     if let Some(dir) = args.workdir {
         builder = builder.workdir(dir);
     }
     for raw in args.resolve {
-        let (name, ip) = spec::parse_resolve(&raw)?;
-        builder = builder.resolve(name, ip);
+        let (name, ip) = run_flags::resolve(&raw)?;
+        builder = builder.resolve(name.as_str(), ip);
     }
     if let Some(path) = args.audit_log {
         builder = builder.audit_log(path);
@@ -117,7 +121,7 @@ fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
 }
 
 /// Prints why the spec was refused; policy diagnostics verbatim (`FILE:LINE:COL: error: …`).
-fn refuse(error: &SpecError) -> ExitCode {
+pub(crate) fn refuse(error: &SpecError) -> ExitCode {
     match error {
         SpecError::Policy(policy) => {
             for diagnostic in &policy.diagnostics {
@@ -131,6 +135,14 @@ fn refuse(error: &SpecError) -> ExitCode {
 }
 
 fn report_setup_failure(error: &RunError) {
+    say(format_args!(
+        "egress-sandbox: error: {}",
+        setup_failure_message(error)
+    ));
+}
+
+/// The error and its causes on one line (each cause once).
+pub(crate) fn setup_failure_message(error: &RunError) -> String {
     let mut message = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
@@ -141,13 +153,13 @@ fn report_setup_failure(error: &RunError) {
         }
         source = cause.source();
     }
-    say(format_args!("egress-sandbox: error: {message}"));
+    message
 }
 
 /// One line on stderr. Messages quote hosts, paths, names and policy text that may come
 /// from the sandbox or a hostile file: control, bidi and separator characters are shown as
 /// visible escapes (`text::visible`), never raw.
-fn say(message: impl std::fmt::Display) {
+pub(crate) fn say(message: impl std::fmt::Display) {
     eprintln!("{}", visible(&message.to_string()));
 }
 

@@ -2,14 +2,16 @@
 //! line on stdout; diagnostics on stderr.
 //!
 //! The host cannot reach the run network (by design), so this attach stream is the only
-//! channel from the proxy to us. Records are appended to `--audit-log` as they come (one
-//! `write` per line, so concurrent runs appending to one file do not interleave within a
-//! line) and counted for the summary and report.
+//! channel from the proxy to us. Lines are appended to `--audit-log` verbatim as they come
+//! (the chain's hashes cover their exact bytes), each with one `write` on a file opened for
+//! appending, so concurrent runs appending to one file never interleave within a line and
+//! each keeps its own chain. Attempts are counted for the summary and report; the run's
+//! `end` line gives the report its `audit_head`.
 
 use std::io::Write;
 
 use bytes::BytesMut;
-use egress_proxy::audit::AuditRecord;
+use egress_proxy::audit::{AuditLine, sha256_hex};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -29,10 +31,20 @@ pub struct NotReady {
 }
 
 /// The reader's handles: `ready` resolves once with the ready line (or the proxy's last
-/// words); `records` ends with the tally when the proxy's output ends.
+/// words); `records` ends with what the proxy wrote when its output ends.
 pub struct ProxyOutput {
     pub ready: oneshot::Receiver<Result<(), NotReady>>,
-    pub records: JoinHandle<AuditTally>,
+    pub records: JoinHandle<ProxyRecords>,
+}
+
+/// What the proxy's audit stream amounted to.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyRecords {
+    /// The attempts counted, and the `limit` and `end` records.
+    pub tally: AuditTally,
+    /// Hex SHA-256 of the `end` line: the report's `audit_head`. `None` when the proxy
+    /// never closed its chain (it died or was killed).
+    pub head: Option<String>,
 }
 
 /// Where each record line goes as it comes (the `--audit-log` file, the daemon's stream):
@@ -51,7 +63,7 @@ where
 struct Reader {
     ready: Option<oneshot::Sender<Result<(), NotReady>>>,
     audit_log: Option<AuditSink>,
-    tally: AuditTally,
+    records: ProxyRecords,
     stderr_tail: Vec<u8>,
 }
 
@@ -59,14 +71,14 @@ async fn read<S>(
     mut frames: S,
     audit_log: Option<AuditSink>,
     ready: oneshot::Sender<Result<(), NotReady>>,
-) -> AuditTally
+) -> ProxyRecords
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
 {
     let mut reader = Reader {
         ready: Some(ready),
         audit_log,
-        tally: AuditTally::default(),
+        records: ProxyRecords::default(),
         stderr_tail: Vec::new(),
     };
     let mut stdout = LineBuffer::default();
@@ -105,7 +117,7 @@ where
         };
         let _ = ready.send(Err(NotReady { detail }));
     }
-    reader.tally
+    reader.records
 }
 
 impl Reader {
@@ -126,9 +138,16 @@ impl Reader {
             );
             return;
         }
-        match serde_json::from_slice::<AuditRecord>(line) {
-            Ok(record) => {
-                self.tally.add(&record);
+        match AuditLine::parse(line) {
+            Ok(parsed) => {
+                match parsed {
+                    AuditLine::Attempt(record) => self.records.tally.add(&record),
+                    AuditLine::Limit(_) => self.records.tally.add_limit(),
+                    AuditLine::End(end) => {
+                        self.records.head = Some(sha256_hex(line));
+                        self.records.tally.add_end(end.records, end.dropped);
+                    }
+                }
                 if let Some(file) = &mut self.audit_log {
                     let mut whole = Vec::with_capacity(line.len() + 1);
                     whole.extend_from_slice(line);
@@ -271,8 +290,8 @@ mod tests {
             .unwrap();
         let output = spawn_reader(frames, Some(Box::new(file)));
         assert!(output.ready.await.unwrap().is_ok());
-        let tally = output.records.await.unwrap();
-        assert_eq!(tally.attempts.blocked, 1);
+        let records = output.records.await.unwrap();
+        assert_eq!(records.tally.attempts.blocked, 1);
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             format!("{record}\n")

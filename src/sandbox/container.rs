@@ -242,9 +242,10 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
     ]);
     if !spec.files.is_empty() {
         // Task files: written by the gate (as the sandbox's user) before the command runs.
+        // Owned by that user: Docker resets a working directory's mode to 0755 at start.
         tmpfs.insert(
             super::task_files::TASK_DIR.to_string(),
-            format!("rw,nosuid,nodev,size={tmp},mode=1777"),
+            format!("rw,nosuid,nodev,size={tmp},mode=0755,uid=65534,gid=65534"),
         );
     }
     host.tmpfs = Some(tmpfs);

@@ -55,7 +55,7 @@ use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
-use super::tally::{AttemptCounts, AuditCounts, AuditTally, RefusalGroup};
+use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 use super::teardown::Teardown;
 
 /// How long the proxy may take from start to its ready line.
@@ -123,6 +123,9 @@ pub struct RunOutcome {
     pub blocked_more: u64,
     /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
     pub audit: AuditCounts,
+    /// Hex SHA-256 of the proxy's `end` audit line (`audit verify --report` checks the log
+    /// against it); `None` when the proxy never closed its chain.
+    pub audit_head: Option<String>,
     /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
     pub teardown_errors: Vec<String>,
 }
@@ -449,9 +452,11 @@ impl Run<'_> {
             let (tally, ()) = tokio::join!(stop_then_remove_proxy, remove_network);
             tally
         };
-        let ((status, exit_code, duration, output), tally) = tokio::join!(sandbox_side, proxy_side);
+        let ((status, exit_code, duration, output), records) =
+            tokio::join!(sandbox_side, proxy_side);
         drop(forward_input);
         tracing::debug!("proxy stopped, containers and network removed");
+        let (tally, head) = (records.tally, records.head);
         let refusals = tally.refusals();
         Ok(RunOutcome {
             run_id: self.names.id.clone(),
@@ -466,6 +471,7 @@ impl Run<'_> {
             blocked: refusals.groups,
             blocked_more: refusals.more,
             audit: tally.audit(),
+            audit_head: head,
             teardown_errors: Vec::new(),
         })
     }
@@ -702,7 +708,7 @@ impl Run<'_> {
     }
 
     /// SIGTERM, then the rest of the audit records until the proxy's output ends.
-    async fn stop_proxy(&self, mut proxy: ProxyOutput) -> AuditTally {
+    async fn stop_proxy(&self, mut proxy: ProxyOutput) -> audit_trail::ProxyRecords {
         let name = self.names.proxy.as_str();
         if let Err(error) = self.engine.kill_container(name, "SIGTERM").await {
             tracing::debug!(%error, "cannot signal the proxy");
@@ -718,7 +724,7 @@ impl Run<'_> {
             Ok(joined) => joined.unwrap_or_default(),
             Err(_) => {
                 proxy.records.abort();
-                AuditTally::default()
+                audit_trail::ProxyRecords::default()
             }
         }
     }
@@ -737,6 +743,7 @@ impl Run<'_> {
             blocked: Vec::new(),
             blocked_more: 0,
             audit: AuditCounts::default(),
+            audit_head: None,
             teardown_errors: Vec::new(),
         }
     }

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use egress_proxy::policy::{Diagnostic, Limits, Policy, PolicyError, PolicySet};
+use egress_proxy::resolve::PinError;
 use egress_proxy::target::HostName;
+use egress_proxy::units::format_size;
 use ipnet::Ipv4Net;
 
 use super::task_files::{self, TaskFile};
@@ -24,6 +26,11 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
     tmp: 64 << 20,
     output: 1 << 20,
 };
+
+/// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
+/// INTERFACE.md B3): bounds the log, the caller's work and the disk whatever the sandbox
+/// sends.
+pub const DEFAULT_AUDIT_LIMIT: u64 = 100_000;
 
 /// Docker refuses memory limits below 6 MiB; say so before anything is created.
 const MIN_MEMORY: u64 = 6 << 20;
@@ -106,6 +113,8 @@ pub enum SpecError {
         value: String,
         reason: String,
     },
+    #[error(transparent)]
+    Pin(Box<PinError>),
     #[error("no command given to run")]
     NoCommand,
 }
@@ -133,6 +142,7 @@ pub struct RunSpec {
     pub(crate) workdir: Option<String>,
     pub(crate) resolve: Vec<(HostName, IpAddr)>,
     pub(crate) audit_log: Option<PathBuf>,
+    pub(crate) audit_limit: u64,
     pub(crate) egress_network: Option<String>,
     pub(crate) proxy_binary: Option<PathBuf>,
     pub(crate) subnet_pool: Ipv4Net,
@@ -165,6 +175,11 @@ impl RunSpec {
     pub fn policy_name(&self) -> &str {
         self.policy_set.name()
     }
+
+    /// Records the proxy writes before it only counts them.
+    pub fn audit_limit(&self) -> u64 {
+        self.audit_limit
+    }
 }
 
 /// Collects a run request; [`build`](Self::build) checks it.
@@ -186,6 +201,7 @@ pub struct RunSpecBuilder {
     workdir: Option<String>,
     resolve: Vec<(String, IpAddr)>,
     audit_log: Option<PathBuf>,
+    audit_limit: Option<u64>,
     egress_network: Option<String>,
     proxy_binary: Option<PathBuf>,
     subnet_pool: Option<Ipv4Net>,
@@ -263,6 +279,12 @@ impl RunSpecBuilder {
     }
     pub fn audit_log(mut self, path: impl Into<PathBuf>) -> Self {
         self.audit_log = Some(path.into());
+        self
+    }
+    /// Audit records written for the run before the proxy only counts them
+    /// [default: [`DEFAULT_AUDIT_LIMIT`]]; at least 1.
+    pub fn audit_limit(mut self, records: u64) -> Self {
+        self.audit_limit = Some(records);
         self
     }
     pub fn egress_network(mut self, name: impl Into<String>) -> Self {
@@ -380,8 +402,9 @@ impl RunSpecBuilder {
             .resolve
             .into_iter()
             .map(|(name, ip)| {
+                // `::ffff:a.b.c.d` pins `a.b.c.d`, as `parse_pin` has it.
                 HostName::parse(&name)
-                    .map(|host| (host, ip))
+                    .map(|host| (host, ip.to_canonical()))
                     .map_err(|error| {
                         invalid("--resolve", format!("{name}={ip}"), error.to_string())
                     })
@@ -396,6 +419,14 @@ impl RunSpecBuilder {
             && network.is_empty()
         {
             return Err(invalid("--egress-network", network, "empty network name"));
+        }
+        let audit_limit = self.audit_limit.unwrap_or(DEFAULT_AUDIT_LIMIT);
+        if audit_limit == 0 {
+            return Err(invalid(
+                "--audit-limit",
+                "0",
+                "must be at least 1: every run keeps a record of its attempts",
+            ));
         }
         let subnet_pool = match self.subnet_pool {
             Some(pool) => check_pool(pool, "subnet pool")?,
@@ -415,6 +446,7 @@ impl RunSpecBuilder {
             workdir,
             resolve,
             audit_log: self.audit_log,
+            audit_limit,
             egress_network: self.egress_network,
             proxy_binary: self.proxy_binary,
             subnet_pool,
@@ -610,16 +642,6 @@ fn resolve_limits(
     Ok(limits)
 }
 
-/// `1048576` → `1MiB`: sizes shown the way users write them.
-pub fn format_size(bytes: u64) -> String {
-    for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    format!("{bytes}B")
-}
-
 /// Paths where a mount would break the sandbox's own set-up.
 const RESERVED_TARGETS: &[&str] = &[
     "/",
@@ -736,56 +758,6 @@ fn subnet_pool_from_env() -> Result<Ipv4Net, SpecError> {
     }
 }
 
-// ---- flag parsing for the CLI (and anyone holding strings) ----
-
-/// `500ms`, `10s`, `2m` (humantime).
-pub fn parse_duration(flag: &'static str, raw: &str) -> Result<Duration, SpecError> {
-    humantime::parse_duration(raw.trim()).map_err(|error| invalid(flag, raw, error.to_string()))
-}
-
-/// `256MiB`, `1GB`, `65536` (parse-size).
-pub fn parse_size(flag: &'static str, raw: &str) -> Result<u64, SpecError> {
-    parse_size::parse_size(raw.trim()).map_err(|error| invalid(flag, raw, error.to_string()))
-}
-
-/// `SRC:DST[:rw|:ro]` → (source, target, writable).
-pub fn parse_mount(raw: &str) -> Result<(PathBuf, String, bool), SpecError> {
-    let (rest, writable) = if let Some(rest) = raw.strip_suffix(":rw") {
-        (rest, true)
-    } else if let Some(rest) = raw.strip_suffix(":ro") {
-        (rest, false)
-    } else {
-        (raw, false)
-    };
-    match rest.split_once(':') {
-        Some((source, target)) if !source.is_empty() && !target.is_empty() => {
-            Ok((PathBuf::from(source), target.to_string(), writable))
-        }
-        _ => Err(invalid("--mount", raw, "expected SRC:DST[:rw]")),
-    }
-}
-
-/// `KEY=VALUE`.
-pub fn parse_env(raw: &str) -> Result<(String, String), SpecError> {
-    match raw.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
-        _ => Err(invalid("--env", raw, "expected KEY=VALUE")),
-    }
-}
-
-/// `NAME=IP`.
-pub fn parse_resolve(raw: &str) -> Result<(String, IpAddr), SpecError> {
-    let (name, ip) = raw
-        .split_once('=')
-        .ok_or_else(|| invalid("--resolve", raw, "expected NAME=IP"))?;
-    let ip = ip
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>()
-        .map_err(|_| invalid("--resolve", raw, format!("{ip:?} is not an IP address")))?;
-    Ok((name.to_string(), ip))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -860,31 +832,6 @@ mod tests {
     }
 
     #[test]
-    fn sizes_and_durations_parse_like_users_write_them() {
-        assert_eq!(parse_size("--memory", "256MiB").unwrap(), 256 << 20);
-        assert_eq!(
-            parse_duration("--timeout", "500ms").unwrap(),
-            Duration::from_millis(500)
-        );
-        assert!(parse_size("--memory", "lots").is_err());
-        assert_eq!(format_size(256 << 20), "256MiB");
-        assert_eq!(format_size(1000), "1000B");
-    }
-
-    #[test]
-    fn mounts_parse_modes() {
-        assert_eq!(
-            parse_mount("/src:/dst").unwrap(),
-            (PathBuf::from("/src"), "/dst".to_string(), false)
-        );
-        assert_eq!(
-            parse_mount("/src:/dst:rw").unwrap(),
-            (PathBuf::from("/src"), "/dst".to_string(), true)
-        );
-        assert!(parse_mount("/src").is_err());
-    }
-
-    #[test]
     fn mount_checks_source_and_target() {
         let dir = tempfile::tempdir().unwrap();
         let mount = check_mount(dir.path(), "/data/", false).unwrap();
@@ -901,16 +848,7 @@ mod tests {
     fn env_refuses_proxy_variables_and_bad_keys() {
         assert!(check_env("FOO", "bar").is_ok());
         assert!(check_env("HTTPS_PROXY", "http://evil").is_err());
-        assert!(parse_env("=x").is_err());
-        assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
-    }
-
-    #[test]
-    fn resolve_parses_name_and_ip() {
-        let (name, ip) = parse_resolve("api.test=127.0.0.5").unwrap();
-        assert_eq!(name, "api.test");
-        assert_eq!(ip, "127.0.0.5".parse::<IpAddr>().unwrap());
-        assert!(parse_resolve("api.test=nope").is_err());
+        assert!(check_env("", "x").is_err());
     }
 
     #[test]
@@ -923,6 +861,45 @@ mod tests {
             check_policy_sizes(&[big]),
             Err(SpecError::PolicyTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn audit_limit_defaults_and_refuses_zero() {
+        let spec = RunSpec::builder(["true"]).build().unwrap();
+        assert_eq!(spec.audit_limit(), DEFAULT_AUDIT_LIMIT);
+        let spec = RunSpec::builder(["true"]).audit_limit(5).build().unwrap();
+        assert_eq!(spec.audit_limit(), 5);
+        let error = RunSpec::builder(["true"])
+            .audit_limit(0)
+            .build()
+            .unwrap_err();
+        assert!(
+            error.to_string().starts_with("invalid --audit-limit"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn pins_are_checked_and_mapped_addresses_canonical() {
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        let spec = RunSpec::builder(["true"])
+            .resolve("API.test.", mapped)
+            .build()
+            .unwrap();
+        assert_eq!(
+            spec.resolve,
+            vec![(
+                HostName::parse("api.test").unwrap(),
+                "203.0.113.7".parse::<IpAddr>().unwrap()
+            )]
+        );
+        let ip: IpAddr = "203.0.113.7".parse().unwrap();
+        assert!(
+            RunSpec::builder(["true"])
+                .resolve("a b", ip)
+                .build()
+                .is_err()
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! - `flags`: `--allow HOST[:PORT]` → a policy named `cli`.
 //! - `set`: [`PolicySet`], the merged, suffix-indexed matcher.
 //! - `diagnostic`: `FILE:LINE:COL: error: message`.
+//! - `within`: `policy check --within UPPER`: allow rules that reach beyond an upper policy.
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,13 +35,15 @@ mod set;
 mod shadow;
 #[cfg(test)]
 mod tests;
+mod within;
 
 pub use credential::{Credential, SECRET_PLACEHOLDER, check_secret_name};
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{HostPattern, SHARED_HOSTING};
-pub use parse::{MAX_POLICY_BYTES, parse_duration, parse_size_value};
+pub use parse::MAX_POLICY_BYTES;
 pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
 pub use set::{Inspection, PolicySet};
+pub use within::check_within;
 
 /// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_saphyr::{Location, Spanned};
@@ -771,7 +770,7 @@ fn private_cidr_warning(net: ipnet::IpNet) -> Option<String> {
 fn build_limits(findings: &mut Findings<'_>, raw: RawLimits) -> Limits {
     let mut limits = Limits::default();
     if let Some(timeout) = raw.timeout {
-        match parse_duration(&timeout.value) {
+        match crate::units::parse_duration(&timeout.value) {
             Ok(value) => limits.timeout = Some(value),
             Err(message) => findings.error_at(&timeout.referenced, format!("`timeout`: {message}")),
         }
@@ -782,7 +781,7 @@ fn build_limits(findings: &mut Findings<'_>, raw: RawLimits) -> Limits {
         ("output", raw.output, &mut limits.output),
     ] {
         if let Some(value) = raw_value {
-            match parse_size_value(&value.value) {
+            match crate::units::parse_size(&value.value) {
                 Ok(bytes) => *slot = Some(bytes),
                 Err(message) => findings.error_at(&value.referenced, format!("`{key}`: {message}")),
             }
@@ -807,28 +806,6 @@ fn build_limits(findings: &mut Findings<'_>, raw: RawLimits) -> Limits {
         }
     }
     limits
-}
-
-/// `30s`, `500ms`, `2m`, `1h 30m` (humantime); zero is refused.
-pub fn parse_duration(raw: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(raw.trim()) {
-        Ok(value) if !value.is_zero() => Ok(value),
-        Ok(_) => Err(format!("`{raw}` is zero")),
-        Err(error) => Err(format!(
-            "`{raw}` is not a duration like `30s`, `500ms` or `2m` ({error})"
-        )),
-    }
-}
-
-/// `256MiB`, `1GiB`, `64MB`, `1048576` (parse-size; bytes); zero is refused.
-pub fn parse_size_value(raw: &str) -> Result<u64, String> {
-    match parse_size::parse_size(raw.trim()) {
-        Ok(0) => Err(format!("`{raw}` is zero")),
-        Ok(value) => Ok(value),
-        Err(error) => Err(format!(
-            "`{raw}` is not a size like `256MiB` or `1GiB` ({error})"
-        )),
-    }
 }
 
 fn build_tls(findings: &mut Findings<'_>, raw: RawTls) -> TlsSettings {

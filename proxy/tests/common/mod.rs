@@ -2,6 +2,7 @@
 //! on 127.0.0.x that record what reached them, and raw-byte clients.
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,8 +14,8 @@ use egress_proxy::resolve::Upstream;
 use egress_proxy::target::HostName;
 use egress_proxy::{Proxy, ProxyConfig, RunningProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{Notify, mpsc};
 
 pub mod client_hello;
 
@@ -111,11 +112,30 @@ pub fn allow_yaml(rules: &[(&str, u16)], extra: &str) -> String {
 /// An upstream on `ip`:0 that records every byte and connection it receives. As an HTTP
 /// server it answers each request head with `200` and body `NAME PATH HOST`; in echo mode it
 /// sends back what it receives.
+///
+/// Negative checks ("nothing reached the site") wait on events, never on a sleep:
+/// [`Site::connection_count`] sends a probe connection through the site's first-in,
+/// first-out accept queue, and [`Site::settled_received`] also waits until every accepted
+/// connection has been read to its end.
 #[derive(Clone)]
 pub struct Site {
     pub addr: SocketAddr,
     pub received: Arc<Mutex<Vec<u8>>>,
-    pub connections: Arc<AtomicUsize>,
+    /// Connections accepted, probes not counted.
+    connections: Arc<AtomicUsize>,
+    events: Arc<SiteEvents>,
+}
+
+/// What the site's accept loop and connection handlers report.
+#[derive(Default)]
+struct SiteEvents {
+    /// Peer address of every accepted connection, probes included.
+    accepted: Mutex<Vec<SocketAddr>>,
+    /// Connections whose handler has finished (the peer closed and everything was read).
+    finished: AtomicUsize,
+    /// Local addresses of probe connections, so they are not counted as visitors.
+    probes: Mutex<HashSet<SocketAddr>>,
+    changed: Notify,
 }
 
 impl Site {
@@ -132,7 +152,12 @@ impl Site {
 
     /// Accepts, records, never answers: a canary that must stay untouched.
     pub async fn canary(ip: &str) -> Site {
-        Self::spawn(ip, |mut stream, received| async move {
+        Self::canary_at(SocketAddr::new(ip.parse().unwrap(), 0)).await
+    }
+
+    /// A canary on exactly `addr` (e.g. another site's port on another address).
+    pub async fn canary_at(addr: SocketAddr) -> Site {
+        Self::spawn_at(addr, |mut stream, received| async move {
             let mut buffer = [0u8; 4096];
             while let Ok(n) = stream.read(&mut buffer).await {
                 if n == 0 {
@@ -149,23 +174,62 @@ impl Site {
         F: Fn(TcpStream, Arc<Mutex<Vec<u8>>>) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let listener = TcpListener::bind((ip.parse::<IpAddr>().unwrap(), 0))
+        Self::spawn_at(SocketAddr::new(ip.parse().unwrap(), 0), handler).await
+    }
+
+    async fn spawn_at<F, Fut>(addr: SocketAddr, handler: F) -> Site
+    where
+        F: Fn(TcpStream, Arc<Mutex<Vec<u8>>>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind(addr)
             .await
-            .expect("upstream binds");
+            .unwrap_or_else(|error| panic!("upstream binds {addr}: {error}"));
         let site = Site {
             addr: listener.local_addr().unwrap(),
             received: Arc::default(),
             connections: Arc::default(),
+            events: Arc::default(),
         };
         let handler = Arc::new(handler);
-        let (received, connections) = (site.received.clone(), site.connections.clone());
+        let (received, connections, events) = (
+            site.received.clone(),
+            site.connections.clone(),
+            site.events.clone(),
+        );
         tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                connections.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(handler(stream, received.clone()));
+            while let Ok((stream, peer)) = listener.accept().await {
+                if !events.probes.lock().unwrap().contains(&peer) {
+                    connections.fetch_add(1, Ordering::SeqCst);
+                }
+                events.accepted.lock().unwrap().push(peer);
+                events.changed.notify_waiters();
+                let handled = handler(stream, received.clone());
+                let events = events.clone();
+                tokio::spawn(async move {
+                    handled.await;
+                    events.finished.fetch_add(1, Ordering::SeqCst);
+                    events.changed.notify_waiters();
+                });
             }
         });
         site
+    }
+
+    /// Waits (up to `HANG`) until `done` holds for the site's events.
+    async fn wait_until(&self, what: &str, done: impl Fn(&SiteEvents) -> bool) {
+        let waited = tokio::time::timeout(HANG, async {
+            loop {
+                // Registered before the check, so a change in between is not missed.
+                let changed = self.events.changed.notified();
+                if done(&self.events) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "{}: waited in vain for {what}", self.addr);
     }
 
     pub fn port(&self) -> u16 {
@@ -180,8 +244,34 @@ impl Site {
         String::from_utf8_lossy(&self.received.lock().unwrap()).into_owned()
     }
 
-    pub fn connection_count(&self) -> usize {
+    /// Connections the site has accepted, counted once every connection made before this
+    /// call has been accepted: a probe connection goes through the same first-in, first-out
+    /// accept queue, and the count is taken when the site has accepted the probe.
+    pub async fn connection_count(&self) -> usize {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let probe_addr = socket.local_addr().unwrap();
+        self.events.probes.lock().unwrap().insert(probe_addr);
+        let probe = socket.connect(self.addr).await.expect("the probe connects");
+        self.wait_until("the probe to be accepted", |events| {
+            events.accepted.lock().unwrap().contains(&probe_addr)
+        })
+        .await;
+        drop(probe);
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Everything the site received, once every connection made before this call has been
+    /// accepted and closed and its bytes read: a negative check on it cannot pass just
+    /// because the bytes were still on their way. Every client of the site (the proxy) must
+    /// have closed its connection, or this fails after `HANG`.
+    pub async fn settled_received(&self) -> Vec<u8> {
+        self.connection_count().await;
+        self.wait_until("every connection to be closed", |events| {
+            events.finished.load(Ordering::SeqCst) == events.accepted.lock().unwrap().len()
+        })
+        .await;
+        self.received.lock().unwrap().clone()
     }
 }
 

@@ -181,7 +181,7 @@ impl Run {
 /// builds: the first run after a new binary builds the proxy image from it, and the very
 /// first one builds the base image (debootstrap, minutes). Hang bounds of the real runs
 /// then measure runs, not image builds.
-fn warm_up(network: &str) {
+pub fn warm_up(network: &str) {
     static READY: OnceLock<()> = OnceLock::new();
     READY.get_or_init(|| {
         let mut command = binary();
@@ -199,7 +199,7 @@ fn warm_up(network: &str) {
 /// Waits for `child`, calling `tick` between polls. After `bound` it is stopped (SIGTERM,
 /// then SIGKILL), whatever it owns in Docker is removed so later tests start clean, and the
 /// test fails.
-fn wait_bounded(child: &mut Child, bound: Duration, mut tick: impl FnMut()) -> ExitStatus {
+pub fn wait_bounded(child: &mut Child, bound: Duration, mut tick: impl FnMut()) -> ExitStatus {
     let deadline = Instant::now() + bound;
     loop {
         tick();

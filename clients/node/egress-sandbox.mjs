@@ -1,0 +1,166 @@
+// Client of `egress-sandbox serve` (the local API on a Unix socket). No dependencies.
+//
+//   import { Client } from "./egress-sandbox.mjs";
+//   const result = await new Client().run(["node", "main.js"], {
+//     files: { "main.js": "console.log(6 * 7)" }, allow: ["registry.npmjs.org"], timeout: 20,
+//   });
+//   console.log(result.exit_code, result.stdout.toString(), result.blocked);
+//
+// Output and audit records stream while the command runs; aborting (`signal`) closes the
+// connection, which cancels the run on the daemon.
+
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+
+/** `EGRESS_SANDBOX_SERVER`, else the daemon's default path for this user. */
+export function defaultSocket() {
+  if (process.env.EGRESS_SANDBOX_SERVER) return process.env.EGRESS_SANDBOX_SERVER;
+  const uid = process.getuid ? process.getuid() : -1;
+  if (uid === 0) return "/run/egress-sandbox/api.sock";
+  if (process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, "egress-sandbox.sock");
+  return path.join(os.tmpdir(), `egress-sandbox-${uid}.sock`);
+}
+
+/** The daemon answered 400: `run` would have refused this request (nothing was created). */
+export class RequestRefused extends Error {
+  constructor(status, body) {
+    super(body.field ? `${body.error} (field ${body.field})` : body.error);
+    this.status = status;
+    this.field = body.field;
+    this.diagnostics = body.diagnostics ?? [];
+  }
+}
+
+/** The run could not be set up (Docker refused), or the stream broke off. */
+export class DaemonError extends Error {}
+
+const duration = (value) =>
+  value === undefined || value === null || typeof value === "string" ? value ?? undefined : `${Math.round(value * 1000)}ms`;
+const b64 = (data) => Buffer.from(data).toString("base64");
+
+export class Client {
+  /** @param {string} [socket] the daemon's socket (default: `defaultSocket()`) */
+  constructor(socket) {
+    this.socket = socket ?? defaultSocket();
+  }
+
+  #request(method, urlPath, body, signal) {
+    return new Promise((resolve, reject) => {
+      const request = http.request(
+        {
+          socketPath: this.socket,
+          method,
+          path: urlPath,
+          headers: body === undefined ? {} : { "content-type": "application/json" },
+          signal,
+        },
+        resolve,
+      );
+      request.on("error", reject);
+      request.end(body);
+    });
+  }
+
+  async #json(response) {
+    const chunks = [];
+    for await (const chunk of response) chunks.push(chunk);
+    const text = Buffer.concat(chunks).toString();
+    try {
+      return JSON.parse(text || "{}");
+    } catch {
+      return { error: text };
+    }
+  }
+
+  async health() {
+    return this.#json(await this.#request("GET", "/v1/health"));
+  }
+
+  /** Cancels a run in progress (it ends `interrupted`, exit 130, or 143 with terminate). */
+  async cancel(runId, { terminate = false } = {}) {
+    const response = await this.#request("DELETE", `/v1/runs/${runId}${terminate ? "?signal=TERM" : ""}`);
+    const body = await this.#json(response);
+    if (response.statusCode !== 200) throw new RequestRefused(response.statusCode, body);
+  }
+
+  /**
+   * Runs `argv` in a sandbox. Options: allow, policies, timeout (seconds or "500ms"),
+   * memory, cpus, pids, tmp, outputLimit, env, workdir, image, files ({path: string|Buffer},
+   * under /task), stdin (string|Buffer), resolve, egressNetwork, onOutput(stream, Buffer),
+   * onStarted(runId), signal (AbortSignal: cancels the run).
+   * Resolves to { run_id, exit_code, status, stdout, stderr, blocked, records, report, summary }.
+   */
+  async run(argv, options = {}) {
+    const request = { argv: [...argv] };
+    const optional = {
+      allow: options.allow?.length ? [...options.allow] : undefined,
+      policies: options.policies?.length ? [...options.policies] : undefined,
+      timeout: duration(options.timeout),
+      memory: options.memory,
+      cpus: options.cpus,
+      pids: options.pids,
+      tmp: options.tmp,
+      output_limit: options.outputLimit,
+      env: options.env,
+      workdir: options.workdir,
+      image: options.image,
+      files: options.files
+        ? Object.fromEntries(Object.entries(options.files).map(([name, data]) => [name, b64(data)]))
+        : undefined,
+      stdin: options.stdin === undefined ? undefined : b64(options.stdin),
+      resolve: options.resolve,
+      egress_network: options.egressNetwork,
+    };
+    for (const [key, value] of Object.entries(optional)) if (value !== undefined) request[key] = value;
+    const response = await this.#request("POST", "/v1/runs", JSON.stringify(request), options.signal);
+    if (response.statusCode !== 200) throw new RequestRefused(response.statusCode, await this.#json(response));
+
+    let runId = null;
+    const stdout = [];
+    const stderr = [];
+    const records = [];
+    let pending = "";
+    response.setEncoding("utf8");
+    for await (const chunk of response) {
+      pending += chunk.toString();
+      let newline;
+      while ((newline = pending.indexOf("\n")) >= 0) {
+        const event = JSON.parse(pending.slice(0, newline));
+        pending = pending.slice(newline + 1);
+        switch (event.event) {
+          case "started":
+            runId = event.run;
+            options.onStarted?.(runId);
+            break;
+          case "output": {
+            const data = Buffer.from(event.b64, "base64");
+            (event.stream === "stderr" ? stderr : stdout).push(data);
+            options.onOutput?.(event.stream, data);
+            break;
+          }
+          case "audit":
+            records.push(event.record);
+            break;
+          case "exit":
+            response.destroy();
+            return {
+              run_id: runId,
+              exit_code: event.report.exit_code,
+              status: event.report.status,
+              stdout: Buffer.concat(stdout),
+              stderr: Buffer.concat(stderr),
+              blocked: event.report.blocked ?? [],
+              records,
+              report: event.report,
+              summary: event.summary,
+            };
+          case "error":
+            response.destroy();
+            throw new DaemonError(event.error);
+        }
+      }
+    }
+    throw new DaemonError("the daemon's stream ended before the run's end");
+  }
+}

@@ -1,0 +1,212 @@
+use super::*;
+
+const UPPER: &str = r#"version: 1
+allow:
+  - host: api.example.com
+    ports: [443, 8443]
+  - host: "*.github.com"
+  - cidr: 203.0.113.0/25
+  - cidr: 203.0.113.128/25
+deny:
+  - host: gist.github.com
+  - cidr: 203.0.113.7/32
+    ports: [443]
+"#;
+
+/// The diagnostics of `child` (its rules from line 3) checked within [`UPPER`].
+fn within(child: &str) -> Vec<String> {
+    let (upper, _) = Policy::from_yaml("upper.yaml", UPPER).unwrap();
+    let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+    check_within("child.yaml", &policy, "upper.yaml", &upper)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn allow(rule: &str) -> String {
+    format!("version: 1\nallow:\n  - {rule}\n")
+}
+
+#[track_caller]
+fn assert_within(child: &str) {
+    assert_eq!(within(child), Vec::<String>::new(), "{child}");
+}
+
+#[track_caller]
+fn assert_refused(child: &str, expected: &str) {
+    let found = within(child);
+    assert!(
+        found.iter().any(|d| d.contains(expected)),
+        "{child}\nexpected `{expected}` in {found:#?}"
+    );
+}
+
+#[test]
+fn exact_host_within_exact_on_a_subset_of_its_ports() {
+    assert_within(&allow("host: api.example.com"));
+    assert_within(&allow("host: API.example.com.\n    ports: [8443, 443]"));
+}
+
+#[test]
+fn exact_host_on_a_port_upper_does_not_allow_is_refused_at_its_line_and_column() {
+    assert_refused(
+        &allow("host: api.example.com\n    ports: [80]"),
+        "child.yaml:3:5: error: allow[0] (host: api.example.com, ports: [80]) is not within upper.yaml: no allow rule there covers it",
+    );
+    assert_refused(
+        &allow("host: api.example.com\n    ports: [443, 80, 8443, 22]"),
+        "child.yaml:3:5: error: allow[0] (host: api.example.com, ports: [22, 80, 443, 8443]) is not within upper.yaml: no allow rule there covers ports 22, 80",
+    );
+    assert_refused(
+        &allow("host: other.example.com"),
+        "child.yaml:3:5: error: allow[0] (host: other.example.com, ports: [443]) is not within upper.yaml: no allow rule there covers it",
+    );
+}
+
+#[test]
+fn exact_host_within_a_wildcard_but_not_its_apex() {
+    assert_within(&allow("host: raw.github.com"));
+    assert_within(&allow("host: a.b.github.com"));
+    assert_refused(
+        &allow("host: github.com"),
+        "child.yaml:3:5: error: allow[0] (host: github.com",
+    );
+}
+
+#[test]
+fn wildcard_within_the_same_or_a_parent_wildcard_only() {
+    assert_within(&allow(r#"host: "*.api.github.com""#));
+    assert_refused(
+        &allow(r#"host: "*.example.com""#),
+        "child.yaml:3:5: error: allow[0] (host: *.example.com, ports: [443]) is not within upper.yaml: no allow rule there covers it",
+    );
+    // An exact rule in UPPER never covers a wildcard.
+    assert_refused(
+        &allow(r#"host: "*.api.example.com""#),
+        "no allow rule there covers it",
+    );
+}
+
+#[test]
+fn upper_deny_rules_count_unless_the_child_denies_the_same() {
+    assert_refused(
+        &allow("host: gist.github.com"),
+        "child.yaml:3:5: error: allow[0] (host: gist.github.com, ports: [443]) is not within upper.yaml: it allows gist.github.com on port 443, which upper.yaml denies (deny[0], line 9)",
+    );
+    assert_refused(
+        &allow(r#"host: "*.github.com""#),
+        "it allows gist.github.com on port 443, which upper.yaml denies (deny[0], line 9)",
+    );
+    assert_within(&format!(
+        "{}deny:\n  - host: gist.github.com\n",
+        allow(r#"host: "*.github.com""#)
+    ));
+    // The child's deny must cover the port too.
+    assert_refused(
+        &format!(
+            "{}deny:\n  - host: gist.github.com\n    ports: [80]\n",
+            allow(r#"host: "*.github.com""#)
+        ),
+        "which upper.yaml denies",
+    );
+}
+
+#[test]
+fn cidr_within_the_union_of_upper_cidrs() {
+    assert_within(&allow("cidr: 203.0.113.128/26"));
+    // Two /25s cover the /24; the /32 UPPER denies on 443 is denied by the child too.
+    assert_within(&format!(
+        "{}deny:\n  - cidr: 203.0.113.0/29\n",
+        allow("cidr: 203.0.113.0/24")
+    ));
+    assert_refused(
+        &allow("cidr: 203.0.113.0/24"),
+        "child.yaml:3:5: error: allow[0] (cidr: 203.0.113.0/24, ports: [443]) is not within upper.yaml: it allows 203.0.113.7/32 on port 443, which upper.yaml denies (deny[1], line 10)",
+    );
+    assert_refused(
+        &allow("cidr: 203.0.112.0/23"),
+        "child.yaml:3:5: error: allow[0] (cidr: 203.0.112.0/23, ports: [443]) is not within upper.yaml: no allow rule there covers it",
+    );
+    assert_refused(
+        &allow("cidr: 198.51.100.0/24"),
+        "no allow rule there covers it",
+    );
+    assert_refused(
+        &allow("cidr: 203.0.113.128/26\n    ports: [443, 8443]"),
+        "no allow rule there covers port 8443",
+    );
+    // A name never falls under a cidr rule, nor an address under a host rule.
+    assert_refused(
+        &allow("cidr: 2001:db8::/64"),
+        "no allow rule there covers it",
+    );
+}
+
+#[test]
+fn every_rule_beyond_upper_is_reported_at_its_own_position() {
+    let child = "version: 1\nallow:\n  - host: api.example.com\n  - host: evil.example.net\n  -   cidr: 198.51.100.0/24\n";
+    let found = within(child);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("child.yaml:4:5: error: allow[1]"));
+    assert!(found[1].starts_with("child.yaml:5:7: error: allow[2]"));
+}
+
+#[test]
+fn report_mode_and_sni_off_reach_beyond_an_enforcing_upper() {
+    assert_refused(
+        "version: 1\nmode: report\n",
+        "child.yaml:1:1: error: `mode: report` lets through what the allowlist refuses",
+    );
+    assert_refused(
+        "version: 1\ntls:\n  sni: off\n",
+        "child.yaml:1:1: error: `tls: {sni: off}`",
+    );
+}
+
+#[test]
+fn union_coverage_of_nets() {
+    let net = |s: &str| s.parse::<IpNet>().unwrap();
+    let quarters = [
+        net("10.0.0.0/26"),
+        net("10.0.0.64/26"),
+        net("10.0.0.128/25"),
+    ];
+    assert!(net_covered_by_union(net("10.0.0.0/24"), &quarters));
+    assert!(!net_covered_by_union(net("10.0.0.0/24"), &quarters[1..]));
+    assert!(!net_covered_by_union(net("10.0.0.0/23"), &quarters));
+    assert!(net_covered_by_union(net("10.0.0.5/32"), &quarters));
+    assert!(!net_covered_by_union(net("::/0"), &quarters));
+}
+
+#[test]
+fn request_rules_of_upper_bound_the_child() {
+    let upper = "version: 1\nallow:\n  - host: api.example.com\n    methods: [GET, POST]\n    paths: [/v1/**, /health]\n";
+    let check = |child: &str| {
+        let (upper, _) = Policy::from_yaml("upper.yaml", upper).unwrap();
+        let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+        check_within("child.yaml", &policy, "upper.yaml", &upper).len()
+    };
+    let rule = |extra: &str| format!("version: 1\nallow:\n  - host: api.example.com\n{extra}");
+    assert_eq!(
+        check(&rule(
+            "    methods: [GET]\n    paths: [/v1/models/*, /health]\n"
+        )),
+        0
+    );
+    assert_eq!(check(&rule("    methods: [GET]\n    paths: [/v1/**]\n")), 0);
+    assert_eq!(
+        check(&rule("")),
+        1,
+        "unrestricted is more than UPPER allows"
+    );
+    assert_eq!(
+        check(&rule("    methods: [GET, DELETE]\n    paths: [/v1/**]\n")),
+        1
+    );
+    assert_eq!(check(&rule("    methods: [GET]\n    paths: [/**]\n")), 1);
+    assert_eq!(
+        check(&rule("    methods: [GET]\n")),
+        1,
+        "paths unrestricted"
+    );
+}

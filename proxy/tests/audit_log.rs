@@ -1,0 +1,308 @@
+//! The audit log as a file: a refusal's record is there when its answer arrives; record
+//! text from the sandbox never holds a raw control character; the chain (`seq`, `prev`,
+//! `end`); the audit limit; the DNS rate limit.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use common::{HANG, Responses, TestProxy, allow_yaml, status};
+use egress_proxy::audit::{AuditDestination, AuditLine, genesis, sha256_hex};
+use egress_proxy::text::must_escape;
+use hickory_proto::op::{Message, ResponseCode};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UdpSocket};
+
+/// A proxy writing to `log`, with a DNS responder and `adjust` applied.
+async fn proxy_with_log(
+    log: &Path,
+    adjust: impl FnOnce(&mut egress_proxy::ProxyConfig),
+) -> TestProxy {
+    let log = log.to_path_buf();
+    TestProxy::start_with(&allow_yaml(&[("allowed.test", 443)], ""), &[], |config| {
+        config.audit = AuditDestination::File(log);
+        config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+        adjust(config);
+    })
+    .await
+}
+
+fn dns_addr(proxy: &TestProxy) -> SocketAddr {
+    proxy.running().local_addrs().dns.unwrap()
+}
+
+/// A DNS query for the given raw labels, type A, recursion desired.
+fn query(id: u16, labels: &[&[u8]]) -> Vec<u8> {
+    let mut bytes = id.to_be_bytes().to_vec();
+    bytes.extend([0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in labels {
+        bytes.push(u8::try_from(label.len()).unwrap());
+        bytes.extend(*label);
+    }
+    bytes.extend([0, 0, 1, 0, 1]);
+    bytes
+}
+
+async fn ask(socket: &UdpSocket, server: SocketAddr, bytes: &[u8]) -> Message {
+    socket.send_to(bytes, server).await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    let (n, _) = tokio::time::timeout(HANG, socket.recv_from(&mut buffer))
+        .await
+        .expect("a DNS answer in time")
+        .unwrap();
+    Message::from_vec(&buffer[..n]).unwrap()
+}
+
+fn read_lines(log: &PathBuf) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Defect 3: whoever sees the refusal and then reads the log finds the record — for the
+/// CONNECT 403, the plain HTTP 403 and the DNS NXDOMAIN, many times over, with the log read
+/// the instant the answer arrives.
+#[tokio::test]
+async fn a_refusal_is_in_the_log_the_instant_its_answer_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut proxy = proxy_with_log(&log, |_| {}).await;
+    let dns = dns_addr(&proxy);
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut responses = Responses::new(TcpStream::connect(proxy.addr).await.unwrap());
+    for round in 0..40u16 {
+        let connect_host = format!("c{round}.blocked.test");
+        responses
+            .stream
+            .write_all(format!("CONNECT {connect_host}:443 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let answer = responses.next().await;
+        assert_eq!(status(&answer), 403, "{answer}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains(&format!("\"host\":\"{connect_host}\"")),
+            "round {round}: the CONNECT 403 came before its record"
+        );
+
+        let plain_host = format!("p{round}.blocked.test");
+        responses
+            .stream
+            .write_all(format!("GET http://{plain_host}/ HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let answer = responses.next().await;
+        assert_eq!(status(&answer), 403, "{answer}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains(&format!("\"host\":\"{plain_host}\"")),
+            "round {round}: the plain 403 came before its record"
+        );
+
+        let label = format!("d{round}");
+        let answer = ask(
+            &socket,
+            dns,
+            &query(round, &[label.as_bytes(), b"blocked", b"test"]),
+        )
+        .await;
+        assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains(&format!("\"host\":\"{label}.blocked.test\"")),
+            "round {round}: the NXDOMAIN came before its record"
+        );
+    }
+    proxy.shutdown().await;
+}
+
+/// Defect 1 at the source: a DNS label carrying `ESC[2K\rall-clear` (raw bytes over UDP),
+/// a transparent `Host` with a bidi override and a tab, and a CONNECT target with control
+/// characters leave only visible escapes in the record, even after JSON decoding.
+#[tokio::test]
+async fn record_text_from_the_sandbox_never_holds_a_raw_control_character() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut proxy = proxy_with_log(&log, |config| {
+        config.transparent_listen = vec!["127.0.0.1:0".parse().unwrap()];
+    })
+    .await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let answer = ask(
+        &socket,
+        dns_addr(&proxy),
+        &query(7, &[b"\x1b[2K\rall-clear", b"\xe2\x80\xaeevil", b"test"]),
+    )
+    .await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+    let mut responses = Responses::new(TcpStream::connect(proxy.addr).await.unwrap());
+    responses
+        .stream
+        .write_all(b"CONNECT a\x1b[2K\x7f\x01.test:443 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = responses.next().await;
+    assert_eq!(status(&answer), 400, "{answer}");
+    let transparent = proxy.running().local_addrs().transparent[0];
+    let mut responses = Responses::new(TcpStream::connect(transparent).await.unwrap());
+    responses
+        .stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: \xe2\x80\xaeevil\t\xc2\x85.test\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = responses.next().await;
+    assert_eq!(status(&answer), 400, "{answer}");
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    let hosts: Vec<String> = lines
+        .iter()
+        .filter_map(|line| match AuditLine::parse(line.as_bytes()).unwrap() {
+            AuditLine::Attempt(record) => Some(record.host),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hosts.len(), 3, "{lines:#?}");
+    for host in &hosts {
+        assert!(!host.chars().any(must_escape), "raw control in {host:?}");
+    }
+    assert_eq!(hosts[0], r"\x1b[2K\x0dall-clear.\u202eevil.test");
+    // hyper refuses control bytes in a request target before the CONNECT door sees them.
+    assert!(
+        hosts[1].is_empty() || hosts[1].contains(r"\x1b[2K\x7f\x01"),
+        "{:?}",
+        hosts[1]
+    );
+    assert_eq!(hosts[2], r"\u202eevil\x09\u0085.test");
+}
+
+/// Issue 10: every line carries `seq` and `prev` linking it to the previous line of the
+/// run, and shutdown closes the chain with an `end` record counting the lines before it.
+#[tokio::test]
+async fn lines_are_chained_and_closed_by_an_end_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut proxy = proxy_with_log(&log, |_| {}).await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for n in 0..3u16 {
+        let label = format!("n{n}");
+        ask(
+            &socket,
+            dns_addr(&proxy),
+            &query(n, &[label.as_bytes(), b"test"]),
+        )
+        .await;
+    }
+    ask(&socket, dns_addr(&proxy), &query(9, &[b"allowed", b"test"])).await;
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    let mut prev = genesis(Some("r-test"));
+    for (seq, line) in lines.iter().enumerate() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(value["seq"], seq, "{line}");
+        assert_eq!(value["prev"], prev.as_str(), "{line}");
+        assert!(
+            line.ends_with(&format!(",\"seq\":{seq},\"prev\":\"{prev}\"}}")),
+            "seq and prev come last: {line}"
+        );
+        prev = sha256_hex(line.as_bytes());
+    }
+    match AuditLine::parse(lines[4].as_bytes()).unwrap() {
+        AuditLine::End(end) => {
+            assert_eq!((end.records, end.dropped), (4, 0));
+            assert_eq!(end.run.as_deref(), Some("r-test"));
+        }
+        other => panic!("not an end record: {other:?}"),
+    }
+}
+
+/// Past `--audit-limit` records: one `limit` record, then attempts are only counted, and
+/// the end record says how many were dropped.
+#[tokio::test]
+async fn past_the_audit_limit_attempts_are_counted_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut proxy = proxy_with_log(&log, |config| config.audit_limit = 3).await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for n in 0..8u16 {
+        let label = format!("n{n}");
+        let answer = ask(
+            &socket,
+            dns_addr(&proxy),
+            &query(n, &[label.as_bytes(), b"test"]),
+        )
+        .await;
+        assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+    }
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    assert_eq!(
+        lines.len(),
+        5,
+        "3 attempts, the limit record, the end:\n{lines:#?}"
+    );
+    for line in &lines[..3] {
+        assert!(matches!(
+            AuditLine::parse(line.as_bytes()).unwrap(),
+            AuditLine::Attempt(_)
+        ));
+    }
+    match AuditLine::parse(lines[3].as_bytes()).unwrap() {
+        AuditLine::Limit(limit) => {
+            assert_eq!((limit.limit, limit.reason.as_str()), (3, "audit_limit"));
+            assert_eq!(limit.seq, Some(3));
+        }
+        other => panic!("not a limit record: {other:?}"),
+    }
+    match AuditLine::parse(lines[4].as_bytes()).unwrap() {
+        AuditLine::End(end) => assert_eq!((end.records, end.dropped), (4, 5)),
+        other => panic!("not an end record: {other:?}"),
+    }
+}
+
+/// Over `--dns-rate` a query is answered REFUSED, gets no record and counts as dropped.
+#[tokio::test]
+async fn dns_queries_over_the_rate_are_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    // One query a second, a burst of one: of a quick series, most are over the rate.
+    let mut proxy = proxy_with_log(&log, |config| config.dns_rate = 1).await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut refused = 0u64;
+    let asked = 30u16;
+    for n in 0..asked {
+        let label = format!("flood{n}");
+        let answer = ask(
+            &socket,
+            dns_addr(&proxy),
+            &query(n, &[label.as_bytes(), b"test"]),
+        )
+        .await;
+        assert_eq!(answer.metadata.id, n);
+        match answer.metadata.response_code {
+            ResponseCode::Refused => refused += 1,
+            ResponseCode::NXDomain => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    proxy.shutdown().await;
+    assert!(refused > 0, "no query was over the rate");
+
+    let lines = read_lines(&log);
+    let (end, attempts) = lines.split_last().unwrap();
+    assert_eq!(
+        attempts.len() as u64 + refused,
+        u64::from(asked),
+        "{lines:#?}"
+    );
+    match AuditLine::parse(end.as_bytes()).unwrap() {
+        AuditLine::End(end) => assert_eq!(end.dropped, refused),
+        other => panic!("not an end record: {other:?}"),
+    }
+}

@@ -1,0 +1,254 @@
+//! `egress-sandbox run --server SOCKET` (or `EGRESS_SANDBOX_SERVER`): the same run through
+//! the `serve` daemon. Flags are checked here with `run`'s own code first, so a refusal
+//! reads exactly as a cold run's; then the daemon's events become this process's stdout,
+//! stderr, `--audit-log` lines, `--report`, summary line and exit code, byte for byte.
+//!
+//! The difference: stdin is read to its end before the run starts (unless it is a
+//! terminal, which gives the command an empty stdin), since the request carries it whole.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::run::{SETUP_FAILED, build_spec, refuse, say};
+use crate::cli::RunArgs;
+use crate::serve::client::{Client, ClientError, Event};
+use crate::serve::request::{EnvVars, PolicyText, RunRequest};
+
+pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
+    let spec = match build_spec(args.clone()) {
+        Ok(spec) => spec,
+        Err(error) => return Ok(refuse(&error)),
+    };
+    for warning in spec.warnings() {
+        say(warning);
+    }
+    drop(spec);
+    let mut audit_log = match &args.audit_log {
+        Some(path) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(file) => Some(file),
+            Err(error) => {
+                say(format_args!(
+                    "egress-sandbox: error: cannot open the audit log {}: {error}",
+                    path.display()
+                ));
+                return Ok(ExitCode::from(SETUP_FAILED));
+            }
+        },
+        None => None,
+    };
+    let request = request_from(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let client = Client::new(socket);
+    let code = runtime.block_on(async {
+        let mut interrupt =
+            signal(SignalKind::interrupt()).context("cannot install signal handlers")?;
+        let mut terminate =
+            signal(SignalKind::terminate()).context("cannot install signal handlers")?;
+        let run_id = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let exit_code = std::cell::Cell::new(None::<i32>);
+        let streamed = {
+            let run_id = run_id.clone();
+            let exit_code = &exit_code;
+            let audit_log = &mut audit_log;
+            let report_path = args.report.clone();
+            client.run(&request, move |event| {
+                handle(event, &run_id, exit_code, audit_log, report_path.as_deref())
+            })
+        };
+        tokio::pin!(streamed);
+        // A signal cancels the run on the daemon, which then tears it down and answers
+        // with its end, as a cold run does for its own signals.
+        let mut cancelled = false;
+        let result = loop {
+            tokio::select! {
+                result = &mut streamed => break result,
+                _ = interrupt.recv(), if !cancelled => {
+                    cancelled = cancel(&client, &run_id, false).await;
+                }
+                _ = terminate.recv(), if !cancelled => {
+                    cancelled = cancel(&client, &run_id, true).await;
+                }
+            }
+        };
+        anyhow::Ok(match result {
+            Ok(()) => exit_code.get().unwrap_or(i32::from(SETUP_FAILED)),
+            Err(ClientError::Refused { refusal, .. }) => {
+                for diagnostic in &refusal.diagnostics {
+                    say(diagnostic);
+                }
+                say(format_args!("egress-sandbox: error: {}", refusal.error));
+                i32::from(SETUP_FAILED)
+            }
+            Err(error) => {
+                say(format_args!("egress-sandbox: error: {error}"));
+                i32::from(SETUP_FAILED)
+            }
+        })
+    })?;
+    runtime.shutdown_background();
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(SETUP_FAILED)))
+}
+
+async fn cancel(
+    client: &Client,
+    run_id: &std::sync::Mutex<Option<String>>,
+    terminate: bool,
+) -> bool {
+    let Some(id) = run_id.lock().expect("run id lock").clone() else {
+        return false;
+    };
+    match client.cancel(&id, terminate).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, "cannot cancel the run");
+            false
+        }
+    }
+}
+
+fn handle(
+    event: Event,
+    run_id: &std::sync::Mutex<Option<String>>,
+    exit_code: &std::cell::Cell<Option<i32>>,
+    audit_log: &mut Option<std::fs::File>,
+    report_path: Option<&std::path::Path>,
+) {
+    match event {
+        // Printed from the local check already, with `run`'s own code.
+        Event::Warning { .. } => {}
+        Event::Started { run } => *run_id.lock().expect("run id lock") = Some(run),
+        Event::Output { stream, b64 } => {
+            let bytes = STANDARD.decode(b64).unwrap_or_default();
+            let _ = if stream == "stderr" {
+                std::io::stderr().write_all(&bytes)
+            } else {
+                let mut stdout = std::io::stdout();
+                stdout.write_all(&bytes).and_then(|()| stdout.flush())
+            };
+        }
+        Event::Audit { record } => {
+            if let Some(file) = audit_log {
+                let mut line = record.get().as_bytes().to_vec();
+                line.push(b'\n');
+                if let Err(error) = file.write_all(&line) {
+                    tracing::error!(%error, "cannot append to the audit log; no further records are written there");
+                    *audit_log = None;
+                }
+            }
+        }
+        Event::Exit {
+            report,
+            summary,
+            teardown_errors,
+        } => {
+            for failure in &teardown_errors {
+                say(format_args!(
+                    "egress-sandbox: could not remove {failure}; `egress-sandbox gc` will"
+                ));
+            }
+            if let Some(path) = report_path
+                && let Err(error) = write_report(path, report.get())
+            {
+                say(format_args!(
+                    "egress-sandbox: cannot write the report {}: {error}",
+                    path.display()
+                ));
+            }
+            eprintln!("{summary}");
+            exit_code.set(
+                serde_json::from_str::<serde_json::Value>(report.get())
+                    .ok()
+                    .and_then(|report| report["exit_code"].as_i64())
+                    .and_then(|code| i32::try_from(code).ok()),
+            );
+        }
+        Event::Error { error } => {
+            say(format_args!("egress-sandbox: error: {error}"));
+            exit_code.set(Some(i32::from(SETUP_FAILED)));
+        }
+    }
+}
+
+/// The report as `run` writes it: pretty JSON, fields in the daemon's order, a newline.
+fn write_report(path: &std::path::Path, compact: &str) -> std::io::Result<()> {
+    let mut pretty = Vec::new();
+    let mut deserializer = serde_json::Deserializer::from_str(compact);
+    let mut serializer = serde_json::Serializer::pretty(&mut pretty);
+    serde_transcode::transcode(&mut deserializer, &mut serializer)
+        .map_err(std::io::Error::other)?;
+    pretty.push(b'\n');
+    std::fs::write(path, pretty)
+}
+
+/// The request `run`'s flags amount to; policy files are read here (the daemon may not see
+/// the same files) and sent with their names.
+fn request_from(args: &RunArgs) -> anyhow::Result<RunRequest> {
+    let mut policies = Vec::new();
+    for path in &args.policies {
+        let yaml = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read policy {}", path.display()))?;
+        policies.push(PolicyText::File {
+            file: path.display().to_string(),
+            yaml,
+        });
+    }
+    let mut env = Vec::new();
+    for raw in &args.env {
+        let (key, value) = super::run_flags::env(raw)?;
+        env.push((key, value));
+    }
+    let mut mounts = Vec::new();
+    for raw in &args.mounts {
+        // Relative sources are relative to this process, not the daemon.
+        let (source, target, writable) = super::run_flags::mount(raw)?;
+        let source = std::path::absolute(&source).unwrap_or(source);
+        let suffix = if writable { ":rw" } else { "" };
+        mounts.push(format!("{}:{target}{suffix}", source.display()));
+    }
+    let mut resolve = std::collections::BTreeMap::new();
+    for raw in &args.resolve {
+        let (name, ip) = super::run_flags::resolve(raw)?;
+        resolve.insert(name.as_str().to_string(), ip.to_string());
+    }
+    let stdin = if std::io::stdin().is_terminal() {
+        Vec::new()
+    } else {
+        let mut input = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut input)
+            .context("cannot read stdin")?;
+        input
+    };
+    Ok(RunRequest {
+        argv: args.command.clone(),
+        allow: args.allow.clone(),
+        policies,
+        timeout: args.timeout.clone(),
+        memory: args.memory.clone(),
+        cpus: args.cpus,
+        pids: args.pids,
+        tmp: args.tmp.clone(),
+        output_limit: args.output_limit.clone(),
+        env: (!env.is_empty()).then_some(EnvVars::Pairs(env)),
+        workdir: args.workdir.clone(),
+        image: args.image.clone(),
+        stdin: (!stdin.is_empty()).then(|| STANDARD.encode(&stdin)),
+        resolve,
+        mounts,
+        egress_network: args.egress_network.clone(),
+        ..RunRequest::default()
+    })
+}

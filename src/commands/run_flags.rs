@@ -1,0 +1,122 @@
+//! `run`'s flag strings turned into the typed values [`RunSpec::builder`] takes. The
+//! library never parses a flag; the values mean the same here as in a policy and in the
+//! proxy, because durations, sizes and pins go through the proxy crate's one parser each
+//! (`egress_proxy::units`, `egress_proxy::resolve::parse_pin`).
+//!
+//! [`RunSpec::builder`]: crate::sandbox::RunSpec::builder
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use egress_proxy::resolve::parse_pin;
+use egress_proxy::target::HostName;
+use egress_proxy::units;
+
+use crate::sandbox::SpecError;
+
+fn invalid(flag: &'static str, raw: &str, reason: impl ToString) -> SpecError {
+    SpecError::Invalid {
+        flag,
+        value: raw.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// `500ms`, `10s`, `2m` ([`units::parse_duration`]; zero refused, as in a policy).
+pub fn duration(flag: &'static str, raw: &str) -> Result<Duration, SpecError> {
+    units::parse_duration(raw).map_err(|error| invalid(flag, raw, error))
+}
+
+/// `256MiB`, `1GB`, `65536` ([`units::parse_size`]; zero refused, as in a policy).
+pub fn size(flag: &'static str, raw: &str) -> Result<u64, SpecError> {
+    units::parse_size(raw).map_err(|error| invalid(flag, raw, error))
+}
+
+/// `SRC:DST[:rw|:ro]` → (source, target, writable).
+pub fn mount(raw: &str) -> Result<(PathBuf, String, bool), SpecError> {
+    let (rest, writable) = if let Some(rest) = raw.strip_suffix(":rw") {
+        (rest, true)
+    } else if let Some(rest) = raw.strip_suffix(":ro") {
+        (rest, false)
+    } else {
+        (raw, false)
+    };
+    match rest.split_once(':') {
+        Some((source, target)) if !source.is_empty() && !target.is_empty() => {
+            Ok((PathBuf::from(source), target.to_string(), writable))
+        }
+        _ => Err(invalid("--mount", raw, "expected SRC:DST[:rw]")),
+    }
+}
+
+/// `KEY=VALUE`.
+pub fn env(raw: &str) -> Result<(String, String), SpecError> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(invalid("--env", raw, "expected KEY=VALUE")),
+    }
+}
+
+/// `NAME=IP` ([`parse_pin`], the proxy's own parser: what `run` accepts, its proxy does).
+pub fn resolve(raw: &str) -> Result<(HostName, IpAddr), SpecError> {
+    parse_pin(raw).map_err(|error| SpecError::Pin(Box::new(error)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where `run` and the policy disagreed: `--tmp 0` and `--timeout 0s` were taken here
+    /// (then refused later, or not at all for `--output-limit`), `tmp: 0` refused there.
+    #[test]
+    fn sizes_and_durations_parse_as_in_a_policy() {
+        assert_eq!(size("--memory", "256MiB").unwrap(), 256 << 20);
+        assert_eq!(
+            duration("--timeout", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert!(size("--memory", "lots").is_err());
+        for raw in ["0", "0B", "0KiB"] {
+            let error = size("--output-limit", raw).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("invalid --output-limit {raw:?}: `{raw}` is zero")
+            );
+        }
+        assert!(duration("--timeout", "0s").is_err());
+    }
+
+    #[test]
+    fn mounts_parse_modes() {
+        assert_eq!(
+            mount("/src:/dst").unwrap(),
+            (PathBuf::from("/src"), "/dst".to_string(), false)
+        );
+        assert_eq!(
+            mount("/src:/dst:rw").unwrap(),
+            (PathBuf::from("/src"), "/dst".to_string(), true)
+        );
+        assert!(mount("/src").is_err());
+    }
+
+    #[test]
+    fn env_needs_a_key() {
+        assert!(env("=x").is_err());
+        assert_eq!(env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+    }
+
+    /// Where `run` and `proxy` disagreed: `run` refused `127.1`, its proxy took it.
+    #[test]
+    fn pins_parse_as_the_proxy_parses_them() {
+        let (name, ip) = resolve("API.test.=127.0.0.5").unwrap();
+        assert_eq!(name.as_str(), "api.test");
+        assert_eq!(ip, "127.0.0.5".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            resolve("api.test=127.1").unwrap_err().to_string(),
+            "--resolve \"api.test=127.1\": `127.1` is a shorthand of 127.0.0.1; write the address in full"
+        );
+        assert!(resolve("api.test=nope").is_err());
+        assert!(resolve("api.test").is_err());
+    }
+}

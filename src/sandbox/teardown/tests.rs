@@ -1,0 +1,151 @@
+//! Teardown against a fake engine whose creation completes late: the object it makes
+//! after the caller gave up is removed all the same, and never while it is being created.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use super::{DockerObjects, Teardown};
+
+#[derive(Default)]
+struct FakeState {
+    existing: HashSet<String>,
+    in_flight: HashSet<String>,
+    /// Names a removal was asked for while their creation was still under way: such a
+    /// removal comes too early, the object appears after it.
+    removed_in_flight: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct FakeEngine {
+    state: Arc<Mutex<FakeState>>,
+    /// Told when a creation task runs (it then waits for its release).
+    started: Arc<Notify>,
+    /// Told when `Drop` opens its own connection: teardown has begun.
+    reconnected: Arc<Notify>,
+}
+
+impl FakeEngine {
+    /// A creation of `name` that completes only when `release` does; it counts as in
+    /// flight from this call on (the request is about to be sent).
+    fn create_late(
+        &self,
+        name: &str,
+        release: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = Result<String, String>> + Send + 'static {
+        self.state
+            .lock()
+            .unwrap()
+            .in_flight
+            .insert(name.to_string());
+        let (engine, name) = (self.clone(), name.to_string());
+        async move {
+            engine.started.notify_one();
+            release.await;
+            let mut state = engine.state.lock().unwrap();
+            state.in_flight.remove(&name);
+            state.existing.insert(name.clone());
+            Ok(name)
+        }
+    }
+
+    fn left(&self) -> (Vec<String>, Vec<String>) {
+        let state = self.state.lock().unwrap();
+        let mut existing: Vec<String> = state.existing.iter().cloned().collect();
+        existing.sort();
+        (existing, state.removed_in_flight.clone())
+    }
+}
+
+impl DockerObjects for FakeEngine {
+    async fn remove_container(&self, name: &str) -> Result<(), String> {
+        let mut state = self.state.lock().unwrap();
+        if state.in_flight.contains(name) {
+            state.removed_in_flight.push(name.to_string());
+        }
+        state.existing.remove(name);
+        Ok(())
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<(), String> {
+        self.remove_container(name).await
+    }
+
+    async fn containers_labelled(&self, _label: &str) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
+
+    async fn reconnect(&self) -> Result<FakeEngine, String> {
+        self.reconnected.notify_one();
+        Ok(self.clone())
+    }
+}
+
+/// Starts `creation` through the teardown and gives up on it after its first poll, as a
+/// caller does whose sibling step failed.
+async fn give_up_on<T: Send + 'static>(
+    teardown: &Teardown<FakeEngine>,
+    creation: impl Future<Output = T> + Send + 'static,
+) {
+    let completing = teardown.complete(creation);
+    tokio::pin!(completing);
+    assert!(futures_util::poll!(completing.as_mut()).is_pending());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_waits_for_a_creation_in_flight_and_removes_what_it_made() {
+    let fake = FakeEngine::default();
+    let teardown = Teardown::new(fake.clone(), "r-00000001");
+    teardown.track_container("egress-run-r-00000001-proxy");
+    // The creation completes only once teardown has begun: as late as it can be.
+    let reconnected = fake.reconnected.clone();
+    let creation = fake.create_late("egress-run-r-00000001-proxy", async move {
+        reconnected.notified().await
+    });
+    give_up_on(&teardown, creation).await;
+    fake.started.notified().await;
+
+    drop(teardown);
+
+    let (existing, removed_in_flight) = fake.left();
+    assert!(existing.is_empty(), "left behind: {existing:?}");
+    assert!(
+        removed_in_flight.is_empty(),
+        "removed before its creation resolved: {removed_in_flight:?}"
+    );
+}
+
+#[tokio::test]
+async fn run_waits_for_a_creation_in_flight_and_removes_what_it_made() {
+    let fake = FakeEngine::default();
+    let teardown = Teardown::new(fake.clone(), "r-00000002");
+    teardown.track_network("egress-run-r-00000002");
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let creation = fake.create_late("egress-run-r-00000002", async move {
+        let _ = released.await;
+    });
+    give_up_on(&teardown, creation).await;
+
+    let removal = teardown.run(false);
+    tokio::pin!(removal);
+    assert!(futures_util::poll!(removal.as_mut()).is_pending());
+    release.send(()).unwrap();
+    let failures = removal.await;
+
+    assert!(failures.is_empty(), "{failures:?}");
+    let (existing, removed_in_flight) = fake.left();
+    assert!(existing.is_empty(), "left behind: {existing:?}");
+    assert!(removed_in_flight.is_empty(), "{removed_in_flight:?}");
+}
+
+#[tokio::test]
+async fn removing_what_never_came_to_exist_is_success() {
+    let fake = FakeEngine::default();
+    let teardown = Teardown::new(fake.clone(), "r-00000003");
+    teardown.track_container("never-created");
+    teardown.track_network("never-created-either");
+    assert!(teardown.run(true).await.is_empty());
+    assert_eq!(fake.left(), (Vec::new(), Vec::new()));
+}

@@ -1,0 +1,366 @@
+//! `egress-sandbox serve`: runs over a local API — HTTP/1.1 + JSON on a Unix socket.
+//!
+//! - `GET /v1/health` → `{"ok":true,"version":…,"pool":{"ready":R,"size":N}}`
+//! - `POST /v1/runs` → 400 `{"error","field"}` (nothing created) or 200 NDJSON events:
+//!   `started`, `output`, `audit`, then `exit` with the report ([`run_task`]).
+//! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
+//! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
+//!
+//! Each run goes through the library's lifecycle (`sandbox::run_until`), the same code as
+//! `egress-sandbox run`. On SIGTERM/SIGINT the daemon stops accepting, interrupts every run,
+//! waits until each has removed its objects, and removes its socket; at start it sweeps
+//! what a crashed daemon (or run) left.
+
+pub mod client;
+pub mod metrics;
+pub mod request;
+mod run_task;
+pub mod socket;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::sync::{Notify, watch};
+
+use crate::sandbox::Interruption;
+use metrics::Metrics;
+use request::{BadRequest, RunRequest};
+
+/// The largest request body (files and stdin travel in it, base64).
+const MAX_REQUEST: usize = 96 << 20;
+
+pub use socket::default_socket;
+
+/// How the daemon is asked to run.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    pub socket: PathBuf,
+    /// Makes the socket 0660 owned by this group (name or number) instead of 0600.
+    pub socket_group: Option<String>,
+    /// Also serve `GET /metrics` on this TCP address.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl ServeOptions {
+    pub fn new(socket: PathBuf) -> ServeOptions {
+        ServeOptions {
+            socket,
+            socket_group: None,
+            metrics_listen: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Socket(#[from] socket::SocketError),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] crate::sandbox::docker::EngineError),
+}
+
+/// A way to cancel one run: wake its interrupt with the signal to report.
+struct Cancel {
+    notify: Arc<Notify>,
+    signal: Arc<Mutex<Interruption>>,
+}
+
+/// Counts runs in flight so shutdown can wait for their teardown.
+#[derive(Default)]
+struct Tracker {
+    count: Mutex<usize>,
+    idle: Notify,
+}
+
+struct TrackerGuard(Arc<Shared>);
+
+impl Tracker {
+    async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if *self.count.lock().expect("tracker lock") == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Drop for TrackerGuard {
+    fn drop(&mut self) {
+        let mut count = self.0.tracker.count.lock().expect("tracker lock");
+        *count -= 1;
+        if *count == 0 {
+            self.0.tracker.idle.notify_waiters();
+        }
+    }
+}
+
+/// What every connection and run shares.
+struct Shared {
+    metrics: Metrics,
+    runs: Mutex<HashMap<String, Cancel>>,
+    tracker: Tracker,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn enter(self: &Arc<Self>) -> TrackerGuard {
+        *self.tracker.count.lock().expect("tracker lock") += 1;
+        TrackerGuard(self.clone())
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Serves until `stop` resolves, then interrupts every run, waits for their teardown and
+/// removes the socket.
+pub async fn serve(
+    options: ServeOptions,
+    stop: impl Future<Output = ()>,
+    ready: impl FnOnce(&ServeOptions),
+) -> Result<(), ServeError> {
+    let engine = crate::sandbox::docker::Engine::connect().await?;
+    match crate::sandbox::labels::HostIdentity::current() {
+        Ok(here) => match crate::sandbox::gc::sweep(&engine, &here).await {
+            Ok(report) if !report.removed.is_empty() => {
+                tracing::info!(
+                    objects = report.removed.len(),
+                    "removed leftovers of earlier runs"
+                )
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot sweep leftovers of earlier runs"),
+        },
+        Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
+    }
+    let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
+    let (shutdown, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        runs: Mutex::new(HashMap::new()),
+        tracker: Tracker::default(),
+        shutdown,
+    });
+    let metrics_listener = match options.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::MetricsListen { addr, source })?,
+        ),
+        None => None,
+    };
+    if let Some(listener) = metrics_listener {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut stopping = shared.shutdown.subscribe();
+            loop {
+                let stream = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(_) => continue,
+                    },
+                    _ = stopping.wait_for(|s| *s) => return,
+                };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let shared = shared.clone();
+                        async move {
+                            Ok::<_, Infallible>(match request.uri().path() {
+                                "/metrics" => metrics_response(&shared),
+                                _ => json_response(
+                                    StatusCode::NOT_FOUND,
+                                    &BadRequest::new("path", "not found"),
+                                ),
+                            })
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    }
+    ready(&options);
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(shared.clone(), request));
+            if let Err(error) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    tracing::info!("stopping: interrupting runs and removing their objects");
+    drop(listener);
+    let _ = std::fs::remove_file(&options.socket);
+    shared.shutdown.send_replace(true);
+    shared.tracker.wait_idle().await;
+    Ok(())
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = request.uri().path().to_string();
+    let response = match (request.method(), path.as_str()) {
+        (&Method::GET, "/v1/health") => json_response(
+            StatusCode::OK,
+            &serde_json::json!({
+                "ok": true,
+                "version": env!("CARGO_PKG_VERSION"),
+                "pool": {"ready": 0, "size": 0},
+            }),
+        ),
+        (&Method::GET, "/metrics") => metrics_response(&shared),
+        (&Method::POST, "/v1/runs") => post_run(shared, request).await,
+        (&Method::DELETE, path) if path.starts_with("/v1/runs/") => {
+            let id = &path["/v1/runs/".len()..];
+            let signal = match request.uri().query() {
+                Some(query) if query.split('&').any(|kv| kv == "signal=TERM") => {
+                    Interruption::Terminate
+                }
+                _ => Interruption::Interrupt,
+            };
+            cancel(&shared, id, signal)
+        }
+        (_, "/v1/health" | "/metrics" | "/v1/runs") => json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &BadRequest::new("method", "method not allowed"),
+        ),
+        _ => json_response(StatusCode::NOT_FOUND, &BadRequest::new("path", "not found")),
+    };
+    Ok(response)
+}
+
+async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    if *shared.shutdown.borrow() {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &BadRequest::new("", "the daemon is stopping"),
+        );
+    }
+    let body = match Limited::new(request.into_body(), MAX_REQUEST)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &BadRequest::new("body", format!("cannot read the request: {error}")),
+            );
+        }
+    };
+    let checked = serde_json::from_slice::<RunRequest>(&body)
+        .map_err(|error| BadRequest::from_json_error(&error))
+        .and_then(RunRequest::check);
+    let checked = match checked {
+        Ok(checked) => checked,
+        Err(refused) => return json_response(StatusCode::BAD_REQUEST, &refused),
+    };
+    if let Some(image) = checked.spec.image.clone() {
+        // `run` answers a missing image with 125 before creating anything: so does this.
+        match crate::sandbox::docker::Engine::connect().await {
+            Ok(engine) => {
+                if let Err(error) =
+                    crate::sandbox::images::require_local_image(engine.docker(), &image).await
+                {
+                    return json_response(
+                        StatusCode::BAD_REQUEST,
+                        &BadRequest::new("image", error.to_string()),
+                    );
+                }
+            }
+            Err(error) => {
+                return json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &BadRequest::new("", error.to_string()),
+                );
+            }
+        }
+    }
+    let lines = run_task::start(shared, checked.spec, checked.stdin);
+    let stream = futures_util::stream::unfold(lines, |mut lines| async move {
+        let line = lines.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(line)), lines))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .expect("a valid response")
+}
+
+fn cancel(shared: &Shared, id: &str, signal: Interruption) -> Response<Body> {
+    let runs = shared.runs.lock().expect("runs lock");
+    match runs.get(id) {
+        Some(run) => {
+            *run.signal.lock().expect("cancel signal lock") = signal;
+            run.notify.notify_one();
+            json_response(
+                StatusCode::OK,
+                &serde_json::json!({"run": id, "cancelled": true}),
+            )
+        }
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &BadRequest::new("id", format!("no run {id} in progress")),
+        ),
+    }
+}
+
+fn metrics_response(shared: &Shared) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+        .body(Full::new(Bytes::from(shared.metrics.encode())).boxed())
+        .expect("a valid response")
+}
+
+fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
+    let mut text = serde_json::to_vec(body).expect("a response body always serialises");
+    text.push(b'\n');
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(text)).boxed())
+        .expect("a valid response")
+}

@@ -1,0 +1,293 @@
+//! `POST /v1/runs` bodies: the JSON request and its checks, which are exactly `run`'s (the
+//! same [`RunSpec`] builder), so a request `run` would refuse is a 400 that creates nothing.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+
+use crate::commands::run_flags;
+use crate::sandbox::spec::{RunSpec, SpecError};
+
+/// A policy as text: bare YAML (named `policy-N.yaml`), or with the file name that names it
+/// in diagnostics and gives its default name (what `run --server` sends for `--policy`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum PolicyText {
+    Yaml(String),
+    File { file: String, yaml: String },
+}
+
+/// The request body; only `argv` is required.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_limit: Option<String>,
+    /// In order, as `--env` flags (a list of pairs keeps the order `run` would have).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvVars>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Relative path → base64 contents; written under /task.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// Base64; the command's whole stdin, closed after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resolve: BTreeMap<String, String>,
+    /// `SRC:DST[:rw]`, as `--mount` (paths on the daemon's host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<String>,
+    /// The Docker network the proxy reaches the outside through, as `--egress-network`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_network: Option<String>,
+}
+
+/// `env` as an object (`{"K":"V"}`) or as a list of `["K","V"]` pairs.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum EnvVars {
+    Map(BTreeMap<String, String>),
+    Pairs(Vec<(String, String)>),
+}
+
+impl EnvVars {
+    fn pairs(self) -> Vec<(String, String)> {
+        match self {
+            EnvVars::Map(map) => map.into_iter().collect(),
+            EnvVars::Pairs(pairs) => pairs,
+        }
+    }
+}
+
+/// A refused request: the 400 body.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct BadRequest {
+    pub error: String,
+    /// The request field at fault.
+    pub field: String,
+    /// Policy diagnostics (`FILE:LINE:COL: error: …`), when the policy was refused.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+}
+
+impl BadRequest {
+    pub fn new(field: &str, error: impl Into<String>) -> BadRequest {
+        BadRequest {
+            error: error.into(),
+            field: field.to_string(),
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// A body that is not a request: serde names the field in its message when it can.
+    pub fn from_json_error(error: &serde_json::Error) -> BadRequest {
+        let text = error.to_string();
+        let field = text
+            .split('`')
+            .nth(1)
+            .filter(|_| text.contains("field"))
+            .unwrap_or("body");
+        BadRequest::new(field, format!("the request is not valid: {text}"))
+    }
+
+    fn from_spec(error: SpecError) -> BadRequest {
+        match error {
+            SpecError::Policy(policy) => {
+                let diagnostics: Vec<String> =
+                    policy.diagnostics.iter().map(|d| d.to_string()).collect();
+                let field = if diagnostics.iter().all(|d| d.starts_with("--allow")) {
+                    "allow"
+                } else {
+                    "policies"
+                };
+                BadRequest {
+                    error: "the policy was refused; nothing was run".into(),
+                    field: field.into(),
+                    diagnostics,
+                }
+            }
+            SpecError::Invalid { flag, .. } | SpecError::AboveLimit { flag, .. } => {
+                BadRequest::new(field_of_flag(flag), error.to_string())
+            }
+            SpecError::NoCommand => BadRequest::new("argv", error.to_string()),
+            SpecError::Pin(_) => BadRequest::new("resolve", error.to_string()),
+            other => BadRequest::new("policies", other.to_string()),
+        }
+    }
+}
+
+/// `--output-limit` → `output_limit`, `--mount` → `mounts` …: the request's own names.
+fn field_of_flag(flag: &str) -> &str {
+    match flag.trim_start_matches('-') {
+        "output-limit" => "output_limit",
+        "mount" => "mounts",
+        "egress-network" => "egress_network",
+        other => other,
+    }
+}
+
+/// A checked request: the run and its stdin.
+pub struct Checked {
+    pub spec: RunSpec,
+    pub stdin: Vec<u8>,
+}
+
+impl RunRequest {
+    pub fn check(self) -> Result<Checked, BadRequest> {
+        let mut builder = RunSpec::builder(self.argv);
+        for (index, policy) in self.policies.into_iter().enumerate() {
+            builder = match policy {
+                PolicyText::Yaml(yaml) => {
+                    builder.policy_yaml(format!("policy-{}.yaml", index + 1), yaml)
+                }
+                PolicyText::File { file, yaml } => builder.policy_yaml(file, yaml),
+            };
+        }
+        for host in self.allow {
+            builder = builder.allow(host);
+        }
+        if let Some(image) = self.image {
+            builder = builder.image(image);
+        }
+        let spec_error = BadRequest::from_spec;
+        if let Some(raw) = self.timeout {
+            builder = builder.timeout(run_flags::duration("--timeout", &raw).map_err(spec_error)?);
+        }
+        if let Some(raw) = self.memory {
+            builder = builder.memory(run_flags::size("--memory", &raw).map_err(spec_error)?);
+        }
+        if let Some(cpus) = self.cpus {
+            builder = builder.cpus(cpus);
+        }
+        if let Some(pids) = self.pids {
+            builder = builder.pids(pids);
+        }
+        if let Some(raw) = self.tmp {
+            builder = builder.tmp(run_flags::size("--tmp", &raw).map_err(spec_error)?);
+        }
+        if let Some(raw) = self.output_limit {
+            builder =
+                builder.output_limit(run_flags::size("--output-limit", &raw).map_err(spec_error)?);
+        }
+        for raw in self.mounts {
+            let (source, target, writable) = run_flags::mount(&raw).map_err(spec_error)?;
+            builder = builder.mount(source, target, writable);
+        }
+        for (key, value) in self.env.map(EnvVars::pairs).unwrap_or_default() {
+            builder = builder.env(key, value);
+        }
+        if let Some(dir) = self.workdir {
+            builder = builder.workdir(dir);
+        }
+        for (name, ip) in self.resolve {
+            let (name, ip) = run_flags::resolve(&format!("{name}={ip}")).map_err(spec_error)?;
+            builder = builder.resolve(name.as_str(), ip);
+        }
+        for (path, b64) in self.files {
+            let contents = STANDARD.decode(b64.as_bytes()).map_err(|error| {
+                BadRequest::new("files", format!("file {path:?} is not base64: {error}"))
+            })?;
+            builder = builder.file(path, contents);
+        }
+        if let Some(network) = self.egress_network {
+            builder = builder.egress_network(network);
+        }
+        let stdin = match self.stdin {
+            Some(b64) => STANDARD.decode(b64.as_bytes()).map_err(|error| {
+                BadRequest::new("stdin", format!("stdin is not base64: {error}"))
+            })?,
+            None => Vec::new(),
+        };
+        let spec = builder.build().map_err(spec_error)?;
+        Ok(Checked { spec, stdin })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(json: &str) -> Result<Checked, BadRequest> {
+        serde_json::from_str::<RunRequest>(json)
+            .map_err(|e| BadRequest::from_json_error(&e))?
+            .check()
+    }
+
+    #[test]
+    fn only_argv_is_required() {
+        let checked = check(r#"{"argv":["true"]}"#).ok().unwrap();
+        assert!(checked.stdin.is_empty());
+        assert_eq!(check(r#"{}"#).err().unwrap().field, "argv");
+        assert_eq!(check(r#"{"argv":[]}"#).err().unwrap().field, "argv");
+    }
+
+    #[test]
+    fn each_refusal_names_its_field() {
+        for (json, field) in [
+            (r#"{"argv":["x"],"timeout":"soon"}"#, "timeout"),
+            (r#"{"argv":["x"],"memory":"lots"}"#, "memory"),
+            (r#"{"argv":["x"],"output_limit":"-1"}"#, "output_limit"),
+            (r#"{"argv":["x"],"allow":["http://x/"]}"#, "allow"),
+            (r#"{"argv":["x"],"policies":["version: 2\n"]}"#, "policies"),
+            (r#"{"argv":["x"],"files":{"../x":"AA=="}}"#, "files"),
+            (r#"{"argv":["x"],"files":{"x":"%%%"}}"#, "files"),
+            (r#"{"argv":["x"],"stdin":"%%%"}"#, "stdin"),
+            (
+                r#"{"argv":["x"],"resolve":{"a.example":"nope"}}"#,
+                "resolve",
+            ),
+            (r#"{"argv":["x"],"workdir":"rel"}"#, "workdir"),
+            (r#"{"argv":["x"],"env":{"A=B":"c"}}"#, "env"),
+            (r#"{"argv":["x"],"mounts":["/nonexistent-x:/y"]}"#, "mounts"),
+            (r#"{"argv":["x"],"colour":"red"}"#, "colour"),
+        ] {
+            let refused = check(json)
+                .err()
+                .unwrap_or_else(|| panic!("{json} accepted"));
+            assert_eq!(refused.field, field, "{json}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_policy_carries_its_diagnostics() {
+        let refused = check(r#"{"argv":["x"],"policies":[{"file":"p.yaml","yaml":"version: 1\nallow:\n  - host: \"*\"\n"}]}"#)
+            .err()
+            .unwrap();
+        assert_eq!(refused.field, "policies");
+        assert!(
+            refused.diagnostics[0].starts_with("p.yaml:3:"),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn files_make_task_the_default_workdir_and_stdin_is_decoded() {
+        let checked = check(r#"{"argv":["x"],"files":{"main.py":"cHJpbnQoNDIp"},"stdin":"aGk="}"#)
+            .ok()
+            .unwrap();
+        assert_eq!(checked.stdin, b"hi");
+        assert_eq!(checked.spec.workdir.as_deref(), Some("/task"));
+        assert_eq!(checked.spec.files[0].contents, b"print(42)");
+    }
+}

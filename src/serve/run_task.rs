@@ -1,0 +1,237 @@
+//! One accepted `POST /v1/runs`: the run through the library's lifecycle, turned into the
+//! NDJSON event stream. The stream's receiver going away (the client closed the
+//! connection) cancels the run, as does `DELETE /v1/runs/{id}` and the daemon's shutdown.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::Shared;
+use crate::report::{RunReport, summary_line};
+use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus, run_until};
+
+/// An `audit` event: the record is the proxy's line, byte for byte.
+#[derive(serde::Serialize)]
+struct AuditLine<'a> {
+    event: &'static str,
+    record: &'a RawValue,
+}
+
+/// The `exit` event: the report as `run` writes it (field order kept), the summary line.
+#[derive(serde::Serialize)]
+struct ExitLine<'a> {
+    event: &'static str,
+    report: &'a RawValue,
+    summary: String,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    teardown_errors: &'a [String],
+}
+
+/// One event line of the stream (with its newline). Built from typed structs (never a
+/// `Value`, which would re-sort raw JSON's fields).
+fn line(event: &impl serde::Serialize) -> Bytes {
+    let mut text = serde_json::to_vec(event).expect("an event always serialises");
+    text.push(b'\n');
+    Bytes::from(text)
+}
+
+/// Writes the command's output as `output` events.
+struct OutputEvents {
+    stream: &'static str,
+    lines: UnboundedSender<Bytes>,
+}
+
+impl tokio::io::AsyncWrite for OutputEvents {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let event = serde_json::json!({
+            "event": "output",
+            "stream": self.stream,
+            "b64": STANDARD.encode(buf),
+        });
+        // A closed stream is the run's cancellation, handled elsewhere; keep draining.
+        let _ = self.lines.send(line(&event));
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Starts the run in the background; the returned receiver is the response body.
+pub(super) fn start(
+    shared: Arc<Shared>,
+    spec: RunSpec,
+    stdin: Vec<u8>,
+) -> UnboundedReceiver<Bytes> {
+    let (lines, body) = unbounded_channel();
+    for warning in spec.warnings() {
+        let _ = lines.send(line(&serde_json::json!({
+            "event": "warning",
+            "text": warning.to_string(),
+        })));
+    }
+    let guard = shared.enter();
+    tokio::spawn(async move {
+        let _guard = guard;
+        shared.metrics.active().inc();
+        run(&shared, spec, stdin, lines).await;
+        shared.metrics.active().dec();
+    });
+    body
+}
+
+async fn run(shared: &Arc<Shared>, spec: RunSpec, stdin: Vec<u8>, lines: UnboundedSender<Bytes>) {
+    let accepted = Instant::now();
+    let (events_tx, events) = unbounded_channel();
+    let sinks = OutputSinks::new(
+        OutputEvents {
+            stream: "stdout",
+            lines: lines.clone(),
+        },
+        OutputEvents {
+            stream: "stderr",
+            lines: lines.clone(),
+        },
+    )
+    .with_stdin(std::io::Cursor::new(stdin))
+    .with_events(events_tx);
+    let cancel = Arc::new(tokio::sync::Notify::new());
+    let cancel_signal = Arc::new(std::sync::Mutex::new(Interruption::Interrupt));
+    let follower = tokio::spawn(follow(
+        shared.clone(),
+        events,
+        lines.clone(),
+        cancel.clone(),
+        cancel_signal.clone(),
+        accepted,
+    ));
+    let interrupt = {
+        let lines = lines.clone();
+        let mut shutdown = shared.shutdown.subscribe();
+        async move {
+            tokio::select! {
+                () = lines.closed() => Interruption::Interrupt,
+                () = cancel.notified() => *cancel_signal.lock().expect("cancel signal lock"),
+                _ = shutdown.wait_for(|stopping| *stopping) => Interruption::Terminate,
+            }
+        }
+    };
+    let result = run_until(spec, sinks, interrupt).await;
+    // Every sender of run events is gone with the run: the follower has seen them all.
+    let run_id = follower.await.ok().flatten();
+    if let Some(id) = &run_id {
+        shared.runs.lock().expect("runs lock").remove(id);
+    }
+    match result {
+        Ok(outcome) => {
+            shared.metrics.run_finished(
+                status_name(outcome.status),
+                (!outcome.duration.is_zero()).then_some(outcome.duration.as_secs_f64()),
+            );
+            let report = serde_json::to_string(&RunReport::new(&outcome))
+                .expect("a report always serialises");
+            let report = RawValue::from_string(report).expect("a report is JSON");
+            let _ = lines.send(line(&ExitLine {
+                event: "exit",
+                report: &report,
+                summary: summary_line(&outcome),
+                teardown_errors: &outcome.teardown_errors,
+            }));
+        }
+        Err(error) => {
+            shared.metrics.run_finished("setup_failed", None);
+            let _ = lines.send(line(&serde_json::json!({
+                "event": "error",
+                "error": crate::commands::run::setup_failure_message(&error),
+                "exit_code": 125,
+            })));
+        }
+    }
+}
+
+/// Turns run events into `started` / `audit` lines, registers the run for DELETE, counts
+/// metrics. Returns the run id.
+async fn follow(
+    shared: Arc<Shared>,
+    mut events: UnboundedReceiver<RunEvent>,
+    lines: UnboundedSender<Bytes>,
+    cancel: Arc<tokio::sync::Notify>,
+    cancel_signal: Arc<std::sync::Mutex<Interruption>>,
+    accepted: Instant,
+) -> Option<String> {
+    let mut run_id = None;
+    let mut tearing_down = false;
+    while let Some(event) = events.recv().await {
+        match event {
+            RunEvent::Id(id) => {
+                shared.runs.lock().expect("runs lock").insert(
+                    id.clone(),
+                    super::Cancel {
+                        notify: cancel.clone(),
+                        signal: cancel_signal.clone(),
+                    },
+                );
+                let _ = lines.send(line(&serde_json::json!({"event": "started", "run": id})));
+                run_id = Some(id);
+            }
+            RunEvent::Started => shared.metrics.setup_done(accepted.elapsed().as_secs_f64()),
+            RunEvent::Audit(record) => {
+                shared.metrics.audit_record(&record);
+                match std::str::from_utf8(&record)
+                    .ok()
+                    .and_then(|text| RawValue::from_string(text.to_string()).ok())
+                {
+                    Some(raw) => {
+                        let _ = lines.send(line(&AuditLine {
+                            event: "audit",
+                            record: &raw,
+                        }));
+                    }
+                    None => tracing::warn!("an audit record is not JSON; not streamed"),
+                }
+            }
+            RunEvent::Ended => {
+                tearing_down = true;
+                shared.metrics.tearing_down().inc();
+            }
+        }
+    }
+    if tearing_down {
+        shared.metrics.tearing_down().dec();
+    }
+    run_id
+}
+
+fn status_name(status: RunStatus) -> &'static str {
+    match serde_json::to_value(status) {
+        Ok(serde_json::Value::String(name)) => match name.as_str() {
+            "exited" => "exited",
+            "timeout" => "timeout",
+            "oom" => "oom",
+            "interrupted" => "interrupted",
+            "proxy_failed" => "proxy_failed",
+            _ => "other",
+        },
+        _ => "other",
+    }
+}

@@ -1,0 +1,132 @@
+//! The API socket: created with its final mode from the start (bound inside a private
+//! directory, restricted, then renamed into place), so no other user can connect in between.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+
+/// `/run/egress-sandbox/api.sock` for root, else `$XDG_RUNTIME_DIR/egress-sandbox.sock`
+/// (else in the temporary directory).
+pub fn default_socket() -> PathBuf {
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .ok();
+    if uid == Some(0) {
+        return PathBuf::from("/run/egress-sandbox/api.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("egress-sandbox.sock"),
+        _ => std::env::temp_dir().join(format!("egress-sandbox-{}.sock", uid.unwrap_or_default())),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("another egress-sandbox serve answers on {0}")]
+    InUse(PathBuf),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no such group: {0}")]
+    NoSuchGroup(String),
+}
+
+fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SocketError {
+    let path = path.to_path_buf();
+    move |source| SocketError::Io { what, path, source }
+}
+
+/// Binds `path` with mode 0600, or 0660 owned by `group` (a name or a number). A stale
+/// socket file (nobody answers) is replaced; a live one is refused.
+pub async fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, SocketError> {
+    let gid = group.map(group_id).transpose()?;
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_error("cannot create the directory", parent))?;
+    if tokio::net::UnixStream::connect(path).await.is_ok() {
+        return Err(SocketError::InUse(path.to_path_buf()));
+    }
+    let private = tempfile::Builder::new()
+        .prefix(".egress-sandbox-bind.")
+        .tempdir_in(parent)
+        .map_err(io_error("cannot create a directory in", parent))?;
+    let staged = private.path().join("api.sock");
+    let listener = UnixListener::bind(&staged).map_err(io_error("cannot bind", &staged))?;
+    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(mode))
+        .map_err(io_error("cannot set the mode of", &staged))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(&staged, None, Some(gid))
+            .map_err(io_error("cannot give the group", &staged))?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(io_error("cannot replace", path)(error)),
+    }
+    std::fs::rename(&staged, path).map_err(io_error("cannot move the socket to", path))?;
+    Ok(listener)
+}
+
+/// A group's id from its name (`/etc/group`) or its number.
+fn group_id(group: &str) -> Result<u32, SocketError> {
+    if let Ok(gid) = group.parse() {
+        return Ok(gid);
+    }
+    let groups = std::fs::read_to_string("/etc/group")
+        .map_err(io_error("cannot read", Path::new("/etc/group")))?;
+    groups
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(':');
+            let name = fields.next()?;
+            let gid = fields.nth(1)?.parse().ok()?;
+            Some((name, gid))
+        })
+        .find(|(name, _)| *name == group)
+        .map(|(_, gid)| gid)
+        .ok_or_else(|| SocketError::NoSuchGroup(group.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_is_private_and_a_live_one_is_not_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = bind(&path, None).await.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(matches!(
+            bind(&path, None).await,
+            Err(SocketError::InUse(_))
+        ));
+        drop(listener);
+        // Stale now: replaced.
+        let _again = bind(&path, Some("0")).await.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o660);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "the staging directory was left behind");
+    }
+
+    #[test]
+    fn groups_are_found_by_name_or_number() {
+        assert_eq!(group_id("0").unwrap(), 0);
+        assert_eq!(group_id("root").unwrap(), 0);
+        assert!(matches!(
+            group_id("no-such-group-x"),
+            Err(SocketError::NoSuchGroup(_))
+        ));
+    }
+}

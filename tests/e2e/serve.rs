@@ -1,0 +1,565 @@
+//! `egress-sandbox serve` against the real engine: the API's events, exit codes, files,
+//! stdin, env, refusals that create nothing, cancellation (DELETE, a closed stream, the
+//! daemon's SIGTERM), the socket's mode, and `run --server` against a cold `run`.
+//!
+//! Each test starts its own daemon on a socket in its own temporary directory.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use egress_sandbox::serve::client::{Client, ClientError};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::support::run::binary;
+use crate::support::{Run, TestNetwork, assert_nothing_left, leftovers, objects_owned_by};
+
+const START_BOUND: Duration = Duration::from_secs(60);
+const HANG_BOUND: Duration = Duration::from_secs(120);
+
+/// A daemon on a private socket; stopped (SIGTERM, then checked) on drop.
+pub struct Daemon {
+    child: Child,
+    pub socket: PathBuf,
+    dir: TempDir,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        // Searchable by everyone: only the socket's own mode may keep another user out.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("api.sock");
+        let mut child = binary()
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start egress-sandbox serve");
+        let (ready_tx, ready) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.starts_with("egress-sandbox: serving on ") {
+                    let _ = ready_tx.send(());
+                }
+                eprintln!("daemon: {line}");
+            }
+        });
+        if ready.recv_timeout(START_BOUND).is_err() {
+            let _ = child.kill();
+            panic!("the daemon did not start serving within {START_BOUND:?}");
+        }
+        Daemon { child, socket, dir }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.socket)
+    }
+
+    /// SIGTERM; the daemon must exit 0 within the bound, leaving nothing of its own.
+    pub fn stop(mut self) {
+        signal(self.pid(), "TERM");
+        let deadline = Instant::now() + HANG_BOUND;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not stop after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "the daemon exited {status}");
+        assert!(!self.socket.exists(), "the daemon left its socket");
+        let (left, _) = objects_owned_by(self.child.id());
+        left.remove();
+        assert!(left.is_empty(), "the daemon left objects: {left:?}");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            signal(self.child.id(), "TERM");
+            let deadline = Instant::now() + HANG_BOUND;
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = &self.dir;
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A finished API run: every event line, parsed.
+struct ApiRun {
+    events: Vec<Value>,
+}
+
+impl ApiRun {
+    fn stream(&self, name: &str) -> String {
+        let bytes: Vec<u8> = self
+            .events
+            .iter()
+            .filter(|e| e["event"] == "output" && e["stream"] == name)
+            .flat_map(|e| STANDARD.decode(e["b64"].as_str().unwrap()).unwrap())
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn last(&self) -> &Value {
+        self.events.last().expect("no events")
+    }
+
+    fn report(&self) -> &Value {
+        let last = self.last();
+        assert_eq!(
+            last["event"], "exit",
+            "the stream did not end with exit: {:#?}",
+            self.events
+        );
+        &last["report"]
+    }
+
+    fn run_id(&self) -> String {
+        self.events[0]["run"]
+            .as_str()
+            .expect("started first")
+            .to_string()
+    }
+
+    fn audit(&self) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| e["event"] == "audit")
+            .map(|e| &e["record"])
+            .collect()
+    }
+}
+
+/// Posts `request` and collects the stream to its end.
+fn post(daemon: &Daemon, request: Value) -> Result<ApiRun, ClientError> {
+    let client = daemon.client();
+    let mut events = Vec::new();
+    runtime().block_on(async {
+        tokio::time::timeout(
+            HANG_BOUND,
+            client.run_raw(serde_json::to_vec(&request).unwrap().into(), |line| {
+                let event: Value = serde_json::from_slice(line).expect("an event is JSON");
+                let last = event["event"] == "exit" || event["event"] == "error";
+                events.push(event);
+                Ok(last)
+            }),
+        )
+        .await
+        .expect("the run did not end within the hang bound")
+    })?;
+    Ok(ApiRun { events })
+}
+
+fn with_network(network: &TestNetwork, mut request: Value) -> Value {
+    request["egress_network"] = json!(network.name);
+    request
+}
+
+#[test]
+fn api_runs_stream_output_and_end_with_the_exit_codes_of_run() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let health = runtime()
+        .block_on(daemon.client().get("/v1/health"))
+        .unwrap();
+    let health: Value = serde_json::from_slice(&health.1).unwrap();
+    assert_eq!(health["ok"], true);
+
+    let ok = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({"argv": ["sh", "-c", "echo out; echo err >&2"]}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(ok.events[0]["event"], "started", "{:#?}", ok.events);
+    assert_eq!(ok.stream("stdout"), "out\n");
+    assert_eq!(ok.stream("stderr"), "err\n");
+    assert_eq!(ok.report()["exit_code"], 0);
+    assert_eq!(ok.report()["status"], "exited");
+    assert!(
+        ok.last()["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("egress-sandbox: exit 0 after ")
+    );
+    assert_nothing_left(&ok.run_id(), daemon.pid());
+
+    let failed = post(&daemon, with_network(&network, json!({"argv": ["false"]}))).unwrap();
+    assert_eq!(failed.report()["exit_code"], 1);
+
+    let timeout = post(
+        &daemon,
+        with_network(&network, json!({"argv": ["sleep", "60"], "timeout": "1s"})),
+    )
+    .unwrap();
+    assert_eq!(timeout.report()["exit_code"], 124);
+    assert_eq!(timeout.report()["status"], "timeout");
+
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n";
+    let oom = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({"argv": ["python3", "-c", bomb], "memory": "64MiB", "timeout": "60s"}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(oom.report()["exit_code"], 137, "{:#?}", oom.events);
+    assert_eq!(oom.report()["status"], "oom");
+    assert_nothing_left(&oom.run_id(), daemon.pid());
+
+    let metrics = runtime().block_on(daemon.client().get("/metrics")).unwrap();
+    let metrics = String::from_utf8(metrics.1.to_vec()).unwrap();
+    for needle in [
+        r#"egress_sandbox_runs_total{status="exited"} 2"#,
+        r#"egress_sandbox_runs_total{status="timeout"} 1"#,
+        r#"egress_sandbox_runs_total{status="oom"} 1"#,
+        "egress_sandbox_run_duration_seconds_count 4",
+        "egress_sandbox_setup_duration_seconds_count 4",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn api_files_stdin_and_env_reach_the_command_and_blocked_attempts_are_streamed() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let program = r#"
+import os, sys, urllib.request
+print(open("main.py").read().strip(), os.getcwd(), os.environ["GREETING"], sys.stdin.read().strip())
+try:
+    urllib.request.urlopen("https://blocked.example.org", timeout=10)
+except Exception as error:
+    print("REFUSED")
+"#;
+    let run = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({
+                "argv": ["python3", "-c", program],
+                "files": {"main.py": STANDARD.encode("print(42)"), "pkg/data.txt": STANDARD.encode("x")},
+                "stdin": STANDARD.encode("from stdin\n"),
+                "env": {"GREETING": "hello"},
+                "allow": ["api.example.com"],
+            }),
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        run.stream("stdout"),
+        "print(42) /task hello from stdin\nREFUSED\n",
+        "{:#?}",
+        run.events
+    );
+    assert_eq!(run.report()["exit_code"], 0);
+    assert_eq!(run.report()["attempts"]["blocked"], 1, "{:#?}", run.events);
+    let audit = run.audit();
+    assert_eq!(audit.len(), 1, "{:#?}", run.events);
+    assert_eq!(audit[0]["host"], "blocked.example.org");
+    assert_eq!(audit[0]["decision"], "blocked");
+    let metrics = runtime().block_on(daemon.client().get("/metrics")).unwrap();
+    let metrics = String::from_utf8(metrics.1.to_vec()).unwrap();
+    assert!(
+        metrics.contains(
+            r#"egress_sandbox_attempts_total{decision="blocked",reason="not_allowed"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert_nothing_left(&run.run_id(), daemon.pid());
+    daemon.stop();
+}
+
+#[test]
+fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
+    let daemon = Daemon::start();
+    for (request, field) in [
+        (json!({"argv": []}), "argv"),
+        (json!({"argv": ["true"], "timeout": "soon"}), "timeout"),
+        (json!({"argv": ["true"], "allow": ["http://x/"]}), "allow"),
+        (
+            json!({"argv": ["true"], "files": {"../x": "AA=="}}),
+            "files",
+        ),
+        (
+            json!({"argv": ["true"], "image": "no-such-image-egress-test:0"}),
+            "image",
+        ),
+        (json!({"argv": ["true"], "surprise": 1}), "surprise"),
+    ] {
+        match post(&daemon, request.clone()) {
+            Err(ClientError::Refused { status, refusal }) => {
+                assert_eq!(status.as_u16(), 400, "{request}");
+                assert_eq!(refusal.field, field, "{request}: {}", refusal.error);
+                assert!(!refusal.error.is_empty());
+            }
+            Ok(run) => panic!("{request} was accepted: {:#?}", run.events),
+            Err(other) => panic!("{request}: {other}"),
+        }
+    }
+    let (owned, _) = objects_owned_by(daemon.pid());
+    assert!(owned.is_empty(), "a refused request created {owned:?}");
+    daemon.stop();
+}
+
+/// Starts `sleep 60` and returns its run id once `started` came, with the stream still open
+/// in a thread that reports the rest of the events.
+fn start_long_run(daemon: &Daemon, network: &TestNetwork) -> (String, mpsc::Receiver<Vec<Value>>) {
+    let client = daemon.client();
+    let request = with_network(
+        network,
+        json!({"argv": ["sh", "-c", "echo up; sleep 60"], "timeout": "90s"}),
+    );
+    let (id_tx, id_rx) = mpsc::channel();
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut events = Vec::new();
+        let _ = runtime().block_on(client.run_raw(
+            serde_json::to_vec(&request).unwrap().into(),
+            |line| {
+                let event: Value = serde_json::from_slice(line).unwrap();
+                if event["event"] == "output" {
+                    let _ = id_tx.send(());
+                }
+                let last = event["event"] == "exit" || event["event"] == "error";
+                events.push(event);
+                Ok(last)
+            },
+        ));
+        let _ = done_tx.send(events);
+    });
+    id_rx
+        .recv_timeout(HANG_BOUND)
+        .expect("the command did not start");
+    let (_, runs) = objects_owned_by(daemon.pid());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    (runs[0].clone(), done)
+}
+
+#[test]
+fn delete_cancels_a_run_which_ends_interrupted_with_nothing_left() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let (run_id, done) = start_long_run(&daemon, &network);
+    runtime()
+        .block_on(daemon.client().cancel(&run_id, false))
+        .unwrap();
+    let events = done
+        .recv_timeout(HANG_BOUND)
+        .expect("the stream did not end");
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "exit", "{events:#?}");
+    assert_eq!(last["report"]["status"], "interrupted");
+    assert_eq!(last["report"]["exit_code"], 130);
+    assert_nothing_left(&run_id, daemon.pid());
+    let unknown = runtime().block_on(daemon.client().cancel("r-00000000", false));
+    assert!(matches!(unknown, Err(ClientError::Refused { status, .. }) if status.as_u16() == 404));
+    daemon.stop();
+}
+
+#[test]
+fn closing_the_stream_cancels_the_run_and_removes_its_objects() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let request = with_network(
+        &network,
+        json!({"argv": ["sh", "-c", "echo up; sleep 60"], "timeout": "90s"}),
+    );
+    runtime().block_on(async {
+        let _ = client
+            .run_raw(serde_json::to_vec(&request).unwrap().into(), |line| {
+                let event: Value = serde_json::from_slice(line).unwrap();
+                // Stop reading (and drop the connection) once the command runs.
+                Ok(event["event"] == "output")
+            })
+            .await;
+    });
+    let (_, runs) = objects_owned_by(daemon.pid());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let deadline = Instant::now() + HANG_BOUND;
+    while !leftovers(&runs[0]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the run went on after its stream closed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    daemon.stop();
+}
+
+#[test]
+fn sigterm_to_the_daemon_mid_run_ends_the_run_and_leaves_nothing() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let (run_id, done) = start_long_run(&daemon, &network);
+    let pid = daemon.pid();
+    daemon.stop();
+    let events = done
+        .recv_timeout(HANG_BOUND)
+        .expect("the stream did not end");
+    let last = events.last().unwrap();
+    assert_eq!(last["report"]["status"], "interrupted", "{events:#?}");
+    assert_eq!(last["report"]["exit_code"], 143);
+    assert_nothing_left(&run_id, pid);
+}
+
+#[test]
+fn the_socket_is_0600_and_another_user_cannot_connect() {
+    let daemon = Daemon::start();
+    let mode = std::fs::metadata(&daemon.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // The thin client itself, as uid 65534: it gets as far as connecting.
+    let as_nobody = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(crate::support::run::BINARY)
+        .args(["run", "--server"])
+        .arg(&daemon.socket)
+        .args(["--", "true"])
+        .env_clear()
+        .output()
+        .expect("setpriv runs");
+    let stderr = String::from_utf8_lossy(&as_nobody.stderr);
+    assert_eq!(as_nobody.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the egress-sandbox daemon")
+            && stderr.contains("Permission denied"),
+        "{stderr}"
+    );
+    // The owner connects: the refusal above is the mode's.
+    let health = runtime()
+        .block_on(daemon.client().get("/v1/health"))
+        .unwrap();
+    assert_eq!(health.0.as_u16(), 200);
+    daemon.stop();
+}
+
+/// Masks what differs between any two runs: durations, run ids, times, client ports.
+fn normalise(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut line = line.to_string();
+        for (key, end) in [
+            ("\"run\":\"", '"'),
+            ("\"ts\":\"", '"'),
+            ("\"client\":\"", '"'),
+            ("\"duration_ms\":", ','),
+            ("\"run\": \"", '"'),
+            ("\"duration_ms\": ", ','),
+        ] {
+            if let Some(start) = line.find(key) {
+                let from = start + key.len();
+                if let Some(len) = line[from..].find(end) {
+                    line.replace_range(from..from + len, "X");
+                }
+            }
+        }
+        if let Some(at) = line.find(" after ")
+            && line.starts_with("egress-sandbox: ")
+        {
+            let rest = &line[at + 7..];
+            let end = rest.find('s').map_or(rest.len(), |i| i + 1);
+            line.replace_range(at + 7..at + 7 + end, "Xs");
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn run_with_server_matches_a_cold_run_byte_for_byte() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let program = "import sys, urllib.request\nprint(sys.stdin.read().upper())\nprint('to stderr', file=sys.stderr)\ntry:\n    urllib.request.urlopen('https://blocked.example.org', timeout=10)\nexcept Exception:\n    pass\nsys.exit(7)\n";
+    let cold = Run::new(&network)
+        .allow("api.example.com")
+        .stdin("some input")
+        .run(&["python3", "-c", program]);
+    let warm = Run::new(&network)
+        .allow("api.example.com")
+        .option("--server", &daemon.socket)
+        .stdin("some input")
+        .run(&["python3", "-c", program]);
+    cold.assert_code(7);
+    warm.assert_code(7);
+    assert_eq!(warm.stdout, cold.stdout);
+    assert_eq!(
+        normalise(&warm.stderr),
+        normalise(&cold.stderr),
+        "{}",
+        warm.describe()
+    );
+    assert_eq!(
+        normalise(warm.report_text.as_deref().unwrap()),
+        normalise(cold.report_text.as_deref().unwrap())
+    );
+    assert_eq!(normalise(&warm.audit_text), normalise(&cold.audit_text));
+    assert!(!warm.audit_text.is_empty());
+
+    // A refusal reads the same too (and never reaches the daemon's engine).
+    let cold = Run::new(&network).timeout("soon").run(&["true"]);
+    let warm = Run::new(&network)
+        .option("--server", &daemon.socket)
+        .timeout("soon")
+        .run(&["true"]);
+    cold.assert_code(125);
+    warm.assert_code(125);
+    assert_eq!(warm.stderr, cold.stderr);
+    // And the environment variable works as the flag does.
+    let by_env = Run::new(&network)
+        .caller_env(
+            "EGRESS_SANDBOX_SERVER",
+            &daemon.socket.display().to_string(),
+        )
+        .run(&["sh", "-c", "echo via env"]);
+    by_env.assert_code(0);
+    assert_eq!(by_env.stdout, "via env\n");
+    daemon.stop();
+}

@@ -1,0 +1,144 @@
+//! The Python and Node clients (`clients/`) against a real daemon: each runs a program with
+//! a file, stdin and env, sees its output live and its blocked attempt, gets a 400 as an
+//! exception naming the field, and cancels a run.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::serve::Daemon;
+use crate::support::{TestNetwork, assert_nothing_left};
+
+const PYTHON_SCENARIO: &str = r#"
+import json, sys, threading
+sys.path.insert(0, sys.argv[1])
+from egress_sandbox import Client, RequestRefused
+client = Client(sys.argv[2])
+network = sys.argv[3]
+seen = []
+result = client.run(
+    ["python3", "-c", "import os, sys, urllib.request\nprint(open('main.py').read(), os.environ['GREETING'], sys.stdin.read())\ntry:\n    urllib.request.urlopen('https://blocked.example.org', timeout=10)\nexcept Exception:\n    sys.exit(3)"],
+    files={"main.py": "print(42)"}, stdin=b"piped", env={"GREETING": "hi"},
+    allow=["api.example.com"], timeout=60, egress_network=network,
+    on_output=lambda stream, data: seen.append(stream))
+try:
+    client.run([], egress_network=network)
+    refused = None
+except RequestRefused as error:
+    refused = error.field
+started = []
+def cancel_when_started(run_id):
+    started.append(run_id)
+    threading.Thread(target=client.cancel, args=(run_id,)).start()
+cancelled = client.run(["sleep", "60"], egress_network=network, on_started=cancel_when_started)
+print(json.dumps({
+    "exit_code": result.exit_code, "status": result.status,
+    "stdout": result.stdout.decode(), "stderr": result.stderr.decode(),
+    "blocked": result.blocked, "records": result.records, "run_id": result.run_id,
+    "seen": sorted(set(seen)), "refused": refused,
+    "cancelled": [cancelled.status, cancelled.exit_code, cancelled.run_id],
+}))
+"#;
+
+const NODE_SCENARIO: &str = r#"
+const [clientPath, socket, network] = process.argv.slice(1);
+const { Client, RequestRefused } = await import(clientPath);
+const client = new Client(socket);
+const seen = new Set();
+const result = await client.run(
+  ["node", "-e", "const fs = require('fs'); process.stdout.write(fs.readFileSync('main.js', 'utf8') + ' ' + process.env.GREETING + ' ' + fs.readFileSync(0, 'utf8') + '\\n'); require('https').get('https://blocked.example.org', () => {}).on('error', () => process.exit(3));"],
+  { files: { "main.js": "console.log(42)" }, stdin: "piped", env: { GREETING: "hi" },
+    allow: ["api.example.com"], timeout: 60, egressNetwork: network,
+    onOutput: (stream) => seen.add(stream) });
+let refused = null;
+try { await client.run([], { egressNetwork: network }); } catch (error) {
+  if (error instanceof RequestRefused) refused = error.field; else throw error;
+}
+const cancelled = await client.run(["sleep", "60"], {
+  egressNetwork: network, onStarted: (runId) => { client.cancel(runId); } });
+console.log(JSON.stringify({
+  exit_code: result.exit_code, status: result.status,
+  stdout: result.stdout.toString(), stderr: result.stderr.toString(),
+  blocked: result.blocked, records: result.records, run_id: result.run_id,
+  seen: [...seen].sort(), refused,
+  cancelled: [cancelled.status, cancelled.exit_code, cancelled.run_id],
+}));
+"#;
+
+fn clients_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clients"))
+}
+
+fn check(outcome: &Value, expected_stdout: &str, daemon: &Daemon) {
+    assert_eq!(outcome["exit_code"], 3, "{outcome:#}");
+    assert_eq!(outcome["status"], "exited");
+    assert_eq!(outcome["stdout"], expected_stdout, "{outcome:#}");
+    assert_eq!(
+        outcome["blocked"][0]["host"], "blocked.example.org",
+        "{outcome:#}"
+    );
+    assert!(
+        outcome["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["host"] == "blocked.example.org" && r["decision"] == "blocked"),
+        "{outcome:#}"
+    );
+    assert_eq!(outcome["seen"][0], "stdout", "{outcome:#}");
+    assert_eq!(outcome["refused"], "argv");
+    assert_eq!(outcome["cancelled"][0], "interrupted", "{outcome:#}");
+    assert_eq!(outcome["cancelled"][1], 130);
+    for run in [&outcome["run_id"], &outcome["cancelled"][2]] {
+        assert_nothing_left(run.as_str().unwrap(), daemon.pid());
+    }
+}
+
+fn scenario_output(output: std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the client scenario failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn the_python_client_runs_streams_refuses_and_cancels() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let output = Command::new("python3")
+        .arg("-c")
+        .arg(PYTHON_SCENARIO)
+        .arg(clients_dir().join("python"))
+        .arg(&daemon.socket)
+        .arg(&network.name)
+        .output()
+        .expect("python3 runs");
+    check(&scenario_output(output), "print(42) hi piped\n", &daemon);
+    daemon.stop();
+}
+
+#[test]
+fn the_node_client_runs_streams_refuses_and_cancels() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let output = Command::new("node")
+        .arg("--input-type=module")
+        .arg("-e")
+        .arg(NODE_SCENARIO)
+        .arg(clients_dir().join("node/egress-sandbox.mjs"))
+        .arg(&daemon.socket)
+        .arg(&network.name)
+        .output()
+        .expect("node runs");
+    check(
+        &scenario_output(output),
+        "console.log(42) hi piped\n",
+        &daemon,
+    );
+    daemon.stop();
+}
