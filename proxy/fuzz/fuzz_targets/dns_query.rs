@@ -33,7 +33,8 @@ fn state() -> &'static State {
         let flags = ["allowed.test".to_owned(), "*.wild.test".to_owned()];
         let policy = PolicySet::merge(vec![Policy::from_allow_flags(&flags).expect("flags")]);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let audit = AuditSink::start(AuditDestination::Channel(tx), None, "fuzz").expect("sink");
+        let audit =
+            AuditSink::start(AuditDestination::Channel(tx), None, "fuzz", u64::MAX).expect("sink");
         State {
             policy,
             audit,
