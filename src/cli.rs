@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// Append this run's audit records (JSON lines) to FILE.
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Audit records written for the run; past it the proxy only counts attempts (the
+    /// report and summary say how many were dropped) [default: 100000].
+    #[arg(long = "audit-limit", value_name = "N")]
+    pub audit_limit: Option<u64>,
     /// Write a JSON run report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -112,6 +116,10 @@ pub struct RunArgs {
     /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// OCI runtime of the sandbox container (one the engine has, e.g. runc, runsc)
+    /// [default: the engine's default].
+    #[arg(long = "runtime", value_name = "NAME")]
+    pub runtime: Option<String>,
     /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
     /// report, audit log and exit codes; stdin is read to its end first).
     #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]
@@ -137,6 +145,18 @@ pub enum PolicyCommand {
         /// not allow, counting UPPER's deny rules.
         #[arg(long, value_name = "UPPER.yaml")]
         within: Option<PathBuf>,
+    },
+    /// Draft a commented policy from audit logs (report-mode runs, refusals), for review.
+    Suggest {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// `name:` of the draft.
+        #[arg(long, value_name = "NAME", default_value = "suggested")]
+        name: String,
+        /// Suggest `*.domain` once this many sibling names under one registrable domain were
+        /// seen (never over a public suffix or shared hosting); 0 = never.
+        #[arg(long = "wildcard-after", value_name = "N", default_value_t = 5)]
+        wildcard_after: usize,
     },
     /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
     /// 1 blocked.
@@ -215,6 +235,16 @@ pub struct AuditArgs {
 pub enum AuditCommand {
     /// Refused attempts grouped by host, port and reason.
     Summary {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Check every run's chain (order, gaps, hashes, end record); exit 0 intact, 1 with one
+    /// line per break.
+    Verify {
+        /// A run report whose `audit_head` must be the hash of its run's end record;
+        /// repeatable.
+        #[arg(long = "report", value_name = "REPORT.json")]
+        reports: Vec<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },

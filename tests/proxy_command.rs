@@ -279,3 +279,28 @@ fn floor_extra_refuses_allowed_names_leading_into_the_range_unless_a_cidr_rule_n
     tunnel.read_exact(&mut pong).unwrap();
     assert_eq!(&pong, b"ping");
 }
+
+/// SIGTERM at once after the ready line still shuts down cleanly and closes the audit
+/// chain: the signals are watched before the ready line is printed.
+#[test]
+fn sigterm_right_after_the_ready_line_still_writes_the_end_record() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..10 {
+        let log = dir.path().join(format!("audit-{round}.jsonl"));
+        let mut proxy = ProxyProcess::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--run-id",
+            "r-quick",
+            "--audit-log",
+            log.to_str().unwrap(),
+        ]);
+        assert_eq!(proxy.line()["ready"], true);
+        let status = proxy.terminate();
+        assert!(status.success(), "round {round}: {status:?}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        let end: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(end["kind"], "end", "round {round}: {text}");
+        assert_eq!(end["records"], 0, "round {round}: {text}");
+    }
+}

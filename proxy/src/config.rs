@@ -108,7 +108,7 @@ impl ProxyConfig {
             audit: AuditDestination::Stdout,
             run_id: None,
             audit_limit: crate::audit::DEFAULT_AUDIT_LIMIT,
-            dns_rate: crate::dns::DEFAULT_DNS_RATE,
+            dns_rate: crate::dns_rate::DEFAULT_DNS_RATE,
             pins: Vec::new(),
             upstream_dns: Upstream::System,
             floor_extra: Vec::new(),

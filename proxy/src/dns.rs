@@ -2,7 +2,7 @@
 //! allowed names get the proxy's own address (so programs that ignore proxy variables reach
 //! the transparent listeners), everything else gets NXDOMAIN, and every query is an audit
 //! record (kind `dns`, port null). A refusal's record is written before the answer goes out.
-//! Queries over the per-client rate ([`rate`]) are answered REFUSED and only counted.
+//! Queries over the per-client rate ([`RateLimiter`]) are answered REFUSED and only counted.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -20,9 +20,7 @@ use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::Target;
 
-mod rate;
-
-pub use rate::{DEFAULT_DNS_RATE, RateLimiter};
+pub use crate::dns_rate::{DEFAULT_DNS_RATE, RateLimiter};
 
 /// TTL of our answers: short, so a policy change or a new run is seen quickly.
 const ANSWER_TTL: u32 = 30;

@@ -23,7 +23,8 @@
 //!   proxy, and which listener a connection came in on), [`shutdown`] (a task's view of
 //!   shutdown), `body` (the one body type of answers and forwarded requests), [`relay`]
 //!   (moves a tunnel's bytes; [`splice`] keeps them in the kernel), a private `pool` of idle
-//!   upstream connections per target, [`config`] (the typed configuration).
+//!   upstream connections per target, `dns_rate` (the DNS responder's per-client rate
+//!   limit), [`config`] (the typed configuration).
 //! - The doors: [`http`] (the explicit listener and transparent HTTP), [`connect`] (CONNECT
 //!   tunnels, handed over by `http`), [`transparent`] (first-byte routing, TLS by [`sni`]),
 //!   [`dns`] (the responder). A door takes a connection, an `Arc<Shared>` and a
@@ -56,6 +57,7 @@ mod body;
 pub mod config;
 pub mod connect;
 pub mod dns;
+mod dns_rate;
 pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;

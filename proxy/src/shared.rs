@@ -24,7 +24,7 @@ pub(crate) struct Shared {
     pub dns_answer: Option<Ipv4Addr>,
     pub pool: UpstreamPool,
     /// DNS queries per second per client, shared by the UDP and TCP responders.
-    pub dns_rate: crate::dns::RateLimiter,
+    pub dns_rate: crate::dns_rate::RateLimiter,
 }
 
 impl Shared {
@@ -57,7 +57,7 @@ impl Shared {
             ),
             limits: config.limits,
             dns_answer,
-            dns_rate: crate::dns::RateLimiter::new(config.dns_rate),
+            dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
         })
     }
 }

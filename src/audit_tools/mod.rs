@@ -15,3 +15,4 @@
 pub mod html;
 pub mod log;
 pub mod ocsf;
+pub mod suggest;

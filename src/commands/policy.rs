@@ -30,8 +30,15 @@ macro_rules! warn {
     ($($arg:tt)*) => { eprintln!("{}", visible(&format!($($arg)*))) };
 }
 
+mod suggest;
+
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     match args.command {
+        PolicyCommand::Suggest {
+            files,
+            name,
+            wildcard_after,
+        } => suggest::suggest(&files, &name, wildcard_after),
         PolicyCommand::Check { files, within } => Ok(check(&files, within.as_deref())),
         PolicyCommand::Test {
             policies,

@@ -28,6 +28,9 @@ pub fn run(args: ProxyArgs) -> Result<ExitCode> {
 }
 
 async fn serve(config: ProxyConfig) -> Result<()> {
+    // Watched before the ready line: a SIGTERM right after it must still end in a clean
+    // shutdown (tunnel records, the end record), not the default action.
+    let stop = StopSignals::watch()?;
     let bound = BoundProxy::bind(config).await?;
     let addrs = bound.local_addrs();
     let ready = serde_json::json!({
@@ -44,21 +47,33 @@ async fn serve(config: ProxyConfig) -> Result<()> {
         stdout.flush().context("cannot write the readiness line")?;
     }
     let running = bound.start();
-    wait_for_signal().await?;
+    stop.wait().await;
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+/// SIGTERM and SIGINT, watched from creation on.
+struct StopSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn watch() -> Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            terminate: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
 }
 
 /// Turns the flags into a checked configuration; nothing is bound yet.
@@ -72,6 +87,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     args.resolve.extend(handoff.resolve);
     if handoff.run_id.is_some() {
         args.run_id = handoff.run_id;
+    }
+    match handoff.audit_limit {
+        Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
+        Some(limit) => args.audit_limit = limit,
+        None => {}
     }
     let inline: Vec<(String, String)> = args
         .policy_yaml

@@ -82,16 +82,22 @@ struct Cancel {
     signal: Arc<Mutex<Interruption>>,
 }
 
-/// Counts runs in flight so shutdown can wait for their teardown.
+/// Counts what is in flight (runs, connections) so shutdown can wait for it.
 #[derive(Default)]
 struct Tracker {
     count: Mutex<usize>,
     idle: Notify,
 }
 
-struct TrackerGuard(Arc<Shared>);
+/// One thing in flight; counted until dropped.
+struct TrackerGuard(Arc<Tracker>);
 
 impl Tracker {
+    fn enter(self: &Arc<Self>) -> TrackerGuard {
+        *self.count.lock().expect("tracker lock") += 1;
+        TrackerGuard(self.clone())
+    }
+
     async fn wait_idle(&self) {
         loop {
             let idle = self.idle.notified();
@@ -105,10 +111,10 @@ impl Tracker {
 
 impl Drop for TrackerGuard {
     fn drop(&mut self) {
-        let mut count = self.0.tracker.count.lock().expect("tracker lock");
+        let mut count = self.0.count.lock().expect("tracker lock");
         *count -= 1;
         if *count == 0 {
-            self.0.tracker.idle.notify_waiters();
+            self.0.idle.notify_waiters();
         }
     }
 }
@@ -117,16 +123,21 @@ impl Drop for TrackerGuard {
 struct Shared {
     metrics: Metrics,
     runs: Mutex<HashMap<String, Cancel>>,
-    tracker: Tracker,
+    /// Runs in flight: shutdown waits until each has torn down.
+    tracker: Arc<Tracker>,
+    /// API connections: shutdown lets each deliver its last event (bounded).
+    connections: Arc<Tracker>,
     shutdown: watch::Sender<bool>,
 }
 
 impl Shared {
     fn enter(self: &Arc<Self>) -> TrackerGuard {
-        *self.tracker.count.lock().expect("tracker lock") += 1;
-        TrackerGuard(self.clone())
+        self.tracker.enter()
     }
 }
+
+/// How long stopping waits for connections to deliver their runs' last events.
+const DRAIN_CONNECTIONS: std::time::Duration = std::time::Duration::from_secs(5);
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -156,7 +167,8 @@ pub async fn serve(
     let shared = Arc::new(Shared {
         metrics: Metrics::new(),
         runs: Mutex::new(HashMap::new()),
-        tracker: Tracker::default(),
+        tracker: Arc::new(Tracker::default()),
+        connections: Arc::new(Tracker::default()),
         shutdown,
     });
     let metrics_listener = match options.metrics_listen {
@@ -214,7 +226,9 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let shared = shared.clone();
+        let connection = shared.connections.enter();
         tokio::spawn(async move {
+            let _connection = connection;
             let service = service_fn(move |request| handle(shared.clone(), request));
             if let Err(error) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -229,6 +243,12 @@ pub async fn serve(
     let _ = std::fs::remove_file(&options.socket);
     shared.shutdown.send_replace(true);
     shared.tracker.wait_idle().await;
+    if tokio::time::timeout(DRAIN_CONNECTIONS, shared.connections.wait_idle())
+        .await
+        .is_err()
+    {
+        tracing::debug!("connections still open at exit");
+    }
     Ok(())
 }
 

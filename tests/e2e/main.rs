@@ -17,9 +17,12 @@ mod support;
 
 mod audit_summary;
 mod concurrency;
+mod egress_bridge;
 mod handoff;
 mod hardening;
+mod host_floor;
 mod isolation;
+mod policy_suggest;
 mod reach;
 mod report_bounds;
 mod report_mode;

@@ -98,6 +98,14 @@ impl fmt::Display for HostPattern {
     }
 }
 
+/// The registrable domain of a normalised name by the Public Suffix List
+/// (`a.b.example.co.uk` → `example.co.uk`, `x.bucket.s3.amazonaws.com` →
+/// `bucket.s3.amazonaws.com`); None for a public suffix itself. `policy suggest` groups
+/// sibling names by it before it considers a wildcard.
+pub fn registrable_domain(name: &str) -> Option<&str> {
+    psl::domain_str(name)
+}
+
 /// Which list a pattern is in: public-suffix wildcards are refused only where they allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatternUse {

@@ -39,7 +39,9 @@ mod within;
 
 pub use credential::{Credential, SECRET_PLACEHOLDER, check_secret_name};
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
-pub use host_pattern::{HostPattern, SHARED_HOSTING};
+pub use host_pattern::{
+    CheckedPattern, HostPattern, PatternUse, SHARED_HOSTING, parse_host_pattern, registrable_domain,
+};
 pub use parse::MAX_POLICY_BYTES;
 pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
 pub use set::{Inspection, PolicySet};

@@ -3,6 +3,7 @@
 mod export;
 mod html;
 mod summary;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -11,6 +12,7 @@ use crate::cli::{AuditArgs, AuditCommand};
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         AuditCommand::Summary { files } => summary::summary(&files),
+        AuditCommand::Verify { reports, files } => verify::verify(&reports, &files),
         AuditCommand::Export { format, files } => export::export(format, &files),
         AuditCommand::Report { html, files } => html::report(&html, &files),
     }

@@ -4,6 +4,9 @@
 //! A sandbox that sends queries faster than the rate gets REFUSED for the excess; those
 //! queries are counted (the `end` record's `dropped`) but get no record each, so a flood of
 //! made-up names can neither fill the audit log nor cost the proxy a lookup.
+//!
+//! It lives in the shared state (one table per proxy, UDP and TCP alike), so it sits beside
+//! the other shared pieces rather than inside the DNS door.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -1,0 +1,49 @@
+//! `egress-sandbox policy suggest FILE... [--name NAME] [--wildcard-after N]`: a commented
+//! draft policy on stdout, drafted by `audit_tools::suggest` from audit logs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use egress_proxy::policy::Policy;
+
+use crate::audit_tools::{log, suggest};
+
+pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::Result<ExitCode> {
+    // The name goes into the draft as written: refuse one the engine would refuse, before
+    // reading any log.
+    let probe = format!("version: 1\nname: {}\n", serde_json::to_string(name)?);
+    if let Err(error) = Policy::from_yaml("--name", &probe) {
+        let message = error
+            .diagnostics
+            .first()
+            .map_or_else(String::new, |d| d.message.clone());
+        eprintln!(
+            "egress-sandbox: error: --name: {}",
+            egress_proxy::text::visible(&message)
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let log = log::read_files(files)?;
+    for skipped in &log.skipped {
+        eprintln!(
+            "egress-sandbox: warning: {}:{}: {}; skipped",
+            egress_proxy::text::visible(&skipped.file.display().to_string()),
+            skipped.line,
+            egress_proxy::text::visible(&skipped.why)
+        );
+    }
+    let options = suggest::SuggestOptions {
+        name: name.to_owned(),
+        wildcard_after,
+        sources: files.iter().map(|f| f.display().to_string()).collect(),
+    };
+    let draft = suggest::suggest(&log, &options);
+    // The draft must pass `policy check`: a draft that does not is a bug here, never
+    // something to hand a reviewer.
+    if let Err(error) = Policy::from_yaml("draft", &draft) {
+        bail!("the drafted policy does not pass `policy check` (a bug):\n{error}");
+    }
+    print!("{draft}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,342 @@
+//! `egress-sandbox audit verify` on real logs written by `egress-sandbox proxy` processes
+//! (the proxy-alone path): a clean log passes, interleaved concurrent runs pass, and every
+//! kind of tampering is found at the right line. The same on a log from a real `run` is in
+//! tests/e2e/audit_chain.rs.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+const HANG: Duration = Duration::from_secs(10);
+
+/// A running `egress-sandbox proxy` with a DNS responder, appending to an audit log.
+struct ProxyProcess {
+    child: Child,
+    dns: SocketAddr,
+    socket: UdpSocket,
+    next_id: u16,
+}
+
+impl ProxyProcess {
+    fn start(log: &Path, run: &str) -> ProxyProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--dns-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--allow", "allowed.test", "--run-id", run, "--audit-log"])
+            .arg(log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let ready: serde_json::Value = serde_json::from_str(&ready).expect("the ready line");
+        let dns = ready["dns"].as_str().unwrap().parse().unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_read_timeout(Some(HANG)).unwrap();
+        ProxyProcess {
+            child,
+            dns,
+            socket,
+            next_id: 1,
+        }
+    }
+
+    /// One DNS query for `name`, answered (so its record is written).
+    fn ask(&mut self, name: &str) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut query = id.to_be_bytes().to_vec();
+        query.extend([0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+        for label in name.split('.') {
+            query.push(label.len() as u8);
+            query.extend(label.as_bytes());
+        }
+        query.extend([0, 0, 1, 0, 1]);
+        self.socket.send_to(&query, self.dns).unwrap();
+        let mut answer = [0u8; 512];
+        let (n, _) = self.socket.recv_from(&mut answer).expect("a DNS answer");
+        assert!(n >= 12 && answer[..2] == id.to_be_bytes());
+    }
+
+    /// SIGTERM, then wait for a clean exit (the end record is written by then).
+    fn stop(mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{status:?}");
+                return;
+            }
+            assert!(started.elapsed() < HANG, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn verify(args: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args(["audit", "verify"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The breaks `audit verify` printed, as (file name, line, text) — or none with exit 0.
+fn breaks(output: &Output) -> Vec<(String, usize, String)> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if output.status.code() == Some(0) {
+        assert!(stdout.contains("intact"), "{stdout}");
+        return Vec::new();
+    }
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let file = parts.next().unwrap();
+            let number = parts.next().unwrap().parse().unwrap_or(0);
+            let rest = parts.next().unwrap_or("").trim().to_owned();
+            let name = Path::new(file)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            (name, number, rest)
+        })
+        .collect()
+}
+
+/// A log of one run, `r-one`: `n` refused queries then the end record.
+fn one_run(dir: &Path, n: usize) -> (PathBuf, Vec<String>) {
+    let log = dir.join("one.jsonl");
+    let mut proxy = ProxyProcess::start(&log, "r-one");
+    for i in 0..n {
+        proxy.ask(&format!("n{i}.blocked.test"));
+    }
+    proxy.stop();
+    let lines = read_lines(&log);
+    assert_eq!(lines.len(), n + 1);
+    (log, lines)
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn write_lines(path: &Path, lines: &[String]) {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(path, text).unwrap();
+}
+
+fn sha256_hex(text: &str) -> String {
+    format!("{:x}", Sha256::digest(text.as_bytes()))
+}
+
+#[test]
+fn a_clean_log_is_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = one_run(dir.path(), 4);
+    assert_eq!(breaks(&verify(&[&log])), vec![]);
+}
+
+#[test]
+fn interleaved_concurrent_runs_keep_their_own_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("shared.jsonl");
+    let mut a = ProxyProcess::start(&log, "r-a");
+    let mut b = ProxyProcess::start(&log, "r-b");
+    for i in 0..6 {
+        a.ask(&format!("a{i}.blocked.test"));
+        b.ask(&format!("b{i}.blocked.test"));
+        a.ask("allowed.test");
+    }
+    a.stop();
+    b.stop();
+    let lines = read_lines(&log);
+    assert_eq!(lines.len(), 18 + 2);
+    let runs: Vec<bool> = lines
+        .iter()
+        .map(|l| l.contains("\"run\":\"r-a\""))
+        .collect();
+    assert!(
+        runs.windows(2).filter(|w| w[0] != w[1]).count() > 4,
+        "the runs' lines are interleaved"
+    );
+    assert_eq!(breaks(&verify(&[&log])), vec![]);
+}
+
+#[test]
+fn an_edited_record_is_found_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut lines) = one_run(dir.path(), 5);
+    lines[2] = lines[2].replace("\"decision\":\"blocked\"", "\"decision\":\"allowed\"");
+    write_lines(&log, &lines);
+    let found = breaks(&verify(&[&log]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, 3, "{found:?}");
+    assert!(
+        found[0].2.starts_with("run r-one: record altered"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_removed_record_is_found_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut lines) = one_run(dir.path(), 5);
+    lines.remove(2);
+    write_lines(&log, &lines);
+    let found = breaks(&verify(&[&log]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, 3, "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .contains("seq 3 where seq 2 was expected: 1 record(s) missing"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_reordered_pair_is_found_at_both_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut lines) = one_run(dir.path(), 5);
+    lines.swap(1, 2);
+    write_lines(&log, &lines);
+    let found = breaks(&verify(&[&log]));
+    let at: Vec<usize> = found.iter().map(|b| b.1).collect();
+    assert_eq!(at, vec![2, 3], "{found:?}");
+    assert!(found[1].2.contains("seq 1 comes after seq 2"), "{found:?}");
+}
+
+#[test]
+fn a_truncated_run_has_no_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut lines) = one_run(dir.path(), 5);
+    lines.truncate(4);
+    write_lines(&log, &lines);
+    let found = breaks(&verify(&[&log]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, 4, "{found:?}");
+    assert!(
+        found[0].2.contains("no end record after seq 3"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_forged_end_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut lines) = one_run(dir.path(), 5);
+    // Drop the last attempt and re-chain a new end that claims the original count.
+    let end: serde_json::Value = serde_json::from_str(&lines[5]).unwrap();
+    lines.truncate(4);
+    let forged = format!(
+        r#"{{"v":1,"ts":{},"run":"r-one","policy":{},"kind":"end","records":5,"dropped":0,"seq":4,"prev":"{}"}}"#,
+        end["ts"],
+        end["policy"],
+        sha256_hex(&lines[3])
+    );
+    lines.push(forged);
+    write_lines(&log, &lines);
+    let found = breaks(&verify(&[&log]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, 5, "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .contains("the end record counts 5 record(s), but 4 came before it"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_report_whose_head_does_not_match_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, lines) = one_run(dir.path(), 3);
+    let report = dir.path().join("report.json");
+    let head = sha256_hex(&lines[3]);
+    std::fs::write(
+        &report,
+        serde_json::json!({"run": "r-one", "audit_head": head}).to_string(),
+    )
+    .unwrap();
+    let output = verify(&[Path::new("--report"), &report, &log]);
+    assert_eq!(breaks(&output), vec![]);
+
+    // A consistent rewrite of the end (another `dropped`) keeps the chain, not the head.
+    let mut rewritten = lines.clone();
+    rewritten[3] = rewritten[3].replace("\"dropped\":0", "\"dropped\":7");
+    assert_ne!(rewritten[3], lines[3]);
+    write_lines(&log, &rewritten);
+    assert_eq!(
+        breaks(&verify(&[&log])),
+        vec![],
+        "the chain alone cannot tell"
+    );
+    let found = breaks(&verify(&[Path::new("--report"), &report, &log]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].0.as_str(), found[0].1),
+        ("one.jsonl", 4),
+        "{found:?}"
+    );
+    assert!(found[0].2.contains("audit_head differs"), "{found:?}");
+
+    // A report for a run that is not in the logs.
+    std::fs::write(
+        &report,
+        serde_json::json!({"run": "r-other", "audit_head": head}).to_string(),
+    )
+    .unwrap();
+    write_lines(&log, &lines);
+    let output = verify(&[Path::new("--report"), &report, &log]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("r-other: not in the logs"));
+}
+
+#[test]
+fn unreadable_inputs_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    assert_eq!(verify(&[&missing]).status.code(), Some(2));
+    assert_eq!(verify(&[]).status.code(), Some(2));
+    let (log, _) = one_run(dir.path(), 1);
+    let not_a_report = dir.path().join("r.json");
+    std::fs::write(&not_a_report, "[]").unwrap();
+    let output = verify(&[Path::new("--report"), &not_a_report, &log]);
+    assert_eq!(output.status.code(), Some(2));
+}
