@@ -93,7 +93,10 @@ where
             Ok(LogOutput::StdErr { message }) => {
                 reader.keep_stderr(&message);
                 for line in stderr.push(&message) {
-                    tracing::info!("proxy: {}", shown(&without_ansi(&String::from_utf8_lossy(&line))));
+                    tracing::info!(
+                        "proxy: {}",
+                        shown(&without_ansi(&String::from_utf8_lossy(&line)))
+                    );
                 }
             }
             Ok(LogOutput::StdIn { .. }) => {}
