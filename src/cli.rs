@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// Append this run's audit records (JSON lines) to FILE.
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Audit records written for the run; past it the proxy only counts attempts (the
+    /// report and summary say how many were dropped) [default: 100000].
+    #[arg(long = "audit-limit", value_name = "N")]
+    pub audit_limit: Option<u64>,
     /// Write a JSON run report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -112,6 +116,10 @@ pub struct RunArgs {
     /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// OCI runtime of the sandbox container (one the engine has, e.g. runc, runsc)
+    /// [default: the engine's default].
+    #[arg(long = "runtime", value_name = "NAME")]
+    pub runtime: Option<String>,
     /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
     /// report, audit log and exit codes; stdin is read to its end first).
     #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]

@@ -41,6 +41,11 @@ pub struct Handoff {
     /// The run id written into every audit record (overrides `--run-id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The run's `--audit-limit` (overrides the proxy's flag): here rather than in the
+    /// arguments so that a proxy started ahead of its run (serve's warm slots) gets it at
+    /// claim. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_limit: Option<u64>,
 }
 
 /// Why no handoff could be read.
@@ -94,6 +99,7 @@ mod tests {
             allow: vec!["api.example.com:8443".into()],
             resolve: vec!["api.example.com=203.0.113.5".into()],
             run_id: Some("r-1".into()),
+            audit_limit: Some(5),
         };
         let line = handoff.to_line();
         assert_eq!(line.matches('\n').count(), 1, "one line: {line}");

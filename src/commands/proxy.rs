@@ -88,6 +88,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     if handoff.run_id.is_some() {
         args.run_id = handoff.run_id;
     }
+    match handoff.audit_limit {
+        Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
+        Some(limit) => args.audit_limit = limit,
+        None => {}
+    }
     let inline: Vec<(String, String)> = args
         .policy_yaml
         .iter()
@@ -151,7 +156,8 @@ fn load_policies(
     let mut accept = |loaded: Result<(Policy, Vec<Diagnostic>), PolicyError>| match loaded {
         Ok((policy, warnings)) => {
             for warning in warnings {
-                eprintln!("{warning}");
+                // Quotes policy text: shown with its controls as visible escapes.
+                eprintln!("{}", egress_proxy::text::visible(&warning.to_string()));
             }
             policies.push(policy);
         }

@@ -114,8 +114,14 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
     if let Some(path) = args.audit_log {
         builder = builder.audit_log(path);
     }
+    if let Some(records) = args.audit_limit {
+        builder = builder.audit_limit(records);
+    }
     if let Some(network) = args.egress_network {
         builder = builder.egress_network(network);
+    }
+    if let Some(runtime) = args.runtime {
+        builder = builder.runtime(runtime);
     }
     builder.build()
 }

@@ -93,7 +93,10 @@ where
             Ok(LogOutput::StdErr { message }) => {
                 reader.keep_stderr(&message);
                 for line in stderr.push(&message) {
-                    tracing::info!("proxy: {}", without_ansi(&String::from_utf8_lossy(&line)));
+                    tracing::info!(
+                        "proxy: {}",
+                        shown(&without_ansi(&String::from_utf8_lossy(&line)))
+                    );
                 }
             }
             Ok(LogOutput::StdIn { .. }) => {}
@@ -134,7 +137,7 @@ impl Reader {
             self.ready = Some(ready);
             tracing::warn!(
                 "proxy printed before it was ready: {}",
-                String::from_utf8_lossy(line)
+                shown(&String::from_utf8_lossy(line))
             );
             return;
         }
@@ -159,9 +162,9 @@ impl Reader {
                 }
             }
             Err(error) => tracing::warn!(
-                %error,
-                "proxy printed a line that is not an audit record: {}",
-                String::from_utf8_lossy(line)
+                "proxy printed a line that is not an audit record ({}): {}",
+                shown(&error.to_string()),
+                shown(&String::from_utf8_lossy(line))
             ),
         }
     }
@@ -173,6 +176,12 @@ impl Reader {
             self.stderr_tail.drain(..cut);
         }
     }
+}
+
+/// Text from the proxy's output as diagnostics show it: it may quote what the sandbox sent
+/// (hosts, labels, SNI), so control, bidi and separator characters become visible escapes.
+fn shown(text: &str) -> String {
+    egress_proxy::text::visible(text).into_owned()
 }
 
 /// The proxy's diagnostics without terminal colour sequences (`ESC [ … letter`).
@@ -242,6 +251,14 @@ impl LineBuffer {
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn proxy_diagnostics_show_what_the_sandbox_sent_as_visible_escapes() {
+        let line = "\u{1b}[33mWARN\u{1b}[0m bad sni \u{1b}]0;owned\u{7}\rall-clear\u{202e}";
+        let diagnostic = shown(&without_ansi(line));
+        assert_eq!(diagnostic, "WARN bad sni 0;owned\\x07\\x0dall-clear\\u202e");
+        assert!(!diagnostic.chars().any(egress_proxy::text::must_escape));
+    }
 
     #[test]
     fn colour_sequences_are_dropped() {

@@ -3,10 +3,11 @@
 //!
 //! Both containers are hardened the same way (DESIGN.md, threat model): unprivileged user,
 //! no capabilities, no new privileges, default seccomp, read-only root, cgroup limits, no
-//! IPv6, a log driver that writes nothing (output is relayed through attach instead, with a
+//! IPv6, no packet forwarding, a log driver that writes nothing (output is relayed through attach instead, with a
 //! byte cap, so nothing can fill the host's disk).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, HostConfigLogConfig,
@@ -99,9 +100,13 @@ fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
 /// run's own (policies, allow flags, pins, run id) is not here: arguments are visible to
 /// anyone who can `docker inspect`, and a policy file name may hold any character, so it
 /// travels over stdin as the [`proxy_handoff`] line (`--config-stdin`).
-pub fn proxy_command(subnet: RunSubnet) -> Vec<String> {
+///
+/// `floor_extra` are addresses that lead back to the engine's host (see
+/// `network::floor_extra`): the proxy refuses them like private ones unless a `cidr` rule
+/// names them.
+pub fn proxy_command(subnet: RunSubnet, floor_extra: &[IpAddr]) -> Vec<String> {
     let ip = subnet.proxy();
-    vec![
+    let mut cmd = vec![
         "--listen".to_string(),
         format!("{ip}:{PROXY_PORT}"),
         "--dns-listen".into(),
@@ -113,7 +118,12 @@ pub fn proxy_command(subnet: RunSubnet) -> Vec<String> {
         "--audit-log".into(),
         "-".into(),
         "--config-stdin".into(),
-    ]
+    ];
+    for address in floor_extra {
+        cmd.push("--floor-extra".into());
+        cmd.push(address.to_string());
+    }
+    cmd
 }
 
 /// What the run hands its proxy over the proxy container's stdin before it binds.
@@ -134,6 +144,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .map(|(name, ip)| format!("{name}={ip}"))
         .collect();
     handoff.run_id = Some(run_id.to_string());
+    handoff.audit_limit = Some(spec.audit_limit());
     handoff
 }
 
@@ -144,6 +155,7 @@ pub fn proxy_body(
     image: &str,
     network: &str,
     subnet: RunSubnet,
+    floor_extra: &[IpAddr],
     labels: &HashMap<String, String>,
 ) -> ContainerCreateBody {
     let mut host = hardened_host_config(network);
@@ -158,7 +170,7 @@ pub fn proxy_body(
         .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
     ContainerCreateBody {
         image: Some(image.to_string()),
-        cmd: Some(proxy_command(subnet)),
+        cmd: Some(proxy_command(subnet, floor_extra)),
         user: Some(NOBODY.into()),
         env: Some(Vec::new()),
         attach_stdout: Some(true),
@@ -291,6 +303,7 @@ pub fn sandbox_body(
     gate: Option<&Gate>,
 ) -> ContainerCreateBody {
     let mut host = sandbox_host_config(spec, network, subnet);
+    host.runtime = spec.runtime.clone();
     let (entrypoint, cmd) = match gate {
         Some(gate) => {
             host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
@@ -452,12 +465,21 @@ mod tests {
 
     #[test]
     fn proxy_listens_on_its_run_address_only_and_takes_the_run_over_stdin() {
-        let cmd = proxy_command(subnet());
+        let cmd = proxy_command(subnet(), &[]);
         let joined = cmd.join(" ");
         assert!(joined.starts_with("--listen 10.213.0.10:3128 --dns-listen 10.213.0.10:53"));
         assert!(joined.contains("--transparent-listen 10.213.0.10:443"));
         assert!(joined.ends_with("--audit-log - --config-stdin"));
-        let body = proxy_body("proxy:1", "net", subnet(), &HashMap::new());
+        let extra = [
+            "192.0.3.1".parse().unwrap(),
+            "2a00:1450::1".parse().unwrap(),
+        ];
+        assert!(
+            proxy_command(subnet(), &extra)
+                .join(" ")
+                .ends_with("--floor-extra 192.0.3.1 --floor-extra 2a00:1450::1")
+        );
+        let body = proxy_body("proxy:1", "net", subnet(), &[], &HashMap::new());
         assert_eq!(body.user.as_deref(), Some("65534:65534"));
         assert_eq!(body.env, Some(Vec::new()));
         assert_eq!(body.open_stdin, Some(true));
@@ -483,5 +505,8 @@ mod tests {
         assert_eq!(handoff.allow, ["api.example.com"]);
         assert_eq!(handoff.resolve, ["api.example.com=203.0.113.5"]);
         assert_eq!(handoff.run_id.as_deref(), Some("r-00000001"));
+        assert_eq!(handoff.audit_limit, Some(100_000));
+        let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();
+        assert_eq!(proxy_handoff(&spec, "r-1").audit_limit, Some(7));
     }
 }

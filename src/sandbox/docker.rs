@@ -140,6 +140,18 @@ impl Engine {
             .unwrap_or_default())
     }
 
+    /// The OCI runtimes the engine offers (`docker info`), sorted.
+    pub async fn runtimes(&self) -> Result<Vec<String>, EngineError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(EngineError::api("ask the engine for its runtimes"))?;
+        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        runtimes.sort();
+        Ok(runtimes)
+    }
+
     // ---- networks ----
 
     pub async fn create_network(

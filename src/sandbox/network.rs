@@ -10,7 +10,7 @@
 //! traffic off, so proxies of different runs cannot reach each other.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use bollard::models::{Ipam, IpamConfig, Network, NetworkCreateRequest};
 use ipnet::Ipv4Net;
@@ -178,12 +178,13 @@ pub async fn create_run_network(
 }
 
 /// The id of the network the proxy reaches the outside through: `requested` (which must
-/// exist) or the shared `egress-sandbox-egress`, created on first use.
+/// exist) or the shared `egress-sandbox-egress`, created on first use — also when it is
+/// named explicitly.
 pub async fn egress_network(
     engine: &Engine,
     requested: Option<&str>,
 ) -> Result<String, NetworkError> {
-    if let Some(name) = requested {
+    if let Some(name) = requested.filter(|name| *name != EGRESS_NETWORK) {
         return match engine.inspect_network(name).await {
             Ok(network) => Ok(network.id.unwrap_or_else(|| name.to_string())),
             Err(error) if is_not_found(&error) => Err(NetworkError::EgressMissing {
@@ -240,6 +241,50 @@ pub async fn egress_network(
     Ok(chosen)
 }
 
+/// The gateway addresses of network `id`: the host's own side of the bridge, which the
+/// proxy reaches directly (host listeners on 0.0.0.0 answer there).
+pub async fn gateways(engine: &Engine, id: &str) -> Result<Vec<IpAddr>, NetworkError> {
+    let network = engine
+        .inspect_network(id)
+        .await
+        .map_err(|source| NetworkError::Egress {
+            name: id.to_string(),
+            source,
+        })?;
+    Ok(network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|config| config.gateway?.parse().ok())
+        .collect())
+}
+
+/// Addresses that lead back to the engine's host although the private floor does not
+/// cover them: the egress gateways and, with a local engine, every address of every
+/// interface of this host (a public address of the host reaches its listeners through the
+/// egress bridge). Addresses the floor already refuses (loopback, RFC 1918, link-local …)
+/// are left out: they would only lengthen the proxy's arguments.
+pub fn floor_extra(gateways: &[IpAddr], host_addresses: &[IpAddr]) -> Vec<IpAddr> {
+    let mut extra: Vec<IpAddr> = gateways
+        .iter()
+        .chain(host_addresses)
+        .copied()
+        .filter(|address| !egress_proxy::floor::is_private(*address))
+        .collect();
+    extra.sort();
+    extra.dedup();
+    extra
+}
+
+/// Every address of every interface of this host, IPv4 and IPv6.
+pub fn host_addresses() -> std::io::Result<Vec<IpAddr>> {
+    Ok(if_addrs::get_if_addrs()?
+        .into_iter()
+        .map(|interface| interface.ip())
+        .collect())
+}
+
 /// Ids of the shared egress networks (normally one), exact name match.
 async fn shared_egress_networks(engine: &Engine) -> Result<Vec<String>, NetworkError> {
     let filters = HashMap::from([("name", vec![EGRESS_NETWORK])]);
@@ -290,6 +335,37 @@ mod tests {
         assert_eq!(pick_subnet(pool, &used, 3), Some(net("10.213.0.8/29")));
         let full = vec![net("10.0.0.0/8")];
         assert_eq!(pick_subnet(pool, &full, 0), None);
+    }
+
+    #[test]
+    fn the_floor_gets_public_host_addresses_and_gateways_once_private_ones_not() {
+        let ip = |raw: &str| raw.parse::<IpAddr>().unwrap();
+        let extra = floor_extra(
+            &[ip("172.18.0.1"), ip("192.0.3.1")],
+            &[
+                ip("127.0.0.1"),
+                ip("10.0.0.5"),
+                ip("192.0.3.1"),
+                ip("93.184.216.34"),
+                ip("2a00:1450::1"),
+                ip("fe80::1"),
+                ip("::1"),
+            ],
+        );
+        assert_eq!(
+            extra,
+            [ip("93.184.216.34"), ip("192.0.3.1"), ip("2a00:1450::1")]
+        );
+    }
+
+    #[test]
+    fn this_host_has_addresses() {
+        let addresses = host_addresses().unwrap();
+        assert!(addresses.contains(&ip_loopback()), "{addresses:?}");
+    }
+
+    fn ip_loopback() -> IpAddr {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
     }
 
     #[test]

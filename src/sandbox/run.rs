@@ -1,15 +1,20 @@
 //! The run lifecycle: set up, run, tear down — as a library call.
 //!
 //! ```text
-//! connect ─┬─ proxy image ──────┐
-//!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
-//!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
+//! connect, check --runtime ─┬─ proxy image ───────────────┐
+//!                           ├─ sandbox image ─────────────┤
+//!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
+//!                           └─ run network ───────────────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
+//!    relay output, count audit records, wait ─ exit │ time limit │ interrupt │ proxy died ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
 //!                                └─ sandbox stopped → remove sandbox ──────┴─ remove network
 //! ```
+//!
+//! The proxy's arguments carry only its listeners and `--floor-extra` (the egress gateways
+//! and, with a local engine, this host's public addresses); policies, pins and the run id
+//! go over its stdin as one handoff line. If the proxy stops on its own while the command
+//! runs, the sandbox is killed at once and the run ends `proxy_failed` (exit 125).
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
 //! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
@@ -169,6 +174,13 @@ pub enum RunError {
     },
     #[error("cannot find this program's binary for the proxy image: {0}")]
     ProxyBinary(#[source] std::io::Error),
+    #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
+    UnknownRuntime {
+        name: String,
+        available: Vec<String>,
+    },
+    #[error("cannot list this host's interface addresses: {0}")]
+    HostAddresses(#[source] std::io::Error),
     #[error("cannot identify this process for the owner label: {0}")]
     Owner(#[source] std::io::Error),
 }
@@ -211,6 +223,17 @@ pub async fn run_until(
     let owner = Owner::current().map_err(RunError::Owner)?;
     let engine = Engine::connect().await?;
     tracing::debug!(host = engine.host(), "connected to the Docker engine");
+    // Checked before anything is created: an unknown runtime would fail only at the
+    // sandbox's create, after the networks and the proxy exist.
+    if let Some(name) = &spec.runtime {
+        let available = engine.runtimes().await?;
+        if !available.contains(name) {
+            return Err(RunError::UnknownRuntime {
+                name: egress_proxy::text::visible(name).into_owned(),
+                available,
+            });
+        }
+    }
     let names = RunNames::generate();
     sinks.emit(RunEvent::Id(names.id.clone()));
     let teardown = Teardown::new(engine.clone(), &names.id);
@@ -488,7 +511,7 @@ impl Run<'_> {
         if !gated && !self.spec.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
-        let (proxy_image, (image, entrypoint), egress, subnet) = tokio::try_join!(
+        let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
             async {
                 images::ensure_proxy_image(docker, proxy_binary)
                     .await
@@ -512,9 +535,17 @@ impl Run<'_> {
                 Ok::<_, RunError>((image, entrypoint))
             },
             async {
-                network::egress_network(engine, self.spec.egress_network.as_deref())
-                    .await
-                    .map_err(RunError::from)
+                let egress =
+                    network::egress_network(engine, self.spec.egress_network.as_deref()).await?;
+                let gateways = network::gateways(engine, &egress).await?;
+                // This host's addresses are the engine host's only when the engine is local.
+                let host_addresses = if gated {
+                    network::host_addresses().map_err(RunError::HostAddresses)?
+                } else {
+                    Vec::new()
+                };
+                let floor_extra = network::floor_extra(&gateways, &host_addresses);
+                Ok::<_, RunError>((egress, floor_extra))
             },
             async {
                 self.teardown.track_network(&self.names.network);
@@ -535,7 +566,7 @@ impl Run<'_> {
             image_entrypoint: entrypoint,
         });
         let (proxy, (sandbox_output, gate)) = tokio::try_join!(
-            self.start_proxy(&proxy_image, &egress, subnet, audit_log),
+            self.start_proxy(&proxy_image, &egress, subnet, &floor_extra, audit_log),
             self.create_sandbox(&image, subnet, gate.as_ref()),
         )?;
         Ok(Prepared {
@@ -551,11 +582,18 @@ impl Run<'_> {
         image: &str,
         egress: &str,
         subnet: RunSubnet,
+        floor_extra: &[std::net::IpAddr],
         audit_log: Option<AuditSink>,
     ) -> Result<ProxyOutput, RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(image, &self.names.network, subnet, &self.labels);
+        let body = proxy_body(
+            image,
+            &self.names.network,
+            subnet,
+            floor_extra,
+            &self.labels,
+        );
         self.teardown.track_container(name);
         self.teardown
             .complete(

@@ -29,8 +29,8 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
 
 /// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
 /// INTERFACE.md B3): bounds the log, the caller's work and the disk whatever the sandbox
-/// sends.
-pub const DEFAULT_AUDIT_LIMIT: u64 = 100_000;
+/// sends. The proxy's own default, so a run and a bare proxy agree.
+pub const DEFAULT_AUDIT_LIMIT: u64 = egress_proxy::audit::DEFAULT_AUDIT_LIMIT;
 
 /// Docker refuses memory limits below 6 MiB; say so before anything is created.
 const MIN_MEMORY: u64 = 6 << 20;
@@ -144,6 +144,7 @@ pub struct RunSpec {
     pub(crate) audit_log: Option<PathBuf>,
     pub(crate) audit_limit: u64,
     pub(crate) egress_network: Option<String>,
+    pub(crate) runtime: Option<String>,
     pub(crate) proxy_binary: Option<PathBuf>,
     pub(crate) subnet_pool: Ipv4Net,
     /// Written under /task by the gate before the command runs.
@@ -203,6 +204,7 @@ pub struct RunSpecBuilder {
     audit_log: Option<PathBuf>,
     audit_limit: Option<u64>,
     egress_network: Option<String>,
+    runtime: Option<String>,
     proxy_binary: Option<PathBuf>,
     subnet_pool: Option<Ipv4Net>,
     files: Vec<TaskFile>,
@@ -289,6 +291,12 @@ impl RunSpecBuilder {
     }
     pub fn egress_network(mut self, name: impl Into<String>) -> Self {
         self.egress_network = Some(name.into());
+        self
+    }
+    /// The sandbox container's OCI runtime; the run checks the engine has it before it
+    /// creates anything.
+    pub fn runtime(mut self, name: impl Into<String>) -> Self {
+        self.runtime = Some(name.into());
         self
     }
     /// The static egress-sandbox binary the proxy image is built from [default: this process].
@@ -420,6 +428,11 @@ impl RunSpecBuilder {
         {
             return Err(invalid("--egress-network", network, "empty network name"));
         }
+        if let Some(runtime) = &self.runtime
+            && (runtime.is_empty() || runtime.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(invalid("--runtime", runtime, "not a runtime name"));
+        }
         let audit_limit = self.audit_limit.unwrap_or(DEFAULT_AUDIT_LIMIT);
         if audit_limit == 0 {
             return Err(invalid(
@@ -448,6 +461,7 @@ impl RunSpecBuilder {
             audit_log: self.audit_log,
             audit_limit,
             egress_network: self.egress_network,
+            runtime: self.runtime,
             proxy_binary: self.proxy_binary,
             subnet_pool,
             files: self.files,

@@ -15,10 +15,13 @@
 
 mod support;
 
+mod audit_chain;
 mod audit_summary;
 mod concurrency;
+mod egress_bridge;
 mod handoff;
 mod hardening;
+mod host_floor;
 mod isolation;
 mod policy_suggest;
 mod reach;

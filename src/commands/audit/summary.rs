@@ -11,9 +11,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use egress_proxy::audit::AuditRecord;
+use egress_proxy::audit::AuditLine;
 use egress_proxy::text::visible;
-use serde::Deserialize;
 
 use crate::report::{AuditTally, REPORT_GROUPS};
 
@@ -28,15 +27,6 @@ pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
     }
     print!("{}", summary.render());
     Ok(ExitCode::SUCCESS)
-}
-
-/// The proxy's own lines besides attempts (INTERFACE.md contract 3): `limit` once the
-/// audit limit is reached, `end` last with what was dropped.
-#[derive(Deserialize)]
-struct SpecialLine {
-    kind: String,
-    #[serde(default)]
-    dropped: u64,
 }
 
 /// What the logs read so far amount to.
@@ -64,21 +54,21 @@ impl Summary {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            match serde_json::from_slice::<AuditRecord>(&line) {
-                Ok(record) => self.tally.add(&record),
-                Err(error) => match serde_json::from_slice::<SpecialLine>(&line) {
-                    Ok(special) if special.kind == "end" => self.dropped += special.dropped,
-                    Ok(special) if special.kind == "limit" => {
-                        self.limits += 1;
-                        self.tally.add_limit();
-                    }
-                    // serde's message may quote the line's own (hostile) text.
-                    _ => warn(format!(
-                        "{shown}:{}: not an audit record ({}); skipped",
-                        index + 1,
-                        visible(&error.to_string())
-                    )),
-                },
+            // The proxy's own lines besides attempts (INTERFACE.md contract 3): `limit` once
+            // the audit limit is reached, `end` last with what was dropped.
+            match AuditLine::parse(&line) {
+                Ok(AuditLine::Attempt(record)) => self.tally.add(&record),
+                Ok(AuditLine::End(end)) => self.dropped += end.dropped,
+                Ok(AuditLine::Limit(_)) => {
+                    self.limits += 1;
+                    self.tally.add_limit();
+                }
+                // serde's message may quote the line's own (hostile) text.
+                Err(error) => warn(format!(
+                    "{shown}:{}: not an audit record ({}); skipped",
+                    index + 1,
+                    visible(&error.to_string())
+                )),
             }
         }
         Ok(())

@@ -41,7 +41,8 @@ pub struct Run {
     dir: TempDir,
     report: PathBuf,
     audit_log: PathBuf,
-    network: String,
+    /// The `--egress-network`, or none for the default.
+    network: Option<String>,
     hang_bound: Duration,
     policies: usize,
     /// Fed to the run's stdin, then closed; none: stdin is /dev/null.
@@ -52,14 +53,25 @@ impl Run {
     /// A run whose proxy reaches the outside through `network`, writing its report and
     /// audit log into a temporary directory.
     pub fn new(network: &TestNetwork) -> Self {
+        Self::with_egress(Some(&network.name))
+    }
+
+    /// A run on the tool's own shared egress network (`egress-sandbox-egress`, created on
+    /// first use, inter-container traffic off), as users run it.
+    pub fn on_default_egress() -> Self {
+        Self::with_egress(None)
+    }
+
+    fn with_egress(network: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let report = dir.path().join("report.json");
         let audit_log = dir.path().join("audit.jsonl");
         let mut command = binary();
+        command.arg("run");
+        if let Some(network) = network {
+            command.arg("--egress-network").arg(network);
+        }
         command
-            .arg("run")
-            .arg("--egress-network")
-            .arg(&network.name)
             .arg("--report")
             .arg(&report)
             .arg("--audit-log")
@@ -69,7 +81,7 @@ impl Run {
             dir,
             report,
             audit_log,
-            network: network.name.clone(),
+            network: network.map(str::to_owned),
             hang_bound: HANG_BOUND,
             policies: 0,
             stdin: None,
@@ -136,7 +148,7 @@ impl Run {
 
     /// Starts the run with `program` (after `--`) as the sandboxed command.
     pub fn spawn(mut self, program: &[&str]) -> RunningRun {
-        warm_up(&self.network);
+        warm_up(self.network.as_deref());
         self.command.arg("--").args(program);
         let stdin = match self.stdin {
             Some(_) => Stdio::piped(),
@@ -181,12 +193,16 @@ impl Run {
 /// builds: the first run after a new binary builds the proxy image from it, and the very
 /// first one builds the base image (debootstrap, minutes). Hang bounds of the real runs
 /// then measure runs, not image builds.
-pub fn warm_up(network: &str) {
+pub fn warm_up(network: Option<&str>) {
     static READY: OnceLock<()> = OnceLock::new();
     READY.get_or_init(|| {
         let mut command = binary();
+        command.arg("run");
+        if let Some(network) = network {
+            command.args(["--egress-network", network]);
+        }
         command
-            .args(["run", "--egress-network", network, "--", "true"])
+            .args(["--", "true"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());

@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# The proxy measured the way sandboxed programs use it: a NEW client connection per request.
+# Side by side, on loopback only, against nginx on 127.0.0.2:
+#   ttfb:     REQUESTS curl processes per door (plain HTTP through the proxy, and a CONNECT
+#             tunnel), time to first byte, median; "added" = minus the direct median.
+#             The four setups take turns request by request, so load swings hit all alike.
+#   tunnel:   one MIB MiB download with curl through a CONNECT tunnel (median of 3).
+#   load:     ab (apache2-utils), no keep-alive, plain HTTP, AB_REQUESTS requests at 100 and at
+#             1,000 concurrent clients: req/s, p99, max, failures, and the kernel's listen
+#             overflow counters (nstat, whole machine) around each run.
+# for: direct (no proxy), egress-sandbox proxy (release), tinyproxy, Squid (Debian packages,
+# private configs in a temp dir, foreground, no system service or config touched).
+# Each figure is printed with the 1-minute load average taken when it was measured.
+#
+# Usage: bench/proxy-fresh.sh [REQUESTS] [MIB] [AB_REQUESTS]     (defaults: 300 256 10000)
+# Needs: curl nginx ab tinyproxy squid nstat ss python3
+#   (apt-get install nginx-light apache2-utils tinyproxy squid)
+set -euo pipefail
+
+REQUESTS=${1:-300}
+MIB=${2:-256}
+AB_REQUESTS=${3:-10000}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TMP=$(mktemp -d /tmp/egress-bench-fresh.XXXXXX)
+chmod 777 "$TMP" # Squid and nginx workers drop privileges and must write their files here
+RESULTS="$TMP/results.tsv"
+PIDS=()
+ulimit -n 20000 # ab at 1,000 clients, and the proxies relaying for them
+
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+free_port() { # ADDRESS
+    python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "$1"
+}
+
+wait_port() { # ADDRESS PORT
+    for _ in $(seq 1 200); do
+        if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    echo "nothing listens on $1:$2" >&2
+    return 1
+}
+
+load() { cut -d' ' -f1 /proc/loadavg; }
+record() { printf '%s\n' "$*" >>"$RESULTS"; } # KIND SETUP FIELD=VALUE...
+
+# EGRESS_SANDBOX_BIN=path skips the build (e.g. to try the script with a debug binary).
+OURS_BIN=${EGRESS_SANDBOX_BIN:-}
+if [ -z "$OURS_BIN" ]; then
+    echo "building the release binary..." >&2
+    (cd "$ROOT" && cargo build --release -q --bin egress-sandbox)
+    OURS_BIN="$ROOT/target/x86_64-unknown-linux-gnu/release/egress-sandbox"
+fi
+
+# --- upstream: nginx on 127.0.0.2, a small page and a MIB MiB file -------------------------
+UP=127.0.0.2
+UP_PORT=$(free_port $UP)
+mkdir -p "$TMP/www"
+printf 'hello from the bench upstream\n' >"$TMP/www/small"
+truncate -s "${MIB}M" "$TMP/www/big"
+chmod -R a+rX "$TMP/www"
+cat >"$TMP/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx-error.log;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx-body;
+    proxy_temp_path $TMP/nginx-proxy;
+    fastcgi_temp_path $TMP/nginx-fastcgi;
+    uwsgi_temp_path $TMP/nginx-uwsgi;
+    scgi_temp_path $TMP/nginx-scgi;
+    sendfile on;
+    server {
+        listen $UP:$UP_PORT backlog=4096;
+        root $TMP/www;
+    }
+}
+EOF
+nginx -c "$TMP/nginx.conf" -e "$TMP/nginx-error.log" &
+PIDS+=($!)
+wait_port $UP "$UP_PORT"
+SMALL="http://$UP:$UP_PORT/small"
+BIG="http://$UP:$UP_PORT/big"
+
+# --- egress-sandbox proxy: a cidr rule makes the loopback upstream a legitimate destination --
+OURS=$(free_port 127.0.0.1)
+POLICY=$'version: 1\nname: bench\nallow:\n  - cidr: '"$UP"$'/32\n    ports: ['"$UP_PORT"$']\n'
+"$OURS_BIN" proxy --listen "127.0.0.1:$OURS" --policy-yaml "bench.yaml=$POLICY" \
+    --audit-log "$TMP/audit.log" --audit-limit 10000000 --run-id bench >"$TMP/ours.out" &
+PIDS+=($!)
+wait_port 127.0.0.1 "$OURS"
+
+# --- tinyproxy: private config, foreground ------------------------------------------------
+TINY=$(free_port 127.0.0.1)
+cat >"$TMP/tinyproxy.conf" <<EOF
+Port $TINY
+Listen 127.0.0.1
+Timeout 600
+MaxClients 2000
+LogLevel Critical
+LogFile "$TMP/tinyproxy.log"
+PidFile "$TMP/tinyproxy.pid"
+Allow 127.0.0.1
+ConnectPort $UP_PORT
+DisableViaHeader Yes
+EOF
+tinyproxy -d -c "$TMP/tinyproxy.conf" 2>"$TMP/tinyproxy.err" &
+PIDS+=($!)
+wait_port 127.0.0.1 "$TINY"
+
+# --- Squid: private config, foreground, no cache, no disk ----------------------------------
+SQUID=$(free_port 127.0.0.1)
+cat >"$TMP/squid.conf" <<EOF
+http_port 127.0.0.1:$SQUID
+pid_filename $TMP/squid.pid
+cache_log $TMP/squid-cache.log
+access_log none
+cache_store_log none
+coredump_dir $TMP
+cache deny all
+cache_mem 8 MB
+netdb_filename none
+pinger_enable off
+shutdown_lifetime 0 seconds
+max_filedescriptors 16384
+via off
+acl bench_src src 127.0.0.1/32
+http_access allow bench_src
+http_access deny all
+EOF
+chmod 644 "$TMP/squid.conf"
+squid -N -f "$TMP/squid.conf" 2>"$TMP/squid.err" &
+PIDS+=($!)
+wait_port 127.0.0.1 "$SQUID"
+
+declare -A PROXY=([direct]="" [ours]="127.0.0.1:$OURS" [tinyproxy]="127.0.0.1:$TINY" [squid]="127.0.0.1:$SQUID")
+SETUPS=(direct ours tinyproxy squid)
+
+echo "listen backlogs (ss Send-Q):" >&2
+for name in ours tinyproxy squid; do
+    backlog=$(ss -Hltn "sport = :${PROXY[$name]##*:}" | awk '{print $3}')
+    echo "  $name $backlog" >&2
+    record backlog "$name" "value=$backlog"
+done
+
+# One curl process per request: a fresh TCP connection (and for CONNECT, a fresh tunnel).
+curl_ttfb() { # URL [PROXY] [-p]
+    local args=(-s -o /dev/null --max-time 30 -w '%{time_starttransfer}\n')
+    [ -n "${2:-}" ] && args+=(-x "http://$2")
+    [ "${3:-}" = -p ] && args+=(-p)
+    curl "${args[@]}" "$1"
+}
+
+echo "time to first byte: $REQUESTS fresh connections per setup and door..." >&2
+LOAD_START=$(load)
+for _ in $(seq 1 "$REQUESTS"); do
+    for name in "${SETUPS[@]}"; do
+        curl_ttfb "$SMALL" "${PROXY[$name]}" >>"$TMP/ttfb-plain-$name"
+        [ "$name" = direct ] && continue # direct has no tunnel: its plain figure is the base
+        curl_ttfb "$SMALL" "${PROXY[$name]}" -p >>"$TMP/ttfb-connect-$name"
+    done
+done
+for name in "${SETUPS[@]}"; do
+    for door in plain connect; do
+        [ -f "$TMP/ttfb-$door-$name" ] || continue
+        record ttfb "$name" "door=$door" "file=$TMP/ttfb-$door-$name" "load=$LOAD_START-$(load)"
+    done
+done
+
+echo "tunnel throughput: $MIB MiB, 3 runs per setup..." >&2
+for _ in 1 2 3; do
+    for name in "${SETUPS[@]}"; do
+        [ "$name" = direct ] && tunnel=() || tunnel=(-p -x "http://${PROXY[$name]}")
+        bps=$(curl -s -o /dev/null --max-time 300 "${tunnel[@]}" -w '%{speed_download}' "$BIG")
+        record tunnel "$name" "bytes_per_s=$bps" "load=$(load)"
+    done
+done
+
+listen_overflows() { nstat -saz TcpExtListenOverflows | awk '$1 == "TcpExtListenOverflows" {print $2}'; }
+
+echo "load: ab, no keep-alive, $AB_REQUESTS requests at 100 and 1,000 clients..." >&2
+for clients in 100 1000; do
+    for name in "${SETUPS[@]}"; do
+        args=(-n "$((AB_REQUESTS > clients ? AB_REQUESTS : clients))" -c "$clients" -s 60 -r)
+        [ -n "${PROXY[$name]}" ] && args+=(-X "${PROXY[$name]}")
+        before=$(listen_overflows)
+        la=$(load)
+        ab "${args[@]}" "$SMALL" >"$TMP/ab-$name-$clients" 2>&1 || true
+        after=$(listen_overflows)
+        record ab "$name" "clients=$clients" "file=$TMP/ab-$name-$clients" \
+            "overflows=$((after - before))" "load=$la-$(load)"
+    done
+done
+
+python3 - "$RESULTS" "$REQUESTS" "$MIB" "$AB_REQUESTS" <<'EOF'
+import re, statistics, sys
+
+results, requests, mib, ab_requests = sys.argv[1], *sys.argv[2:]
+rows = []
+for line in open(results):
+    kind, setup, *fields = line.split()
+    rows.append((kind, setup, dict(f.split("=", 1) for f in fields)))
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+names = {"direct": "direct", "ours": "egress-sandbox", "tinyproxy": "tinyproxy", "squid": "Squid"}
+backlog = {s: f["value"] for k, s, f in rows if k == "backlog"}
+print("listen backlog:", ", ".join(f"{names[s]} {b}" for s, b in backlog.items()))
+
+print(f"\nTime to first byte, a new connection per request ({requests} curl runs each), ms")
+print(f"{'':16}{'door':>9}{'median':>9}{'p90':>9}{'added':>9}{'load':>14}")
+ttfb = {}
+for kind, setup, f in rows:
+    if kind != "ttfb":
+        continue
+    secs = [float(x) for x in open(f["file"]) if x.strip()]
+    ttfb[setup, f["door"]] = statistics.median(secs) * 1000
+    ttfb[setup, f["door"], "p90"] = pct(secs, 90) * 1000
+    ttfb[setup, f["door"], "load"] = f["load"]
+base = ttfb["direct", "plain"]
+for (setup, door) in [k for k in ttfb if len(k) == 2]:
+    added = ttfb[setup, door] - base
+    print(f"{names[setup]:16}{door:>9}{ttfb[setup, door]:>9.3f}{ttfb[setup, door, 'p90']:>9.3f}"
+          f"{added:>9.3f}{ttfb[setup, door, 'load']:>14}")
+
+print(f"\nTunnel throughput, {mib} MiB through CONNECT (median of 3), MiB/s")
+tunnel = {}
+for kind, setup, f in rows:
+    if kind == "tunnel":
+        tunnel.setdefault(setup, []).append((float(f["bytes_per_s"]) / 2**20, f["load"]))
+for setup, runs in tunnel.items():
+    med = statistics.median(r for r, _ in runs)
+    tunnel[setup] = med
+    loads = ",".join(l for _, l in runs)
+    print(f"{names[setup]:16}{med:>9.0f} MiB/s  x direct {med / tunnel['direct']:.2f}   load {loads}")
+
+print(f"\nUnder load: ab, no keep-alive, plain HTTP, {ab_requests} requests")
+print(f"{'':16}{'clients':>8}{'req/s':>9}{'p99 ms':>8}{'max ms':>8}{'failed':>8}{'non-2xx':>8}{'overflows':>10}{'load':>13}")
+ab = {}
+for kind, setup, f in rows:
+    if kind != "ab":
+        continue
+    text = open(f["file"]).read()
+    def grab(pattern, default="nan"):
+        m = re.search(pattern, text, re.M)
+        return m.group(1) if m else default
+    r = dict(rps=float(grab(r"^Requests per second:\s+([\d.]+)")),
+             p99=float(grab(r"^\s+99%\s+(\d+)")),
+             max=float(grab(r"^\s+100%\s+(\d+)")),
+             failed=int(grab(r"^Failed requests:\s+(\d+)", "-1")),
+             non2xx=int(grab(r"^Non-2xx responses:\s+(\d+)", "0")),
+             overflows=int(f["overflows"]), load=f["load"])
+    if r["failed"] < 0:
+        print(f"{names[setup]}: ab did not finish: {text.strip().splitlines()[-1:]}")
+    ab[setup, int(f["clients"])] = r
+    print(f"{names[setup]:16}{f['clients']:>8}{r['rps']:>9.0f}{r['p99']:>8.0f}{r['max']:>8.0f}"
+          f"{r['failed']:>8}{r['non2xx']:>8}{r['overflows']:>10}{r['load']:>13}")
+
+def verdict(ok):
+    return "met" if ok else "NOT met"
+print("\nAgainst the targets (issue 7):")
+for door in ("plain", "connect"):
+    ours, tiny = ttfb["ours", door] - base, ttfb["tinyproxy", door] - base
+    ratio = ours / tiny if tiny > 0 else float("inf")
+    print(f"  added TTFB {door:7} ours/tinyproxy = {ours:.3f}/{tiny:.3f} ms = {ratio:.2f}  (<= 0.33: {verdict(ratio <= 1/3)})")
+t = tunnel["ours"]
+print(f"  tunnel ours/direct = {t / tunnel['direct']:.2f}  (>= 0.75: {verdict(t / tunnel['direct'] >= 0.75)})")
+print(f"  tunnel ours/Squid  = {t / tunnel['squid']:.2f}  (>= 1.4: {verdict(t / tunnel['squid'] >= 1.4)})")
+o, s = ab["ours", 1000], ab["squid", 1000]
+print(f"  1,000 clients p99 ours/Squid = {o['p99']:.0f}/{s['p99']:.0f} ms = {o['p99'] / s['p99']:.2f}  (<= 1: {verdict(o['p99'] <= s['p99'])})")
+print(f"  1,000 clients req/s ours/Squid = {o['rps']:.0f}/{s['rps']:.0f} = {o['rps'] / s['rps']:.2f}  (>= 1.5: {verdict(o['rps'] >= 1.5 * s['rps'])})")
+print("  (figures on a shared machine are noisy: read them with the load next to them)")
+EOF
