@@ -165,7 +165,7 @@ async fn open_inspected(
 }
 
 /// CONNECT's authority must carry a port: there is no default for a tunnel.
-fn parse_connect_authority(authority: &str) -> Result<(Target, u16), &'static str> {
+pub(crate) fn parse_connect_authority(authority: &str) -> Result<(Target, u16), &'static str> {
     if authority.contains('@') {
         return Err("user information is refused");
     }

@@ -150,7 +150,7 @@ impl ClientConnection {
             };
         }
         let mut attempt = self.attempt(Kind::Http);
-        let (target, port) = match self.request_target(&request) {
+        let (target, port) = match Self::request_target(self.door, &request) {
             Ok(found) => found,
             Err((raw, reason, detail)) => {
                 let refusal = self
@@ -192,12 +192,12 @@ impl ClientConnection {
     /// What the request asks for. The explicit door takes the absolute URI's authority and
     /// nothing else (the `Host` header is replaced by it); the transparent door takes the
     /// absolute URI if given, else the `Host` header, with its listener's port as default.
-    fn request_target(
-        &self,
-        request: &Request<Incoming>,
+    fn request_target<B>(
+        door: Door,
+        request: &Request<B>,
     ) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
         let uri = request.uri();
-        let (authority, default_port): (Vec<u8>, u16) = match (self.door, uri.scheme_str()) {
+        let (authority, default_port): (Vec<u8>, u16) = match (door, uri.scheme_str()) {
             (_, Some(scheme)) if scheme.eq_ignore_ascii_case("http") => {
                 let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
                 (authority.as_bytes().to_vec(), 80)
@@ -340,6 +340,15 @@ impl Drop for ClientConnection {
             );
         }
     }
+}
+
+/// What a request asks to reach through `door` (for the fuzz targets and property tests,
+/// through [`crate::fuzzing`]): the same function the doors run.
+pub(crate) fn request_target<B>(
+    door: Door,
+    request: &Request<B>,
+) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
+    ClientConnection::request_target(door, request)
 }
 
 /// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the

@@ -60,6 +60,8 @@ pub mod connect;
 pub mod dns;
 mod dns_rate;
 pub mod floor;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gate;
 pub mod handoff;
 pub mod http;

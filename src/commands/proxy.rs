@@ -238,7 +238,8 @@ fn load_policies(
     let mut accept = |loaded: Result<(Policy, Vec<Diagnostic>), PolicyError>| match loaded {
         Ok((policy, warnings)) => {
             for warning in warnings {
-                eprintln!("{warning}");
+                // Quotes policy text: shown with its controls as visible escapes.
+                eprintln!("{}", egress_proxy::text::visible(&warning.to_string()));
             }
             policies.push(policy);
         }

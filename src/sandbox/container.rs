@@ -3,7 +3,7 @@
 //!
 //! Both containers are hardened the same way (DESIGN.md, threat model): unprivileged user,
 //! no capabilities, no new privileges, default seccomp, read-only root, cgroup limits, no
-//! IPv6, a log driver that writes nothing (output is relayed through attach instead, with a
+//! IPv6, no packet forwarding, a log driver that writes nothing (output is relayed through attach instead, with a
 //! byte cap, so nothing can fill the host's disk).
 
 use std::collections::HashMap;

@@ -1,15 +1,20 @@
 //! The run lifecycle: set up, run, tear down — as a library call.
 //!
 //! ```text
-//! connect ─┬─ proxy image ──────┐
-//!          ├─ sandbox image ────┤
-//!          ├─ egress network ───┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
-//!          └─ run network ──────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
-//!    relay output, count audit records, wait ─ exit │ time limit │ interrupt ─ kill
+//! connect, check --runtime ─┬─ proxy image ───────────────┐
+//!                           ├─ sandbox image ─────────────┤
+//!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
+//!                           └─ run network ───────────────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
+//!    relay output, count audit records, wait ─ exit │ time limit │ interrupt │ proxy died ─ kill
 //!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
 //!                                ├─ disconnect proxy from the run network ─┐
 //!                                └─ sandbox stopped → remove sandbox ──────┴─ remove network
 //! ```
+//!
+//! The proxy's arguments carry only its listeners and `--floor-extra` (the egress gateways
+//! and, with a local engine, this host's public addresses); policies, pins and the run id
+//! go over its stdin as one handoff line. If the proxy stops on its own while the command
+//! runs, the sandbox is killed at once and the run ends `proxy_failed` (exit 125).
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
 //! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even

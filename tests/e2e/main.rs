@@ -15,6 +15,7 @@
 
 mod support;
 
+mod audit_chain;
 mod audit_summary;
 mod concurrency;
 mod egress_bridge;

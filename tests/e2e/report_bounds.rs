@@ -128,7 +128,7 @@ fn a_million_unique_names_leave_the_caller_and_the_report_bounded() {
     const NAMES: &str = "1000000";
     const TIMEOUT_S: u64 = 240;
     let network = TestNetwork::create();
-    warm_up(&network.name);
+    warm_up(Some(&network.name));
     let dir = tempfile::tempdir().unwrap();
     let report_path = dir.path().join("report.json");
     let audit_path = dir.path().join("audit.jsonl");

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::text::visible;
+
 /// How bad a finding is: an error refuses the policy, a warning is reported and accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Severity {
@@ -32,13 +34,16 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
+    /// `file` and `message` may quote what a policy holds (a host, a name), and a policy may
+    /// come from someone else: characters that must not reach a terminal raw are escaped
+    /// here, once, for every reader of the diagnostic (found by the `policy_yaml` fuzz target).
     pub fn error(file: &str, line: usize, column: usize, message: impl Into<String>) -> Self {
         Diagnostic {
-            file: file.to_owned(),
+            file: visible(file).into_owned(),
             line,
             column,
             severity: Severity::Error,
-            message: message.into(),
+            message: visible(&message.into()).into_owned(),
         }
     }
 

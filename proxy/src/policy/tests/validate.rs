@@ -26,6 +26,24 @@ fn positions_of_yaml_errors() {
     );
 }
 
+/// Found by the `policy_yaml` fuzz target: a host holding a bidi override (or ESC, CR) was
+/// quoted raw in the diagnostic `policy check` prints.
+#[test]
+fn diagnostics_escape_control_characters_they_quote() {
+    assert_eq!(
+        error("version: 1\nallow:\n  - host: \"a\u{202e}b.example\"\n"),
+        "test.yaml:3:11: error: `a\\u202eb.example` is not a valid host name: the host is not a valid internationalised domain name (IDNA)"
+    );
+    let message = error("version: 1\nallow:\n  - host: \"a\\e[2K\\rb.example\"\n");
+    assert!(message.contains("a\\x1b[2K\\x0db.example"), "{message}");
+    let flags = Policy::from_allow_flags(&["a\u{1b}[2K.example".to_owned()]).unwrap_err();
+    assert!(flags.to_string().contains("a\\x1b[2K.example"), "{flags}");
+    assert!(
+        !flags.to_string().chars().any(crate::text::must_escape),
+        "{flags}"
+    );
+}
+
 #[test]
 fn nested_duplicates_tags_and_documents_are_errors() {
     assert_eq!(

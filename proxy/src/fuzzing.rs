@@ -1,0 +1,48 @@
+//! Entry points for the fuzz targets (`proxy/fuzz`) and the property tests: thin wrappers
+//! over crate-private parsers, so that they exercise exactly the functions the doors run
+//! rather than copies. Not a stable API; hidden from the documentation.
+
+use http::Request;
+
+use crate::policy::{HostPattern, Policy, Reason};
+use crate::target::Target;
+
+/// Which door a request came in on (mirrors the private `http::Door`).
+#[derive(Clone, Copy, Debug)]
+pub enum RequestDoor {
+    /// The explicit proxy listener: absolute-form requests.
+    Explicit,
+    /// A transparent HTTP listener on this port: origin-form requests routed by `Host`.
+    Transparent { port: u16 },
+}
+
+/// What the HTTP doors make of a request's target: `Ok((target, port))`, or the raw bytes
+/// that go in the audit record, the reason and the detail for the client.
+pub fn request_target<B>(
+    door: RequestDoor,
+    request: &Request<B>,
+) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
+    let door = match door {
+        RequestDoor::Explicit => crate::shared::Door::Explicit,
+        RequestDoor::Transparent { port } => crate::shared::Door::Transparent { port },
+    };
+    crate::http::request_target(door, request)
+}
+
+/// What the `CONNECT` door makes of its authority (`host:port`, port required).
+pub fn connect_authority(authority: &str) -> Result<(Target, u16), &'static str> {
+    crate::connect::parse_connect_authority(authority)
+}
+
+/// The `host:` patterns of a policy's allow and deny rules, in file order.
+pub fn host_patterns(policy: &Policy) -> Vec<HostPattern> {
+    policy
+        .allow
+        .iter()
+        .chain(&policy.deny)
+        .filter_map(|rule| match &rule.target {
+            crate::policy::RuleTarget::Host(pattern) => Some(pattern.clone()),
+            crate::policy::RuleTarget::Cidr(_) => None,
+        })
+        .collect()
+}
