@@ -21,7 +21,7 @@ use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    #[error("credentials: {0}")]
+    #[error(transparent)]
     Credentials(#[from] crate::inspect::InspectError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
