@@ -223,6 +223,16 @@ pub struct ProxyArgs {
     /// before binding (how a run hands it to its proxy container; `handoff` module).
     #[arg(long = "config-stdin", hide = true)]
     pub config_stdin: bool,
+    /// A secret a policy credential uses: NAME (this process's env var NAME),
+    /// NAME=env:VAR or NAME=file:PATH (one trailing newline dropped); repeatable.
+    #[arg(long = "secret", value_name = "NAME[=env:VAR|=file:PATH]")]
+    pub secrets: Vec<String>,
+    /// Extra PEM CA trusted for upstream TLS of inspected hosts (besides the Mozilla roots).
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// Also write the run CA's certificate (PEM) to FILE when some host is inspected.
+    #[arg(long = "ca-cert-out", value_name = "FILE")]
+    pub ca_cert_out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -19,4 +19,5 @@ pub mod commands;
 pub mod logging;
 pub mod report;
 pub mod sandbox;
+pub mod secret_flags;
 pub mod serve;

@@ -160,6 +160,7 @@ mod tests {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            request: None,
         }
     }
 

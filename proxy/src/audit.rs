@@ -91,6 +91,20 @@ pub struct AuditRecord {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
+    /// Inspected requests only: `method`, `path`, `status`, `credential`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestFields>,
+}
+
+/// What an inspected request adds to its `http` record. `path` never holds the query
+/// string; `credential` is the name of the secret added, never a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFields {
+    pub method: String,
+    pub path: String,
+    /// The upstream's status, or null when no response came.
+    pub status: Option<u16>,
+    pub credential: Option<String>,
 }
 
 impl AuditRecord {
@@ -302,6 +316,8 @@ pub struct Attempt {
     pub addr: Option<SocketAddr>,
     pub bytes_up: u64,
     pub bytes_down: u64,
+    /// Set on inspected requests: their method, path, status and credential.
+    pub request: Option<RequestFields>,
     /// The record went out already ([`Attempt::record`]); dropping sends nothing more.
     sent: bool,
 }
@@ -324,6 +340,7 @@ impl Attempt {
             addr: None,
             bytes_up: 0,
             bytes_down: 0,
+            request: None,
             sent: false,
         }
     }
@@ -359,6 +376,7 @@ impl Attempt {
             bytes_up: self.bytes_up,
             bytes_down: self.bytes_down,
             duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            request: self.request.take(),
         })
     }
 
@@ -423,6 +441,7 @@ mod tests {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            request: None,
         };
         let line = record.to_line();
         assert!(!line.contains('\n') && !line.contains('\r'), "{line}");

@@ -42,6 +42,8 @@ pub struct ProxyConfig {
     /// covers them.
     pub floor_extra: Vec<ipnet::IpNet>,
     pub limits: ProxyLimits,
+    /// Secret values, upstream CAs and the run CA's lifetime, for inspected hosts.
+    pub credentials: crate::secrets::CredentialConfig,
 }
 
 /// Bounds on everything that happens before a tunnel or request is established. After it,
@@ -113,6 +115,7 @@ impl ProxyConfig {
             upstream_dns: Upstream::System,
             floor_extra: Vec::new(),
             limits: ProxyLimits::default(),
+            credentials: crate::secrets::CredentialConfig::default(),
         }
     }
 }

@@ -62,6 +62,22 @@ pub(crate) async fn handle(
             return refuse(attempt, &refusal).await;
         }
     };
+    if let Target::Name(name) = &target
+        && shared.inspect.is_some()
+        && gate.policy().inspection(&target, port).is_some()
+    {
+        return open_inspected(
+            request,
+            shared,
+            client,
+            name.clone(),
+            port,
+            attempt,
+            shutdown,
+            slot,
+        )
+        .await;
+    }
     let upstream = match gate.open(&mut attempt, &target, port).await {
         Ok(upstream) => upstream,
         Err(refusal) => return refuse(attempt, &refusal).await,
@@ -87,6 +103,59 @@ pub(crate) async fn handle(
                 }
                 Err(_) => tracing::error!("a CONNECT tunnel is not a TCP stream"),
             },
+            Err(error) => tracing::debug!(%error, "the client left before the tunnel opened"),
+        }
+    });
+    let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed());
+    *response.status_mut() = StatusCode::OK;
+    response
+}
+
+/// A CONNECT to an inspected host: the same gate (decide, resolve once, floor, connect),
+/// then the inspect door serves what the client sends inside the tunnel.
+#[allow(clippy::too_many_arguments)]
+async fn open_inspected(
+    mut request: Request<Incoming>,
+    shared: &Arc<Shared>,
+    client: SocketAddr,
+    name: crate::target::HostName,
+    port: u16,
+    mut attempt: Attempt,
+    shutdown: Shutdown,
+    slot: ConnectionSlot,
+) -> Response<ProxyBody> {
+    let gate = &shared.gate;
+    let target = Target::Name(name.clone());
+    let decision = match gate.decide(&mut attempt, &target, port) {
+        Ok(decision) => decision,
+        Err(refusal) => return refuse(attempt, &refusal).await,
+    };
+    let upstream = match gate
+        .connect_decided(&mut attempt, &target, port, &decision)
+        .await
+    {
+        Ok(upstream) => upstream,
+        Err(refusal) => return refuse(attempt, &refusal).await,
+    };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                crate::inspect::serve_tunnel(
+                    shared,
+                    TokioIo::new(upgraded),
+                    client,
+                    name,
+                    port,
+                    upstream,
+                    attempt,
+                    decision,
+                    shutdown,
+                    slot,
+                )
+                .await;
+            }
             Err(error) => tracing::debug!(%error, "the client left before the tunnel opened"),
         }
     });

@@ -7,6 +7,7 @@
 //! is known) waits on this line; it is the only input the proxy takes after its start.
 //! Both sides use this one type, so they cannot disagree about a field.
 
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
 
 use serde::{Deserialize, Serialize};
@@ -41,11 +42,50 @@ pub struct Handoff {
     /// The run id written into every audit record (overrides `--run-id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// Secret values by name, for the policies' credentials. `Debug` shows names only.
+    #[serde(default, skip_serializing_if = "Secrets::is_empty")]
+    pub secrets: Secrets,
+    /// The placeholder the sandbox holds for each secret, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub placeholders: BTreeMap<String, String>,
+    /// Extra CA certificates (PEM text) trusted for upstream TLS, as `--upstream-ca`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_ca: Vec<InlineCertificate>,
+    /// The run CA's longest validity in seconds: the run's time limit plus one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_lifetime_s: Option<u64>,
     /// The run's `--audit-limit` (overrides the proxy's flag): here rather than in the
     /// arguments so that a proxy started ahead of its run (serve's warm slots) gets it at
     /// claim. At least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_limit: Option<u64>,
+}
+
+/// A PEM file's text, with its name for errors.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InlineCertificate {
+    pub file: String,
+    pub pem: String,
+}
+
+/// Secret values by name. Never printed: `Debug` lists the names and hides the values.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secrets(pub BTreeMap<String, String>);
+
+impl Secrets {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|name| (name, "<redacted>")))
+            .finish()
+    }
 }
 
 /// Why no handoff could be read.
@@ -99,8 +139,22 @@ mod tests {
             allow: vec!["api.example.com:8443".into()],
             resolve: vec!["api.example.com=203.0.113.5".into()],
             run_id: Some("r-1".into()),
+            secrets: Secrets(BTreeMap::from([("K".to_owned(), "sk-1\n2".to_owned())])),
+            placeholders: BTreeMap::from([(
+                "K".to_owned(),
+                "egress-sandbox-placeholder-1".to_owned(),
+            )]),
+            upstream_ca: vec![InlineCertificate {
+                file: "ca.pem".into(),
+                pem: "-----BEGIN CERTIFICATE-----\n".into(),
+            }],
+            ca_lifetime_s: Some(3630),
             audit_limit: Some(5),
         };
+        assert!(
+            !format!("{handoff:?}").contains("sk-1"),
+            "Debug hides secret values"
+        );
         let line = handoff.to_line();
         assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
         assert_eq!(Handoff::read_line(line.as_bytes()).unwrap(), handoff);

@@ -169,6 +169,16 @@ impl ClientConnection {
                 .refuse_request(&mut attempt, b"", reason, detail);
             return refuse(attempt, &refusal).await;
         }
+        if let Some(plan) = crate::inspect::plain_plan(&self.shared, &target, port) {
+            return crate::inspect::forward_plain(&self.shared, request, plan, attempt).await;
+        }
+        let (parts, body) = request.into_parts();
+        if let Err(refusal) =
+            crate::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
+        {
+            return refuse(attempt, &refusal).await;
+        }
+        let request = Request::from_parts(parts, body);
         let up = Arc::new(AtomicU64::new(0));
         match self
             .forward(request, &target, port, &mut attempt, &up)
@@ -432,7 +442,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// The upstream's response with hop-by-hop headers removed and its body counted; the
 /// attempt's record is written when the body is done (or dropped on shutdown).
-fn counted_response(
+pub(crate) fn counted_response(
     response: Response<Incoming>,
     attempt: Attempt,
     up: Arc<AtomicU64>,
@@ -478,6 +488,11 @@ impl Body for CountedBody {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// `body` as the upstream gets it, counting what it delivers into `count`.
+pub(crate) fn counting_body(body: Incoming, count: Arc<AtomicU64>) -> ProxyBody {
+    CountingBody { inner: body, count }.boxed()
 }
 
 /// A request body that counts what it delivers upstream.

@@ -54,6 +54,7 @@
 
 pub mod audit;
 mod body;
+pub mod ca;
 pub mod config;
 pub mod connect;
 pub mod dns;
@@ -64,12 +65,14 @@ pub mod fuzzing;
 pub mod gate;
 pub mod handoff;
 pub mod http;
+pub mod inspect;
 pub mod listen;
 pub mod policy;
 mod pool;
 pub mod refusal;
 pub mod relay;
 pub mod resolve;
+pub mod secrets;
 pub mod server;
 mod shared;
 pub mod shutdown;
@@ -79,6 +82,7 @@ pub mod target;
 pub mod text;
 pub mod transparent;
 pub mod units;
+pub mod upstream;
 
 pub use config::{ProxyConfig, ProxyLimits};
 pub use server::{BoundProxy, LocalAddrs, Proxy, ProxyError, RunningProxy};

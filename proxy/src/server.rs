@@ -21,6 +21,8 @@ use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    #[error("credentials: {0}")]
+    Credentials(#[from] crate::inspect::InspectError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -63,7 +65,12 @@ pub struct BoundProxy {
 }
 
 impl BoundProxy {
-    pub async fn bind(config: ProxyConfig) -> Result<BoundProxy, ProxyError> {
+    pub async fn bind(mut config: ProxyConfig) -> Result<BoundProxy, ProxyError> {
+        // Secrets and the run CA are checked and made before any port is bound.
+        let inspect = crate::inspect::Inspector::new(
+            &config.policy,
+            std::mem::take(&mut config.credentials),
+        )?;
         let dns_answer = match (config.dns_listen, config.dns_answer) {
             (None, _) => None,
             (Some(_), Some(IpAddr::V4(ip))) => Some(ip),
@@ -96,7 +103,7 @@ impl BoundProxy {
                 .map(local_addr)
                 .collect::<Result<_, _>>()?,
         };
-        let shared = Shared::new(config, dns_answer).map_err(ProxyError::Audit)?;
+        let shared = Shared::new(config, dns_answer, inspect).map_err(ProxyError::Audit)?;
         Ok(BoundProxy {
             shared: Arc::new(shared),
             explicit,
@@ -110,8 +117,27 @@ impl BoundProxy {
         &self.addrs
     }
 
+    /// The run CA's certificate (PEM) when some host is inspected: for the ready line.
+    pub fn ca_certificate_pem(&self) -> Option<&str> {
+        self.shared.inspect.as_ref()?.ca_certificate_pem()
+    }
+
+    /// Each secret's placeholder, by name (what the sandbox's environment holds).
+    pub fn placeholders(&self) -> Vec<(String, String)> {
+        let mut placeholders: Vec<(String, String)> = self
+            .shared
+            .inspect
+            .iter()
+            .flat_map(|inspect| inspect.placeholders())
+            .map(|(name, placeholder)| (name.to_owned(), placeholder.to_owned()))
+            .collect();
+        placeholders.sort();
+        placeholders
+    }
+
     /// Starts accepting on every listener.
     pub fn start(self) -> RunningProxy {
+        let ca_pem = self.ca_certificate_pem().map(str::to_owned);
         let (trigger, shutdown) = Shutdown::new();
         let connections = Arc::new(Semaphore::new(self.shared.limits.max_connections));
         let mut tasks = Vec::new();
@@ -142,6 +168,7 @@ impl BoundProxy {
             )));
         }
         RunningProxy {
+            ca_pem,
             addrs: self.addrs,
             audit: self.shared.gate.audit().clone(),
             grace: self.shared.limits.shutdown_grace,
@@ -155,6 +182,7 @@ impl BoundProxy {
 /// A proxy that is serving. Dropping it without [`RunningProxy::shutdown`] leaves the tasks
 /// running on the runtime; call `shutdown` to stop cleanly.
 pub struct RunningProxy {
+    ca_pem: Option<String>,
     addrs: LocalAddrs,
     audit: AuditSink,
     grace: std::time::Duration,
@@ -166,6 +194,11 @@ pub struct RunningProxy {
 impl RunningProxy {
     pub fn local_addrs(&self) -> &LocalAddrs {
         &self.addrs
+    }
+
+    /// The run CA's certificate (PEM) when some host is inspected.
+    pub fn ca_certificate_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// Records written so far, per (decision, reason): what a run summary needs.

@@ -23,6 +23,8 @@ pub(crate) struct Shared {
     /// The address the DNS responder answers allowed names with, if it runs.
     pub dns_answer: Option<Ipv4Addr>,
     pub pool: UpstreamPool,
+    /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
+    pub inspect: Option<crate::inspect::Inspector>,
     /// DNS queries per second per client, shared by the UDP and TCP responders.
     pub dns_rate: crate::dns_rate::RateLimiter,
 }
@@ -30,7 +32,11 @@ pub(crate) struct Shared {
 impl Shared {
     /// Starts the audit writer and builds the gate from `config`. Fails only when the audit
     /// destination cannot be opened.
-    pub fn new(config: ProxyConfig, dns_answer: Option<Ipv4Addr>) -> std::io::Result<Shared> {
+    pub fn new(
+        config: ProxyConfig,
+        dns_answer: Option<Ipv4Addr>,
+        inspect: Option<crate::inspect::Inspector>,
+    ) -> std::io::Result<Shared> {
         let audit = AuditSink::start(
             config.audit,
             config.run_id,
@@ -57,6 +63,7 @@ impl Shared {
             ),
             limits: config.limits,
             dns_answer,
+            inspect,
             dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
         })
     }

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome};
@@ -113,6 +113,37 @@ async fn serve_tls(
             return close_refused(attempt, client_stream).await;
         }
     };
+    if let Target::Name(name) = &target
+        && shared.inspect.is_some()
+        && gate.policy().inspection(&target, port).is_some()
+    {
+        let Ok(decision) = gate.decide(&mut attempt, &target, port) else {
+            return;
+        };
+        let Ok(upstream) = gate
+            .connect_decided(&mut attempt, &target, port, &decision)
+            .await
+        else {
+            return;
+        };
+        // The ClientHello already read is replayed to the inspect door's TLS acceptor.
+        let (read, write) = client_stream.into_split();
+        let replayed = std::io::Cursor::new(hello.bytes).chain(read);
+        crate::inspect::serve_tunnel(
+            shared.clone(),
+            tokio::io::join(replayed, write),
+            client,
+            name.clone(),
+            port,
+            upstream,
+            attempt,
+            decision,
+            shutdown,
+            _slot.clone(),
+        )
+        .await;
+        return;
+    }
     let Ok(mut upstream) = gate.open(&mut attempt, &target, port).await else {
         return close_refused(attempt, client_stream).await;
     };

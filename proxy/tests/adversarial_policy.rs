@@ -636,6 +636,7 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            request: None,
         };
         let line = record.to_line();
         // Python's str.splitlines() and JavaScript split there too: a record must stay

@@ -2,6 +2,7 @@
 //! container). Checks everything before binding, prints one readiness line on stdout once
 //! every listener is bound, then serves until SIGTERM or SIGINT.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -10,35 +11,56 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow, bail};
 use egress_proxy::audit::AuditDestination;
 use egress_proxy::floor;
-use egress_proxy::handoff::Handoff;
+use egress_proxy::handoff::{Handoff, InlineCertificate, Secrets};
 use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
+use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
+use egress_proxy::upstream::parse_upstream_ca;
 use egress_proxy::{BoundProxy, ProxyConfig};
 
 use crate::cli::ProxyArgs;
+use crate::secret_flags::{new_placeholder, read_secret_flag};
 
 pub fn run(args: ProxyArgs) -> Result<ExitCode> {
+    let ca_cert_out = args.ca_cert_out.clone();
     let config = config_from_args(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config))?;
+    runtime.block_on(serve(config, ca_cert_out))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(config: ProxyConfig) -> Result<()> {
+async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<()> {
     // Watched before the ready line: a SIGTERM right after it must still end in a clean
     // shutdown (tunnel records, the end record), not the default action.
     let stop = StopSignals::watch()?;
     let bound = BoundProxy::bind(config).await?;
     let addrs = bound.local_addrs();
-    let ready = serde_json::json!({
+    let mut ready = serde_json::json!({
         "ready": true,
         "listen": addrs.listen.to_string(),
         "dns": addrs.dns.map(|a| a.to_string()),
         "transparent": addrs.transparent.iter().map(ToString::to_string).collect::<Vec<_>>(),
     });
+    if let Some(ca) = bound.ca_certificate_pem() {
+        ready["ca"] = serde_json::Value::from(ca);
+        if let Some(path) = &ca_cert_out {
+            std::fs::write(path, ca).with_context(|| {
+                format!("cannot write the CA certificate to {}", path.display())
+            })?;
+        }
+    }
+    let placeholders = bound.placeholders();
+    if !placeholders.is_empty() {
+        ready["placeholders"] = serde_json::Value::Object(
+            placeholders
+                .into_iter()
+                .map(|(name, placeholder)| (name, serde_json::Value::from(placeholder)))
+                .collect(),
+        );
+    }
     {
         // The run side waits for exactly this line before it starts the sandbox; it must
         // precede every audit record on stdout.
@@ -88,6 +110,13 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     if handoff.run_id.is_some() {
         args.run_id = handoff.run_id;
     }
+    let credentials = credential_config(
+        &args,
+        handoff.secrets,
+        handoff.placeholders,
+        handoff.upstream_ca,
+        handoff.ca_lifetime_s,
+    )?;
     match handoff.audit_limit {
         Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
         Some(limit) => args.audit_limit = limit,
@@ -106,6 +135,7 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     let policy = load_policies(&args.policies, &inline, &args.allow)?;
     let listen = parse_addr("--listen", &args.listen)?;
     let mut config = ProxyConfig::new(policy, listen);
+    config.credentials = credentials;
     config.dns_listen = args
         .dns_listen
         .as_deref()
@@ -141,6 +171,58 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         .iter()
         .map(|raw| parse_pin(raw))
         .collect::<Result<_, _>>()?;
+    Ok(config)
+}
+
+/// Secrets (`--secret` flags and the handoff's), their placeholders (the handoff's, else
+/// fresh ones), upstream CAs (`--upstream-ca` files and the handoff's PEM text).
+fn credential_config(
+    args: &ProxyArgs,
+    handed: Secrets,
+    mut placeholders: BTreeMap<String, String>,
+    upstream_ca: Vec<InlineCertificate>,
+    ca_lifetime_s: Option<u64>,
+) -> Result<CredentialConfig> {
+    let mut values: Vec<(String, SecretValue)> = handed
+        .0
+        .into_iter()
+        .map(|(name, value)| (name, SecretValue::new(value)))
+        .collect();
+    for raw in &args.secrets {
+        let (name, value) = read_secret_flag(raw)?;
+        if values.iter().any(|(other, _)| *other == name) {
+            bail!("--secret {name} is given twice");
+        }
+        values.push((name, value));
+    }
+    let secrets = values
+        .into_iter()
+        .map(|(name, value)| {
+            let placeholder = placeholders.remove(&name).unwrap_or_else(new_placeholder);
+            Secret {
+                name,
+                value,
+                placeholder,
+            }
+        })
+        .collect();
+    let mut certificates = Vec::new();
+    for path in &args.upstream_ca {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--upstream-ca {}: cannot read", path.display()))?;
+        certificates.extend(parse_upstream_ca(&path.display().to_string(), &text)?);
+    }
+    for inline in upstream_ca {
+        certificates.extend(parse_upstream_ca(&inline.file, &inline.pem)?);
+    }
+    let mut config = CredentialConfig {
+        secrets,
+        upstream_ca: certificates,
+        ..CredentialConfig::default()
+    };
+    if let Some(seconds) = ca_lifetime_s {
+        config.ca_lifetime = std::time::Duration::from_secs(seconds);
+    }
     Ok(config)
 }
 
@@ -182,13 +264,6 @@ fn load_policies(
     if let Some(conflict) = set.credential_conflicts().first() {
         bail!("invalid policy: {conflict}");
     }
-    if let Some(host) = set.inspected_hosts().first() {
-        // Until the proxy can read requests in clear, a rule it cannot enforce must not
-        // quietly allow more than it says.
-        bail!(
-            "invalid policy: {host} has `credentials` or `methods`/`paths`, which this proxy cannot enforce yet"
-        );
-    }
     Ok(set)
 }
 
@@ -208,16 +283,6 @@ mod tests {
         assert!(parse_addr("--listen", "[::1]:3128").is_ok());
         assert!(parse_addr("--listen", "localhost:3128").is_err());
         assert!(parse_addr("--listen", "127.0.0.1").is_err());
-    }
-
-    #[test]
-    fn rules_the_proxy_cannot_enforce_refuse_to_start() {
-        let inline = [(
-            "p.yaml".to_owned(),
-            "version: 1\nallow:\n  - host: a.example.com\n    methods: [GET]\n".to_owned(),
-        )];
-        let error = load_policies(&[], &inline, &[]).unwrap_err().to_string();
-        assert!(error.contains("a.example.com"), "{error}");
     }
 
     #[test]

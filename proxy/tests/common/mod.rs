@@ -90,6 +90,16 @@ impl TestProxy {
         out
     }
 
+    /// Shuts the proxy down (every tunnel writes its record) and returns every record.
+    pub async fn shutdown_and_records(&mut self) -> Vec<AuditRecord> {
+        self.shutdown().await;
+        let mut out = Vec::new();
+        while let Ok(record) = self.records.try_recv() {
+            out.push(record);
+        }
+        out
+    }
+
     pub async fn shutdown(&mut self) {
         if let Some(proxy) = self.proxy.take() {
             tokio::time::timeout(HANG, proxy.shutdown())

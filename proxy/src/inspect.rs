@@ -1,0 +1,657 @@
+//! The door for inspected hosts: where the proxy reads requests in clear, judges each one
+//! (method, path, placeholder tripwire), adds the credential, and sends it upstream over
+//! TLS it originates and verifies.
+//!
+//! A target is inspected when the policy gives it a credential or `methods`/`paths`
+//! ([`PolicySet::inspection`]). The CONNECT (or transparent TLS) connection itself went
+//! through the gate exactly as any other — judged, resolved once, floor-checked, connected —
+//! and keeps its own record; only then does this door terminate the client's TLS with a leaf
+//! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream`]). Every
+//! request inside gets its own `http` record with `method`, `path` (never the query),
+//! `status` and `credential`.
+//!
+//! Plain HTTP to an inspected host gets the same per-request judgement; `http://` to a
+//! credential host (port 80, credential on 443) is sent upstream over TLS to port 443, so a
+//! program needs no CA at all. A run placeholder in a request to any other host is refused
+//! as `credential_misuse`: the sandbox has no business sending it anywhere else.
+//!
+//! Depends on shared pieces only (gate, shared, refusal, body, audit); nothing depends on it
+//! but the doors that hand connections over, so it adds no import circle.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use http::header::{self, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::ClientConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::audit::{Attempt, Kind, Outcome, RequestFields};
+use crate::body::ProxyBody;
+use crate::ca::{CaError, RunCa};
+use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
+use crate::refusal::{Refusal, refuse};
+use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Secret};
+use crate::shared::{ConnectionSlot, Shared};
+use crate::shutdown::Shutdown;
+use crate::target::{HostName, Target};
+use crate::upstream::{UpstreamCaError, client_config, connect_tls};
+
+/// Why the proxy cannot serve the policy's credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("the credential for {host} needs the secret {name}, which was not given")]
+    MissingSecret { name: String, host: String },
+    #[error("the secret {0} was given, but no credential of the policy uses it")]
+    UnusedSecret(String),
+    #[error("the secret {0} was given twice")]
+    DuplicateSecret(String),
+    #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
+    ShortPlaceholder(String),
+    #[error("two secrets have the same placeholder")]
+    DuplicatePlaceholder,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    #[error("upstream CA: {0}")]
+    Upstream(#[from] UpstreamCaError),
+}
+
+/// What the inspect door holds for the whole run.
+pub struct Inspector {
+    ca: Option<RunCa>,
+    upstream_tls: Arc<ClientConfig>,
+    secrets: HashMap<String, Secret>,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("ca", &self.ca)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inspector {
+    /// Checks the secrets against the policy's credentials (each credential's secret given,
+    /// each given secret used) and makes the run CA for the inspected names. None when the
+    /// policy inspects nothing and no secret is given.
+    pub fn new(
+        policy: &PolicySet,
+        config: CredentialConfig,
+    ) -> Result<Option<Inspector>, InspectError> {
+        if let Some(conflict) = policy.credential_conflicts().first() {
+            return Err(InspectError::Conflict(conflict.clone()));
+        }
+        let mut secrets: HashMap<String, Secret> = HashMap::new();
+        for secret in config.secrets {
+            if secret.placeholder.len() < MIN_PLACEHOLDER_BYTES {
+                return Err(InspectError::ShortPlaceholder(secret.name));
+            }
+            if secrets
+                .values()
+                .any(|other| other.placeholder == secret.placeholder)
+            {
+                return Err(InspectError::DuplicatePlaceholder);
+            }
+            if secrets.contains_key(&secret.name) {
+                return Err(InspectError::DuplicateSecret(secret.name));
+            }
+            secrets.insert(secret.name.clone(), secret);
+        }
+        let mut credentials: Vec<&Credential> = policy.credentials().collect();
+        credentials.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+        for credential in &credentials {
+            if !secrets.contains_key(&credential.secret) {
+                return Err(InspectError::MissingSecret {
+                    name: credential.secret.clone(),
+                    host: format!("{}:{}", credential.host, credential.port),
+                });
+            }
+        }
+        let mut names: Vec<&String> = secrets.keys().collect();
+        names.sort();
+        if let Some(unused) = names
+            .into_iter()
+            .find(|name| !credentials.iter().any(|c| &&c.secret == name))
+        {
+            return Err(InspectError::UnusedSecret(unused.clone()));
+        }
+        let hosts = policy.inspected_hosts();
+        if hosts.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Inspector {
+            ca: Some(RunCa::new(hosts, config.ca_lifetime)?),
+            upstream_tls: client_config(&config.upstream_ca)?,
+            secrets,
+        }))
+    }
+
+    /// The run CA's certificate (PEM), for the ready line and the sandbox's trust bundle.
+    pub fn ca_certificate_pem(&self) -> Option<&str> {
+        self.ca.as_ref().map(RunCa::certificate_pem)
+    }
+
+    /// The placeholder of each secret, by name (not secret: the sandbox holds them).
+    pub fn placeholders(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.secrets
+            .values()
+            .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
+    }
+
+    /// The name of a secret whose placeholder appears in the request line or a header,
+    /// other than `allowed` (the secret of this target's own credential).
+    fn misused_placeholder(&self, parts: &Parts, allowed: Option<&str>) -> Option<&str> {
+        let uri = parts.uri.to_string();
+        self.secrets
+            .values()
+            .filter(|secret| Some(secret.name.as_str()) != allowed)
+            .find(|secret| {
+                let needle = secret.placeholder.as_bytes();
+                let found = |haystack: &[u8]| memchr::memmem::find(haystack, needle).is_some();
+                found(uri.as_bytes())
+                    || parts.headers.iter().any(|(name, value)| {
+                        found(name.as_str().as_bytes()) || found(value.as_bytes())
+                    })
+            })
+            .map(|secret| secret.name.as_str())
+    }
+
+    /// The credential header value with the real secret. Never logged.
+    fn credential_value(&self, credential: &Credential) -> Option<HeaderValue> {
+        let secret = self.secrets.get(&credential.secret)?;
+        let mut value =
+            HeaderValue::try_from(credential.header_value(secret.value.expose())).ok()?;
+        value.set_sensitive(true);
+        Some(value)
+    }
+}
+
+/// A refused request of a plain (not inspected) door that carries a run placeholder.
+pub(crate) fn tripwire(
+    shared: &Shared,
+    attempt: &mut Attempt,
+    parts: &Parts,
+    target: &Target,
+    port: u16,
+) -> Result<(), Refusal> {
+    let Some(inspector) = shared.inspect.as_ref() else {
+        return Ok(());
+    };
+    match inspector.misused_placeholder(parts, None) {
+        None => Ok(()),
+        Some(name) => {
+            attempt.host = target.to_string();
+            attempt.port = Some(port);
+            attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+            Err(refusal(
+                attempt,
+                format!(
+                    "the request carries the placeholder of {name}, which belongs to another host"
+                ),
+            ))
+        }
+    }
+}
+
+/// Builds the refusal from the attempt, then records the attempt and answers.
+async fn refuse_with(
+    mut attempt: Attempt,
+    build: impl FnOnce(&mut Attempt) -> Refusal,
+) -> Response<ProxyBody> {
+    let refusal = build(&mut attempt);
+    refuse(attempt, &refusal).await
+}
+
+fn refusal(attempt: &Attempt, detail: String) -> Refusal {
+    Refusal {
+        outcome: attempt.decision,
+        reason: attempt.reason,
+        host: match attempt.port {
+            Some(port) => format!("{}:{port}", attempt.host),
+            None => attempt.host.clone(),
+        },
+        detail,
+    }
+}
+
+/// How a plain HTTP request to an inspected target goes upstream.
+pub(crate) struct PlainPlan {
+    name: HostName,
+    /// The port judged and connected to (443 for an upgraded `http://`).
+    port: u16,
+    tls: bool,
+}
+
+/// Some when a plain request to `target:port` must be judged here: a credential applies
+/// (sent over TLS when the port is a TLS port, or upgraded from 80 to 443), or `methods`/
+/// `paths` apply on a port that is not reserved for TLS.
+pub(crate) fn plain_plan(shared: &Shared, target: &Target, port: u16) -> Option<PlainPlan> {
+    shared.inspect.as_ref()?;
+    let Target::Name(name) = target else {
+        return None;
+    };
+    let policy = shared.gate.policy();
+    let tls_ports = &policy.tls().ports;
+    let plan = |port: u16, tls: bool| {
+        Some(PlainPlan {
+            name: name.clone(),
+            port,
+            tls,
+        })
+    };
+    match policy.inspection(target, port) {
+        Some(inspection) if inspection.credential.is_some() => {
+            plan(port, tls_ports.contains(&port))
+        }
+        Some(_) if !tls_ports.contains(&port) => plan(port, false),
+        _ if port == 80
+            && policy
+                .inspection(target, 443)
+                .is_some_and(|inspection| inspection.credential.is_some()) =>
+        {
+            plan(443, true)
+        }
+        _ => None,
+    }
+}
+
+/// One plain HTTP request to an inspected target: judged, credential set, sent over a fresh
+/// upstream connection (TLS when the plan says so).
+pub(crate) async fn forward_plain(
+    shared: &Arc<Shared>,
+    request: Request<Incoming>,
+    plan: PlainPlan,
+    mut attempt: Attempt,
+) -> Response<ProxyBody> {
+    let inspector = shared.inspect.as_ref().expect("a plan needs the inspector");
+    let target = Target::Name(plan.name.clone());
+    let (mut parts, body) = request.into_parts();
+    let judged = judge(
+        shared,
+        inspector,
+        &mut attempt,
+        &plan.name,
+        plan.port,
+        &mut parts,
+    );
+    let decision = match judged {
+        Ok(decision) => decision,
+        Err(refusal) => return refuse(attempt, &refusal).await,
+    };
+    let stream = match shared
+        .gate
+        .connect_decided(&mut attempt, &target, plan.port, &decision)
+        .await
+    {
+        Ok(stream) => stream,
+        Err(refusal) => return refuse(attempt, &refusal).await,
+    };
+    let sender = if plan.tls {
+        match connect_tls(&inspector.upstream_tls, &plan.name, stream).await {
+            Ok(tls) => handshake(tls).await,
+            Err(error) => return refuse_with(attempt, |a| upstream_tls_failure(a, &error)).await,
+        }
+    } else {
+        handshake(stream).await
+    };
+    let mut sender = match sender {
+        Ok(sender) => sender,
+        Err(error) => return refuse_with(attempt, |a| upstream_failure(a, &error)).await,
+    };
+    let up = Arc::new(AtomicU64::new(0));
+    let outgoing = Request::from_parts(parts, crate::http::counting_body(body, up.clone()));
+    match sender.send_request(outgoing).await {
+        Ok(response) => answered(response, attempt, up),
+        Err(error) => refuse_with(attempt, |a| upstream_failure(a, &error)).await,
+    }
+}
+
+/// Serves an inspected tunnel: `client` is the client's side after the CONNECT's 200 (or a
+/// transparent TLS connection, its ClientHello replayed); `upstream` the gate-checked TCP
+/// connection; `tunnel` the tunnel's own record, which stays open until the client leaves.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve_tunnel<S>(
+    shared: Arc<Shared>,
+    client: S,
+    client_addr: SocketAddr,
+    name: HostName,
+    port: u16,
+    upstream: TcpStream,
+    mut tunnel: Attempt,
+    decision: Decision,
+    mut shutdown: Shutdown,
+    _slot: ConnectionSlot,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Some(inspector) = shared.inspect.as_ref() else {
+        return;
+    };
+    let Some(server_config) = inspector.ca.as_ref().and_then(|ca| ca.server_config(&name)) else {
+        tracing::error!(host = %name, "an inspected host without a leaf");
+        return;
+    };
+    let limits = shared.limits.clone();
+    // The client's handshake and the upstream's run side by side: an inspected request
+    // should cost one TLS handshake of latency, not two.
+    let accept = async {
+        let acceptor =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+        let start = tokio::time::timeout(limits.client_hello_timeout, acceptor)
+            .await
+            .map_err(|_| "no ClientHello in time".to_owned())?
+            .map_err(|error| format!("not a TLS ClientHello: {error}"))?;
+        let sni = start.client_hello().server_name().map(str::to_owned);
+        if sni
+            .as_deref()
+            .map(|s| s.trim_end_matches('.').to_ascii_lowercase())
+            != Some(name.as_str().to_owned())
+        {
+            return Err(format!("SNI {sni:?} is not {name}"));
+        }
+        start
+            .into_stream(server_config)
+            .await
+            .map_err(|error| format!("TLS handshake with the client failed: {error}"))
+    };
+    let upstream_tls = connect_tls(&inspector.upstream_tls, &name, upstream);
+    let (accepted, upstream_tls) = tokio::select! {
+        both = async { tokio::join!(accept, upstream_tls) } => both,
+        () = shutdown.wait() => return,
+    };
+    let client_tls = match accepted {
+        Ok(stream) => stream,
+        Err(problem) => {
+            tracing::debug!(host = %name, %problem, "inspected tunnel refused");
+            tunnel.set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
+            return;
+        }
+    };
+    let upstream = match upstream_tls {
+        Ok(stream) => match handshake(stream).await {
+            Ok(sender) => UpstreamState::Ready(sender),
+            Err(error) => UpstreamState::Failed(Reason::ConnectFailed, error.to_string()),
+        },
+        Err(error) => {
+            tracing::debug!(host = %name, %error, "upstream TLS failed");
+            UpstreamState::Failed(Reason::UpstreamTls, error.to_string())
+        }
+    };
+    let connection = Arc::new(InspectedConnection {
+        shared: shared.clone(),
+        client: client_addr,
+        name,
+        port,
+        decision,
+        upstream: tokio::sync::Mutex::new(upstream),
+    });
+    let service = service_fn(move |request| {
+        let connection = connection.clone();
+        async move { Ok::<_, std::convert::Infallible>(connection.handle(request).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.head_timeout)
+        .max_header_size(limits.max_head_bytes)
+        .max_buf_size(limits.max_head_bytes.max(8192))
+        .half_close(false);
+    let served = builder.serve_connection(TokioIo::new(client_tls), service);
+    tokio::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        () = shutdown.wait() => {
+            served.as_mut().graceful_shutdown();
+            tokio::time::timeout(limits.shutdown_grace, served.as_mut()).await.unwrap_or(Ok(()))
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "inspected connection ended");
+    }
+}
+
+enum UpstreamState {
+    Ready(SendRequest<ProxyBody>),
+    /// The first upstream could not be used: every request gets this answer.
+    Failed(Reason, String),
+}
+
+struct InspectedConnection {
+    shared: Arc<Shared>,
+    client: SocketAddr,
+    name: HostName,
+    port: u16,
+    /// The tunnel's decision, for reconnecting through the gate.
+    decision: Decision,
+    upstream: tokio::sync::Mutex<UpstreamState>,
+}
+
+impl InspectedConnection {
+    async fn handle(&self, request: Request<Incoming>) -> Response<ProxyBody> {
+        let shared = &self.shared;
+        let inspector = shared
+            .inspect
+            .as_ref()
+            .expect("an inspected connection has its inspector");
+        let mut attempt = Attempt::new(shared.gate.audit(), Kind::Http, Some(self.client));
+        let (mut parts, body) = request.into_parts();
+        if let Err(refusal) = judge(
+            shared,
+            inspector,
+            &mut attempt,
+            &self.name,
+            self.port,
+            &mut parts,
+        ) {
+            return refuse(attempt, &refusal).await;
+        }
+        let up = Arc::new(AtomicU64::new(0));
+        let mut outgoing = Request::from_parts(parts, crate::http::counting_body(body, up.clone()));
+        let mut state = self.upstream.lock().await;
+        for attempt_number in 0..2 {
+            let sender = match &mut *state {
+                UpstreamState::Failed(reason, detail) => {
+                    attempt.set_outcome(Outcome::Failed, *reason, None);
+                    return refuse_with(attempt, |a| refusal(a, detail.clone())).await;
+                }
+                UpstreamState::Ready(sender) => sender,
+            };
+            if sender.ready().await.is_ok() {
+                match sender.try_send_request(outgoing).await {
+                    Ok(response) => return answered(response, attempt, up),
+                    Err(mut error) => match error.take_message() {
+                        Some(request) if attempt_number == 0 => outgoing = request,
+                        _ => {
+                            return refuse_with(attempt, |a| upstream_failure(a, error.error()))
+                                .await;
+                        }
+                    },
+                }
+            }
+            // The upstream closed between requests: one new connection through the gate.
+            match self.reconnect(&mut attempt, inspector).await {
+                Ok(sender) => *state = UpstreamState::Ready(sender),
+                Err(refusal) => return refuse(attempt, &refusal).await,
+            }
+        }
+        attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
+        refuse_with(attempt, |a| {
+            refusal(a, "the upstream closed every connection".to_owned())
+        })
+        .await
+    }
+
+    async fn reconnect(
+        &self,
+        attempt: &mut Attempt,
+        inspector: &Inspector,
+    ) -> Result<SendRequest<ProxyBody>, Refusal> {
+        let target = Target::Name(self.name.clone());
+        let decision = attempt_decision(attempt, &self.decision);
+        let stream = self
+            .shared
+            .gate
+            .connect_decided(attempt, &target, self.port, &decision)
+            .await?;
+        let tls = connect_tls(&inspector.upstream_tls, &self.name, stream)
+            .await
+            .map_err(|error| upstream_tls_failure(attempt, &error))?;
+        handshake(tls)
+            .await
+            .map_err(|error| upstream_failure(attempt, &error))
+    }
+}
+
+/// The request's own decision (set by `judge`) if it is one, else the tunnel's.
+fn attempt_decision(attempt: &Attempt, tunnel: &Decision) -> Decision {
+    let verdict = match attempt.decision {
+        Outcome::WouldBlock => Verdict::WouldBlock,
+        _ => tunnel.verdict,
+    };
+    Decision {
+        verdict,
+        reason: attempt.reason,
+        rule: tunnel.rule.clone(),
+    }
+}
+
+/// The per-request judgement, shared by the tunnel and the plain door: fills in the
+/// attempt's request fields, asks the policy about the host, the method and the path,
+/// springs the placeholder tripwire, then rewrites the request for the upstream:
+/// origin-form, HTTP/1.1, hop-by-hop headers gone, `Host` set from the judged target, the
+/// credential header replaced by the real one.
+fn judge(
+    shared: &Shared,
+    inspector: &Inspector,
+    attempt: &mut Attempt,
+    name: &HostName,
+    port: u16,
+    parts: &mut Parts,
+) -> Result<Decision, Refusal> {
+    let policy = shared.gate.policy();
+    let target = Target::Name(name.clone());
+    let credential = policy
+        .inspection(&target, port)
+        .and_then(|inspection| inspection.credential)
+        .cloned();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let path = split_path(&path_and_query);
+    attempt.host = name.to_string();
+    attempt.port = Some(port);
+    attempt.request = Some(RequestFields {
+        method: crate::text::visible(parts.method.as_str()).into_owned(),
+        path: crate::text::visible(path).into_owned(),
+        status: None,
+        credential: credential.as_ref().map(|c| c.secret.clone()),
+    });
+    let host_decision = policy.decide(&target, port);
+    if host_decision.verdict == Verdict::Block {
+        attempt.set_decision(&host_decision);
+        return Err(refusal(attempt, String::new()));
+    }
+    let decision = policy.decide_request(&target, port, parts.method.as_str(), path);
+    attempt.set_decision(&decision);
+    if decision.verdict == Verdict::Block {
+        let detail = match decision.reason {
+            Reason::BadRequest => {
+                "the path could mean two things (dot segment, encoded `/` or `\\`, or `//`)"
+            }
+            _ => "",
+        };
+        return Err(refusal(attempt, detail.to_owned()));
+    }
+    if let Some(name) =
+        inspector.misused_placeholder(parts, credential.as_ref().map(|c| c.secret.as_str()))
+    {
+        attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+        return Err(refusal(
+            attempt,
+            format!("the request carries the placeholder of {name}, which belongs to another host"),
+        ));
+    }
+    parts.uri = Uri::try_from(path_and_query.as_str()).unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+    crate::http::strip_hop_by_hop(&mut parts.headers);
+    let host = if port == 443 || port == 80 {
+        name.to_string()
+    } else {
+        format!("{name}:{port}")
+    };
+    if let Ok(value) = HeaderValue::try_from(host) {
+        parts.headers.insert(header::HOST, value);
+    }
+    if let Some(credential) = &credential {
+        let header_name =
+            HeaderName::try_from(credential.header.as_str()).expect("validated by the policy");
+        parts.headers.remove(&header_name);
+        match inspector.credential_value(credential) {
+            Some(value) => {
+                parts.headers.insert(header_name, value);
+            }
+            None => {
+                attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
+                return Err(refusal(
+                    attempt,
+                    format!(
+                        "the secret {} is not a valid header value",
+                        credential.secret
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(decision)
+}
+
+async fn handshake<S>(stream: S) -> Result<SendRequest<ProxyBody>, hyper::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "inspected upstream connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// The upstream's answer, its status in the record.
+fn answered(
+    response: Response<Incoming>,
+    mut attempt: Attempt,
+    up: Arc<AtomicU64>,
+) -> Response<ProxyBody> {
+    if let Some(fields) = attempt.request.as_mut() {
+        fields.status = Some(response.status().as_u16());
+    }
+    crate::http::counted_response(response, attempt, up)
+}
+
+fn upstream_tls_failure(attempt: &mut Attempt, error: &std::io::Error) -> Refusal {
+    tracing::debug!(%error, "upstream TLS failed");
+    attempt.set_outcome(Outcome::Failed, Reason::UpstreamTls, None);
+    refusal(attempt, format!("TLS with the upstream failed: {error}"))
+}
+
+fn upstream_failure(attempt: &mut Attempt, error: &hyper::Error) -> Refusal {
+    tracing::debug!(%error, "inspected upstream request failed");
+    attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
+    refusal(attempt, format!("the upstream failed: {error}"))
+}

@@ -1,0 +1,635 @@
+//! The inspect door on loopback: a TLS upstream with a test CA that echoes each request
+//! head it received, the proxy holding a secret, and raw-byte / rustls clients.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{HANG, Site, TestProxy, exchange, status};
+use egress_proxy::audit::{AuditRecord, Kind, Outcome};
+use egress_proxy::policy::{Policy, PolicySet, Reason};
+use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
+use egress_proxy::{Proxy, ProxyConfig, ProxyError};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const SECRET: &str = "sk-test-secret-value-1234";
+const PLACEHOLDER: &str = "egress-sandbox-placeholder-0123456789abcdef0123456789abcdef";
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A CA for test upstreams, and leaves it signs.
+struct TestCa {
+    cert: CertificateDer<'static>,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "test upstream CA");
+        let cert = params.self_signed(&key).unwrap();
+        TestCa {
+            cert: cert.der().clone(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    fn server_config(&self, name: &str) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+}
+
+/// A TLS upstream that answers every request with its own head as the body.
+#[derive(Clone)]
+struct TlsEcho {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl TlsEcho {
+    async fn start(bind: &str, config: Arc<rustls::ServerConfig>) -> TlsEcho {
+        let listener = TcpListener::bind(bind).await.unwrap();
+        let echo = TlsEcho {
+            addr: listener.local_addr().unwrap(),
+            heads: Arc::default(),
+            connections: Arc::default(),
+        };
+        let state = echo.clone();
+        tokio::spawn(async move {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            while let Ok((stream, _)) = listener.accept().await {
+                state.connections.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                let heads = state.heads.clone();
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        serve_echo(tls, heads).await;
+                    }
+                });
+            }
+        });
+        echo
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    heads: Arc<Mutex<Vec<String>>>,
+) {
+    let mut pending = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        while let Some(end) = common::find(&pending, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if pending.len() < end + 4 + length {
+                break;
+            }
+            pending.drain(..end + 4 + length);
+            heads.lock().unwrap().push(head.clone());
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{head}",
+                head.len()
+            );
+            if stream.write_all(response.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => pending.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+fn policy_yaml(api_port: u16, other_port: u16) -> String {
+    format!(
+        "version: 1\nname: test\nallow:\n  - host: api.example.com\n    ports: [{api_port}]\n    methods: [GET, POST]\n    paths: [\"/v1/**\"]\n  - host: other.example.com\n    ports: [{other_port}]\n  - cidr: 127.0.0.0/8\n    ports: [{api_port}, {other_port}]\ncredentials:\n  - host: api.example.com\n    port: {api_port}\n    secret: API_KEY\ntls:\n  ports: [{api_port}]\n"
+    )
+}
+
+fn credentials(upstream_ca: Option<&TestCa>) -> CredentialConfig {
+    CredentialConfig {
+        secrets: vec![Secret {
+            name: "API_KEY".into(),
+            value: SecretValue::new(SECRET.into()),
+            placeholder: PLACEHOLDER.into(),
+        }],
+        upstream_ca: upstream_ca
+            .map(|ca| vec![ca.cert.clone()])
+            .unwrap_or_default(),
+        ca_lifetime: Duration::from_secs(7200),
+    }
+}
+
+async fn start_proxy(yaml: &str, upstream_ca: Option<&TestCa>) -> TestProxy {
+    let credentials = credentials(upstream_ca);
+    TestProxy::start_with(
+        yaml,
+        &[
+            ("api.example.com", "127.0.0.1"),
+            ("other.example.com", "127.0.0.1"),
+        ],
+        move |config| config.credentials = credentials,
+    )
+    .await
+}
+
+/// CONNECT through the proxy, then TLS trusting only `roots`, with SNI `name`.
+async fn tunnel(
+    proxy: SocketAddr,
+    name: &str,
+    port: u16,
+    roots: &[CertificateDer<'static>],
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
+    let stream = connected_tunnel(proxy, name, port).await;
+    tls_client(stream, name, roots).await
+}
+
+async fn tls_client(
+    stream: TcpStream,
+    name: &str,
+    roots: &[CertificateDer<'static>],
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
+    let mut store = rustls::RootCertStore::empty();
+    for root in roots {
+        store.add(root.clone()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from(name.to_owned()).unwrap(), stream)
+        .await
+}
+
+/// A CONNECT answered 200, its head read to the last byte.
+async fn connected_tunnel(proxy: SocketAddr, name: &str, port: u16) -> TcpStream {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    stream
+        .write_all(
+            format!("CONNECT {name}:{port} HTTP/1.1\r\nHost: {name}:{port}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while common::find(&head, b"\r\n\r\n").is_none() {
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    stream
+}
+
+fn run_ca(proxy: &TestProxy) -> CertificateDer<'static> {
+    let pem = proxy.running().ca_certificate_pem().expect("a run CA");
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+}
+
+/// Sends one request on `stream` and reads one Content-Length response.
+async fn request<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, text: &str) -> String {
+    stream.write_all(text.as_bytes()).await.unwrap();
+    let mut pending = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(end) = common::find(&pending, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if pending.len() >= end + 4 + length {
+                return String::from_utf8_lossy(&pending[..end + 4 + length]).into_owned();
+            }
+        }
+        let n = tokio::time::timeout(HANG, stream.read(&mut buffer))
+            .await
+            .expect("a response in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before a response: {}",
+            String::from_utf8_lossy(&pending)
+        );
+        pending.extend_from_slice(&buffer[..n]);
+    }
+}
+
+fn assert_no_secret(records: &[AuditRecord]) {
+    for record in records {
+        let line = record.to_line();
+        assert!(!line.contains(SECRET), "{line}");
+    }
+}
+
+fn http_records(records: &[AuditRecord]) -> Vec<&AuditRecord> {
+    records.iter().filter(|r| r.kind == Kind::Http).collect()
+}
+
+#[tokio::test]
+async fn the_upstream_gets_the_secret_in_place_of_the_placeholder() {
+    let ca = TestCa::new();
+    let api = TlsEcho::start("127.0.0.1:0", ca.server_config("api.example.com")).await;
+    let mut proxy = start_proxy(&policy_yaml(api.addr.port(), 9), Some(&ca)).await;
+    let mut tls = tunnel(
+        proxy.addr,
+        "api.example.com",
+        api.addr.port(),
+        &[run_ca(&proxy)],
+    )
+    .await
+    .expect("the run CA's leaf verifies");
+
+    let first = request(
+        &mut tls,
+        &format!("GET /v1/models?key=query-secret HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\nAuthorization: Bearer second\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status(&first), 200, "{first}");
+    assert!(
+        first.contains(&format!("authorization: Bearer {SECRET}")),
+        "{first}"
+    );
+    assert!(
+        !first.contains(PLACEHOLDER) && !first.contains("second"),
+        "{first}"
+    );
+    assert!(
+        first.contains("GET /v1/models?key=query-secret HTTP/1.1"),
+        "{first}"
+    );
+
+    let second = request(
+        &mut tls,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .await;
+    assert_eq!(status(&second), 200, "{second}");
+    assert!(
+        second.contains(&format!("authorization: Bearer {SECRET}")),
+        "{second}"
+    );
+    drop(tls);
+
+    let mut records = Vec::new();
+    while records.len() < 3 {
+        records.push(proxy.record().await);
+    }
+    let http = http_records(&records);
+    assert_eq!(http.len(), 2, "{records:#?}");
+    let fields = http[0].request.as_ref().expect("request fields");
+    assert_eq!(
+        (
+            fields.method.as_str(),
+            fields.path.as_str(),
+            fields.status,
+            fields.credential.as_deref()
+        ),
+        ("GET", "/v1/models", Some(200), Some("API_KEY"))
+    );
+    assert_eq!(http[0].decision, Outcome::Allowed);
+    assert_eq!(http[0].port, Some(api.addr.port()));
+    let line = http[0].to_line();
+    assert!(
+        !line.contains("query-secret"),
+        "the query is never logged: {line}"
+    );
+    assert!(
+        line.contains(r#""method":"GET","path":"/v1/models","status":200,"credential":"API_KEY""#),
+        "{line}"
+    );
+    assert_eq!(http[1].request.as_ref().unwrap().method, "POST");
+    assert!(
+        records
+            .iter()
+            .any(|r| r.kind == Kind::Connect && r.decision == Outcome::Allowed)
+    );
+    assert_no_secret(&records);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn method_and_path_rules_and_ambiguous_paths_are_refused_inside_the_tunnel() {
+    let ca = TestCa::new();
+    let api = TlsEcho::start("127.0.0.1:0", ca.server_config("api.example.com")).await;
+    let mut proxy = start_proxy(&policy_yaml(api.addr.port(), 9), Some(&ca)).await;
+    let mut tls = tunnel(
+        proxy.addr,
+        "api.example.com",
+        api.addr.port(),
+        &[run_ca(&proxy)],
+    )
+    .await
+    .unwrap();
+    for (line, expected_status, reason) in [
+        ("DELETE /v1/files/a HTTP/1.1", 403, "method_not_allowed"),
+        ("GET /admin HTTP/1.1", 403, "path_not_allowed"),
+        ("GET /v1/../admin HTTP/1.1", 400, "bad_request"),
+        ("GET /v1/%2e%2e/admin HTTP/1.1", 400, "bad_request"),
+        ("GET /v1/a%2Fb HTTP/1.1", 400, "bad_request"),
+        ("GET /v1/a%5cb HTTP/1.1", 400, "bad_request"),
+        ("GET /v1//a HTTP/1.1", 400, "bad_request"),
+    ] {
+        let response = request(
+            &mut tls,
+            &format!("{line}\r\nHost: api.example.com\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status(&response), expected_status, "{line}: {response}");
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains(&format!("x-egress-blocked: {reason}")),
+            "{line}: {response}"
+        );
+        if expected_status == 400 {
+            // After a malformed request the connection is closed; open another.
+            tls = tunnel(
+                proxy.addr,
+                "api.example.com",
+                api.addr.port(),
+                &[run_ca(&proxy)],
+            )
+            .await
+            .unwrap();
+        }
+    }
+    assert!(
+        api.heads().is_empty(),
+        "the upstream saw nothing: {:?}",
+        api.heads()
+    );
+    drop(tls);
+    let records = proxy.shutdown_and_records().await;
+    let reasons: Vec<Reason> = http_records(&records).iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            Reason::MethodNotAllowed,
+            Reason::PathNotAllowed,
+            Reason::BadRequest,
+            Reason::BadRequest,
+            Reason::BadRequest,
+            Reason::BadRequest,
+            Reason::BadRequest
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_placeholder_sent_to_another_host_is_credential_misuse() {
+    let other = Site::http("127.0.0.1", "other").await;
+    let mut proxy = start_proxy(&policy_yaml(9, other.port()), None).await;
+    for header in [
+        format!("X-Leak: {PLACEHOLDER}"),
+        format!("Authorization: Bearer {PLACEHOLDER}"),
+    ] {
+        let response = exchange(
+            proxy.addr,
+            format!(
+                "GET http://other.example.com:{}/ HTTP/1.1\r\nHost: other.example.com\r\n{header}\r\nConnection: close\r\n\r\n",
+                other.port()
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert_eq!(status(&response), 403, "{response}");
+        assert!(response.contains("credential_misuse"), "{response}");
+    }
+    let in_path = exchange(
+        proxy.addr,
+        format!(
+            "GET http://other.example.com:{}/?k={PLACEHOLDER} HTTP/1.1\r\nHost: other.example.com\r\nConnection: close\r\n\r\n",
+            other.port()
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&in_path), 403, "{in_path}");
+    assert_eq!(
+        other.connection_count().await,
+        0,
+        "the other host never saw the request"
+    );
+    // Without a placeholder the same host is served, and never gets the secret.
+    let clean = exchange(
+        proxy.addr,
+        format!(
+            "GET http://other.example.com:{}/ HTTP/1.1\r\nHost: other.example.com\r\nAuthorization: Bearer mine\r\nConnection: close\r\n\r\n",
+            other.port()
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&clean), 200, "{clean}");
+    assert!(!other.received_text().contains(SECRET));
+    assert!(other.received_text().contains("Bearer mine"));
+    let records = proxy.shutdown_and_records().await;
+    let misuse = records
+        .iter()
+        .filter(|r| r.reason == Reason::CredentialMisuse && r.decision == Outcome::Blocked)
+        .count();
+    assert_eq!(misuse, 3, "{records:#?}");
+    assert_no_secret(&records);
+}
+
+#[tokio::test]
+async fn an_upstream_whose_certificate_does_not_verify_is_502_upstream_tls() {
+    let ca = TestCa::new();
+    let api = TlsEcho::start("127.0.0.1:0", ca.server_config("api.example.com")).await;
+    // The proxy does not trust the test CA.
+    let mut proxy = start_proxy(&policy_yaml(api.addr.port(), 9), None).await;
+    let mut tls = tunnel(
+        proxy.addr,
+        "api.example.com",
+        api.addr.port(),
+        &[run_ca(&proxy)],
+    )
+    .await
+    .unwrap();
+    let response = request(
+        &mut tls,
+        "GET /v1/models HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status(&response), 502, "{response}");
+    assert!(response.contains("upstream_tls"), "{response}");
+    drop(tls);
+    let records = proxy.shutdown_and_records().await;
+    let http = http_records(&records);
+    assert_eq!(http.len(), 1, "{records:#?}");
+    assert_eq!(
+        (http[0].decision, http[0].reason),
+        (Outcome::Failed, Reason::UpstreamTls)
+    );
+    assert!(api.heads().is_empty());
+}
+
+#[tokio::test]
+async fn a_client_hello_for_another_name_in_an_inspected_tunnel_is_sni_mismatch() {
+    let ca = TestCa::new();
+    let api = TlsEcho::start("127.0.0.1:0", ca.server_config("api.example.com")).await;
+    let mut proxy = start_proxy(&policy_yaml(api.addr.port(), 9), Some(&ca)).await;
+    let stream = connected_tunnel(proxy.addr, "api.example.com", api.addr.port()).await;
+    let result = tls_client(stream, "evil.example.net", &[run_ca(&proxy)]).await;
+    assert!(result.is_err());
+    // The tunnel's record is written when the proxy gives up on it.
+    let connect = proxy.record().await;
+    assert_eq!(connect.kind, Kind::Connect);
+    assert_eq!(
+        (connect.decision, connect.reason),
+        (Outcome::Blocked, Reason::SniMismatch)
+    );
+}
+
+#[tokio::test]
+async fn a_host_that_is_not_inspected_is_tunnelled_with_its_own_certificate() {
+    let ca = TestCa::new();
+    let api = TlsEcho::start("127.0.0.1:0", ca.server_config("api.example.com")).await;
+    let other = TlsEcho::start("127.0.0.1:0", ca.server_config("other.example.com")).await;
+    let mut proxy = start_proxy(&policy_yaml(api.addr.port(), other.addr.port()), Some(&ca)).await;
+    // Trusting only the test CA: the certificate seen is the upstream's, not a run CA leaf.
+    let mut tls = tunnel(
+        proxy.addr,
+        "other.example.com",
+        other.addr.port(),
+        &[ca.cert.clone()],
+    )
+    .await
+    .expect("the upstream's own certificate");
+    let response = request(
+        &mut tls,
+        &format!("GET /x HTTP/1.1\r\nHost: other.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status(&response), 200);
+    assert!(!response.contains(SECRET), "never the secret: {response}");
+    // And the run CA does not verify the other host: it cannot sign it.
+    assert!(
+        tunnel(
+            proxy.addr,
+            "other.example.com",
+            other.addr.port(),
+            &[run_ca(&proxy)]
+        )
+        .await
+        .is_err()
+    );
+    drop(tls);
+    assert!(http_records(&proxy.shutdown_and_records().await).is_empty());
+}
+
+#[tokio::test]
+async fn plain_http_to_a_credential_host_goes_upstream_over_tls_with_the_key() {
+    let ca = TestCa::new();
+    // Port 443 on a loopback address of its own (the test runs as root, as the CI does).
+    let Ok(probe) = TcpListener::bind("127.0.0.77:443").await else {
+        panic!("cannot bind 127.0.0.77:443; these tests need root");
+    };
+    drop(probe);
+    let api = TlsEcho::start("127.0.0.77:443", ca.server_config("api.example.com")).await;
+    let yaml = "version: 1\nname: test\nallow:\n  - host: api.example.com\n  - cidr: 127.0.0.77/32\n    ports: [443]\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n";
+    let credentials = credentials(Some(&ca));
+    let mut proxy = TestProxy::start_with(yaml, &[("api.example.com", "127.0.0.77")], move |c| {
+        c.credentials = credentials
+    })
+    .await;
+    let response = exchange(
+        proxy.addr,
+        format!("GET http://api.example.com/v1/models?x=1 HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&response), 200, "{response}");
+    let heads = api.heads();
+    assert_eq!(heads.len(), 1, "the TLS upstream got the request");
+    assert!(
+        heads[0].contains(&format!("authorization: Bearer {SECRET}")),
+        "{heads:?}"
+    );
+    assert!(heads[0].contains("host: api.example.com"), "{heads:?}");
+    let records = proxy.shutdown_and_records().await;
+    let http = http_records(&records);
+    assert_eq!(http.len(), 1, "{records:#?}");
+    assert_eq!(http[0].port, Some(443));
+    assert_eq!(
+        http[0].request.as_ref().unwrap().credential.as_deref(),
+        Some("API_KEY")
+    );
+    assert_eq!(http[0].request.as_ref().unwrap().path, "/v1/models");
+    assert_no_secret(&records);
+}
+
+#[tokio::test]
+async fn secrets_must_match_the_credentials() {
+    let yaml = policy_yaml(8443, 9);
+    let (policy, _) = Policy::from_yaml("p.yaml", &yaml).unwrap();
+    let set = PolicySet::merge(vec![policy]);
+    let missing = {
+        let mut config = ProxyConfig::new(set.clone(), "127.0.0.1:0".parse().unwrap());
+        config.credentials = CredentialConfig::default();
+        Proxy::bind(config).await.err().expect("refused")
+    };
+    assert!(matches!(missing, ProxyError::Credentials(_)));
+    assert!(missing.to_string().contains("API_KEY"), "{missing}");
+    let unused = {
+        let mut config = ProxyConfig::new(set, "127.0.0.1:0".parse().unwrap());
+        let mut credentials = credentials(None);
+        credentials.secrets.push(Secret {
+            name: "OTHER".into(),
+            value: SecretValue::new(SECRET.into()),
+            placeholder: "egress-sandbox-placeholder-ffffffffffffffff".into(),
+        });
+        config.credentials = credentials;
+        Proxy::bind(config).await.err().expect("refused")
+    };
+    assert!(unused.to_string().contains("OTHER"), "{unused}");
+    assert!(!unused.to_string().contains(SECRET));
+    assert!(!format!("{unused:?}").contains(SECRET));
+}

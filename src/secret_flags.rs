@@ -1,0 +1,110 @@
+//! `--secret NAME`, `--secret NAME=env:VAR`, `--secret NAME=file:PATH`: where a secret's
+//! value comes from, for `run` and `proxy`. The value itself never appears in an error.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use egress_proxy::policy::check_secret_name;
+use egress_proxy::secrets::SecretValue;
+
+/// Largest secret file read: a key or token, not a document.
+const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// One `--secret` flag read: the name and the value (from the environment or a file).
+pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue)> {
+    let (name, source) = match raw.split_once('=') {
+        Some((name, source)) => (name, Some(source)),
+        None => (raw, None),
+    };
+    check_secret_name(name).map_err(|message| anyhow!("--secret: {message}"))?;
+    let value = match source {
+        None => from_env(name, name)?,
+        Some(source) => match source.split_once(':') {
+            Some(("env", var)) => from_env(name, var)?,
+            Some(("file", path)) => from_file(name, Path::new(path))?,
+            _ => bail!(
+                "--secret {name}={}: the source must be env:VAR or file:PATH",
+                egress_proxy::text::visible(source)
+            ),
+        },
+    };
+    if value.is_empty() {
+        bail!("--secret {name}: the value is empty");
+    }
+    if value.bytes().any(|b| b.is_ascii_control() || b >= 0x80) {
+        bail!(
+            "--secret {name}: the value holds control or non-ASCII characters; it cannot go in an HTTP header"
+        );
+    }
+    Ok((name.to_owned(), SecretValue::new(value)))
+}
+
+fn from_env(name: &str, var: &str) -> Result<String> {
+    std::env::var(var).map_err(|_| {
+        anyhow!(
+            "--secret {name}: the environment variable {} is not set (or not UTF-8)",
+            egress_proxy::text::visible(var)
+        )
+    })
+}
+
+fn from_file(name: &str, path: &Path) -> Result<String> {
+    let shown = path.display();
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("--secret {name}: cannot read {shown}"))?;
+    if !metadata.is_file() {
+        bail!("--secret {name}: {shown} is not a regular file");
+    }
+    if metadata.len() > MAX_SECRET_FILE_BYTES {
+        bail!("--secret {name}: {shown} is larger than {MAX_SECRET_FILE_BYTES} bytes");
+    }
+    let bytes =
+        std::fs::read(path).with_context(|| format!("--secret {name}: cannot read {shown}"))?;
+    let mut text = String::from_utf8(bytes)
+        .map_err(|_| anyhow!("--secret {name}: {shown} is not UTF-8 text"))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
+/// A fresh random placeholder for a secret.
+pub fn new_placeholder() -> String {
+    egress_proxy::secrets::placeholder_from(rand::random())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_come_from_env_or_file_and_errors_never_show_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "sk-from-file\n").unwrap();
+        let (name, value) = read_secret_flag(&format!("K=file:{}", file.display())).unwrap();
+        assert_eq!((name.as_str(), value.expose()), ("K", "sk-from-file"));
+
+        let missing = read_secret_flag("K=env:EGRESS_SANDBOX_TEST_SURELY_UNSET").unwrap_err();
+        assert!(missing.to_string().contains("not set"), "{missing}");
+        let unreadable = read_secret_flag("K=file:/nonexistent/key").unwrap_err();
+        assert!(
+            format!("{unreadable:#}").contains("cannot read"),
+            "{unreadable:#}"
+        );
+        assert!(read_secret_flag("1K").is_err());
+        assert!(read_secret_flag("K=vault:x").is_err());
+
+        std::fs::write(&file, "sk-secret\r\nmore\n").unwrap();
+        let bad = read_secret_flag(&format!("K=file:{}", file.display())).unwrap_err();
+        assert!(!bad.to_string().contains("sk-secret"), "{bad}");
+    }
+
+    #[test]
+    fn placeholders_are_fresh() {
+        assert_ne!(new_placeholder(), new_placeholder());
+    }
+}
