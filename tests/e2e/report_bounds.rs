@@ -198,7 +198,11 @@ fn a_million_unique_names_leave_the_caller_and_the_report_bounded() {
     let written = report["audit"]["written"].as_u64().unwrap();
     let dropped = report["audit"]["dropped"].as_u64().unwrap();
     assert!(
-        refused > 1000,
+        // The proxy's DNS rate limit (per client per second) refuses most of a flood, so how
+        // much gets through depends on how fast the sandbox sends: only ask for enough to
+        // have exercised the caller (the tally's bound itself is proved with 1,000,000
+        // synthetic records in `sandbox::tally`).
+        refused >= 100,
         "too little of the flood got through to prove anything ({refused} refused)\n{context}"
     );
     // The audit limit (default 100000 records) bounds the log, and the caller's reading.
