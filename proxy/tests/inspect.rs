@@ -540,7 +540,7 @@ async fn a_host_that_is_not_inspected_is_tunnelled_with_its_own_certificate() {
         proxy.addr,
         "other.example.com",
         other.addr.port(),
-        &[ca.cert.clone()],
+        std::slice::from_ref(&ca.cert),
     )
     .await
     .expect("the upstream's own certificate");
