@@ -30,10 +30,17 @@ pub struct NotReady {
     pub detail: String,
 }
 
+/// What the proxy's ready line says that the run needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// The run CA's certificate (PEM), when some host is inspected.
+    pub ca: Option<String>,
+}
+
 /// The reader's handles: `ready` resolves once with the ready line (or the proxy's last
 /// words); `records` ends with what the proxy wrote when its output ends.
 pub struct ProxyOutput {
-    pub ready: oneshot::Receiver<Result<(), NotReady>>,
+    pub ready: oneshot::Receiver<Result<Ready, NotReady>>,
     pub records: JoinHandle<ProxyRecords>,
 }
 
@@ -61,7 +68,7 @@ where
 }
 
 struct Reader {
-    ready: Option<oneshot::Sender<Result<(), NotReady>>>,
+    ready: Option<oneshot::Sender<Result<Ready, NotReady>>>,
     audit_log: Option<AuditSink>,
     records: ProxyRecords,
     stderr_tail: Vec<u8>,
@@ -70,7 +77,7 @@ struct Reader {
 async fn read<S>(
     mut frames: S,
     audit_log: Option<AuditSink>,
-    ready: oneshot::Sender<Result<(), NotReady>>,
+    ready: oneshot::Sender<Result<Ready, NotReady>>,
 ) -> ProxyRecords
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
@@ -129,8 +136,8 @@ impl Reader {
             return;
         }
         if let Some(ready) = self.ready.take() {
-            if is_ready_line(line) {
-                let _ = ready.send(Ok(()));
+            if let Some(said) = ready_line(line) {
+                let _ = ready.send(Ok(said));
                 return;
             }
             // Not the ready line: keep waiting for it.
@@ -204,9 +211,14 @@ fn without_ansi(text: &str) -> String {
     plain
 }
 
-fn is_ready_line(line: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(line)
-        .is_ok_and(|value| value.get("ready") == Some(&serde_json::Value::Bool(true)))
+fn ready_line(line: &[u8]) -> Option<Ready> {
+    let value = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+    (value.get("ready") == Some(&serde_json::Value::Bool(true))).then(|| Ready {
+        ca: value
+            .get("ca")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+    })
 }
 
 /// Reassembles lines from frames that may split or join them.
@@ -290,7 +302,7 @@ mod tests {
         let frames = futures_util::stream::iter(vec![
             Ok(LogOutput::StdOut {
                 message: Bytes::from(format!(
-                    "{{\"ready\":true,\"listen\":\"10.0.0.2:3128\"}}\n{}",
+                    "{{\"ready\":true,\"listen\":\"10.0.0.2:3128\",\"ca\":\"PEM\"}}\n{}",
                     &record[..20]
                 )),
             }),
@@ -306,7 +318,10 @@ mod tests {
             .open(&path)
             .unwrap();
         let output = spawn_reader(frames, Some(Box::new(file)));
-        assert!(output.ready.await.unwrap().is_ok());
+        assert_eq!(
+            output.ready.await.unwrap().unwrap().ca.as_deref(),
+            Some("PEM")
+        );
         let records = output.records.await.unwrap();
         assert_eq!(records.tally.attempts.blocked, 1);
         assert_eq!(

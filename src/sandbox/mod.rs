@@ -38,6 +38,7 @@ pub mod spec;
 pub mod tally;
 pub mod task_files;
 pub mod teardown;
+pub mod trust;
 
 pub use events::RunEvent;
 pub use output::{OutputSinks, OutputStats};

@@ -62,6 +62,7 @@ use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
 use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 use super::teardown::Teardown;
+use super::trust::{TrustBundle, TrustError};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -183,6 +184,8 @@ pub enum RunError {
     HostAddresses(#[source] std::io::Error),
     #[error("cannot identify this process for the owner label: {0}")]
     Owner(#[source] std::io::Error),
+    #[error(transparent)]
+    Trust(#[from] TrustError),
 }
 
 fn docker_step(step: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> RunError {
@@ -234,6 +237,14 @@ pub async fn run_until(
             });
         }
     }
+    // The sandbox trusts the run CA through a bind-mounted bundle: a host file, so only
+    // with a local engine (the same condition as the gate that holds the command until
+    // the bundle is written).
+    let trust = if engine.is_local() && !spec.policy_set.inspected_hosts().is_empty() {
+        Some(TrustBundle::create()?)
+    } else {
+        None
+    };
     let names = RunNames::generate();
     sinks.emit(RunEvent::Id(names.id.clone()));
     let teardown = Teardown::new(engine.clone(), &names.id);
@@ -243,6 +254,7 @@ pub async fn run_until(
         labels: owner.labels(&names.id),
         names: &names,
         teardown: &teardown,
+        trust: trust.as_ref(),
     };
     tokio::pin!(interrupt);
     let result = run
@@ -290,6 +302,8 @@ struct Run<'a> {
     names: &'a RunNames,
     labels: std::collections::HashMap<String, String>,
     teardown: &'a Teardown,
+    /// The sandbox's CA bundle file, when some host is inspected.
+    trust: Option<&'a TrustBundle>,
 }
 
 /// Everything ready to start the command.
@@ -565,10 +579,17 @@ impl Run<'_> {
             binary: proxy_binary.to_path_buf(),
             image_entrypoint: entrypoint,
         });
-        let (proxy, (sandbox_output, gate)) = tokio::try_join!(
+        let ((proxy, ready), (sandbox_output, gate)) = tokio::try_join!(
             self.start_proxy(&proxy_image, &egress, subnet, &floor_extra, audit_log),
             self.create_sandbox(&image, subnet, gate.as_ref()),
         )?;
+        // The command is still held by its gate: it sees the full bundle from its start.
+        if let Some(trust) = self.trust {
+            trust
+                .fill(engine, &self.names.sandbox, ready.ca.as_deref())
+                .await?;
+            tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
+        }
         Ok(Prepared {
             image,
             proxy,
@@ -584,7 +605,7 @@ impl Run<'_> {
         subnet: RunSubnet,
         floor_extra: &[std::net::IpAddr],
         audit_log: Option<AuditSink>,
-    ) -> Result<ProxyOutput, RunError> {
+    ) -> Result<(ProxyOutput, audit_trail::Ready), RunError> {
         let engine = self.engine;
         let name = self.names.proxy.as_str();
         let body = proxy_body(
@@ -636,9 +657,9 @@ impl Run<'_> {
             .map_err(docker_step("connect the proxy to the egress network"))?;
         tracing::debug!("proxy connected to the egress network");
         match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
-            Ok(Ok(Ok(()))) => {
+            Ok(Ok(Ok(ready))) => {
                 tracing::debug!("proxy ready");
-                Ok(proxy)
+                Ok((proxy, ready))
             }
             Ok(Ok(Err(not_ready))) => Err(RunError::ProxyNotReady {
                 detail: not_ready.detail,
@@ -660,7 +681,7 @@ impl Run<'_> {
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = self.engine;
         let name = self.names.sandbox.as_str();
-        let body = sandbox_body(
+        let mut body = sandbox_body(
             self.spec,
             image,
             &self.names.network,
@@ -669,6 +690,9 @@ impl Run<'_> {
             &self.labels,
             gate,
         );
+        if let Some(trust) = self.trust {
+            trust.add_to(&mut body);
+        }
         self.teardown.track_container(name);
         self.teardown
             .complete(

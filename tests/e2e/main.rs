@@ -18,6 +18,7 @@ mod support;
 mod audit_chain;
 mod audit_summary;
 mod concurrency;
+mod credentials;
 mod egress_bridge;
 mod handoff;
 mod hardening;

@@ -109,6 +109,17 @@ impl Upstream {
         Self::start(addr.into(), body, Some(tls_acceptor(names)))
     }
 
+    /// HTTPS on `addr` with a certificate for `names` signed by a fresh test CA; the CA's
+    /// certificate (PEM) comes with it, for `--upstream-ca`.
+    pub fn https_with_test_ca(
+        addr: impl Into<SocketAddr>,
+        names: &[&str],
+        body: &str,
+    ) -> (Self, String) {
+        let (acceptor, ca_pem) = tls_acceptor_with_test_ca(names);
+        (Self::start(addr.into(), body, Some(acceptor)), ca_pem)
+    }
+
     fn start(addr: SocketAddr, body: &str, tls: Option<TlsAcceptor>) -> Self {
         let listener = bind(addr);
         let addr = listener.local_addr().expect("upstream address");
@@ -211,4 +222,34 @@ fn tls_acceptor(names: &[&str]) -> TlsAcceptor {
     .with_single_cert(vec![certificate], key)
     .expect("server certificate");
     TlsAcceptor::from(Arc::new(config))
+}
+
+/// A leaf for `names` signed by a fresh CA, and the CA's certificate as PEM.
+fn tls_acceptor_with_test_ca(names: &[&str]) -> (TlsAcceptor, String) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::default();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "egress-sandbox e2e upstream CA");
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().expect("leaf key");
+    let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+    let leaf = rcgen::CertificateParams::new(names)
+        .expect("leaf names")
+        .signed_by(&key, &issuer)
+        .expect("leaf certificate");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+    )
+    .expect("server certificate");
+    (TlsAcceptor::from(Arc::new(config)), ca_cert.pem())
 }
