@@ -120,6 +120,15 @@ pub struct RunArgs {
     /// [default: the engine's default].
     #[arg(long = "runtime", value_name = "NAME")]
     pub runtime: Option<String>,
+    /// A secret a policy credential uses: NAME (this process's env var NAME),
+    /// NAME=env:VAR or NAME=file:PATH (one trailing newline dropped); repeatable. Only the
+    /// proxy gets the value; the sandbox's env var NAME holds a random placeholder.
+    #[arg(long = "secret", value_name = "NAME[=env:VAR|=file:PATH]")]
+    pub secrets: Vec<String>,
+    /// Extra PEM CA the proxy trusts for upstream TLS of inspected hosts (besides the
+    /// Mozilla roots); repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
     /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
     /// report, audit log and exit codes; stdin is read to its end first).
     #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]

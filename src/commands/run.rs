@@ -123,6 +123,14 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
     if let Some(runtime) = args.runtime {
         builder = builder.runtime(runtime);
     }
+    for raw in args.secrets {
+        let (name, value) = crate::secret_flags::read_secret_flag(&raw)
+            .map_err(|error| SpecError::SecretFlag(format!("{error:#}")))?;
+        builder = builder.secret(name, value);
+    }
+    for path in args.upstream_ca {
+        builder = builder.upstream_ca(path);
+    }
     builder.build()
 }
 

@@ -29,6 +29,12 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         say(warning);
     }
     drop(spec);
+    if !args.secrets.is_empty() || !args.upstream_ca.is_empty() {
+        say(
+            "egress-sandbox: error: --secret and --upstream-ca are not served through --server yet; nothing was run",
+        );
+        return Ok(ExitCode::from(SETUP_FAILED));
+    }
     let mut audit_log = match &args.audit_log {
         Some(path) => match std::fs::OpenOptions::new()
             .create(true)

@@ -14,13 +14,15 @@ use bollard::models::{
     Mount as DockerMount, MountType, NetworkingConfig, ResourcesUlimits,
 };
 
-use egress_proxy::handoff::{Handoff, InlinePolicy};
+use egress_proxy::handoff::{Handoff, InlinePolicy, Secrets};
 
 use super::network::RunSubnet;
 use super::spec::{RunLimits, RunSpec};
 
 /// The explicit proxy port; what HTTP(S)_PROXY point at.
 pub const PROXY_PORT: u16 = 3128;
+/// How long the run CA outlives the run's time limit at most (INTERFACE.md B1).
+const CA_SLACK_S: u64 = 3600;
 const NOBODY: &str = "65534:65534";
 /// Open files per process in the sandbox.
 const SANDBOX_NOFILE: i64 = 1024;
@@ -145,6 +147,24 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .collect();
     handoff.run_id = Some(run_id.to_string());
     handoff.audit_limit = Some(spec.audit_limit());
+    let credentials = &spec.credentials;
+    handoff.secrets = Secrets(
+        credentials
+            .secrets
+            .iter()
+            .map(|secret| (secret.name.clone(), secret.value.expose().to_owned()))
+            .collect(),
+    );
+    handoff.placeholders = credentials
+        .secrets
+        .iter()
+        .map(|secret| (secret.name.clone(), secret.placeholder.clone()))
+        .collect();
+    handoff.upstream_ca = credentials.upstream_ca.clone();
+    // The run CA is valid no longer than the run's time limit plus one hour (B1).
+    let timeout = spec.limits.timeout;
+    let limit_s = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+    handoff.ca_lifetime_s = Some(limit_s.saturating_add(CA_SLACK_S));
     handoff
 }
 
@@ -208,6 +228,7 @@ pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     ] {
         env.push(format!("{key}={proxy}"));
     }
+    env.extend(spec.credentials.sandbox_env());
     env.push("NO_PROXY=".into());
     env.push("no_proxy=".into());
     env
@@ -363,6 +384,41 @@ mod tests {
         RunSubnet {
             subnet: "10.213.0.8/29".parse().unwrap(),
         }
+    }
+
+    /// The secret goes to the proxy over stdin only; the sandbox holds a placeholder, and
+    /// neither container's create request (env, args, labels) carries the value.
+    #[test]
+    fn secrets_travel_only_in_the_handoff() {
+        let secret_value = "sk-unit-test-secret-value";
+        let spec = RunSpec::builder(["true"])
+            .policy_yaml(
+                "cred.yaml",
+                "version: 1\nallow:\n  - host: api.example.com\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n",
+            )
+            .timeout(std::time::Duration::from_millis(1500))
+            .secret(
+                "API_KEY",
+                egress_proxy::secrets::SecretValue::new(secret_value.into()),
+            )
+            .build()
+            .unwrap();
+        let handoff = proxy_handoff(&spec, "r-1");
+        assert_eq!(handoff.secrets.0["API_KEY"], secret_value);
+        let placeholder = &handoff.placeholders["API_KEY"];
+        assert_ne!(placeholder, secret_value);
+        assert_eq!(handoff.ca_lifetime_s, Some(2 + 3600));
+
+        let env = sandbox_env(&spec, subnet());
+        assert!(env.contains(&format!("API_KEY={placeholder}")), "{env:?}");
+        let labels = HashMap::from([("egress-sandbox.run".to_string(), "r-1".to_string())]);
+        let sandbox = sandbox_body(&spec, "img", "net", subnet(), "h", &labels, None);
+        let proxy = proxy_body("img", "net", subnet(), &[], &labels);
+        for body in [sandbox, proxy] {
+            let shown = serde_json::to_string(&body).unwrap();
+            assert!(!shown.contains(secret_value), "{shown}");
+        }
+        assert!(!format!("{spec:?}").contains(secret_value));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 pub mod audit_trail;
 pub mod container;
+pub mod credentials;
 pub mod docker;
 pub mod events;
 pub mod gate_signal;

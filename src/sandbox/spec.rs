@@ -15,6 +15,9 @@ use egress_proxy::target::HostName;
 use egress_proxy::units::format_size;
 use ipnet::Ipv4Net;
 
+use egress_proxy::secrets::SecretValue;
+
+use super::credentials::{CredentialError, RunCredentials};
 use super::task_files::{self, TaskFile};
 
 /// The run's limits when neither a flag nor a stricter policy sets them (INTERFACE.md).
@@ -117,6 +120,11 @@ pub enum SpecError {
     Pin(Box<PinError>),
     #[error("no command given to run")]
     NoCommand,
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// A `--secret` flag that could not be read (the message never holds the value).
+    #[error("{0}")]
+    SecretFlag(String),
 }
 
 fn invalid(flag: &'static str, value: impl Into<String>, reason: impl Into<String>) -> SpecError {
@@ -149,6 +157,8 @@ pub struct RunSpec {
     pub(crate) subnet_pool: Ipv4Net,
     /// Written under /task by the gate before the command runs.
     pub(crate) files: Vec<TaskFile>,
+    /// Secrets with their placeholders, upstream CAs: only ever in the proxy's handoff.
+    pub(crate) credentials: RunCredentials,
 }
 
 impl RunSpec {
@@ -208,6 +218,8 @@ pub struct RunSpecBuilder {
     proxy_binary: Option<PathBuf>,
     subnet_pool: Option<Ipv4Net>,
     files: Vec<TaskFile>,
+    secrets: Vec<(String, SecretValue)>,
+    upstream_ca: Vec<PathBuf>,
 }
 
 impl RunSpecBuilder {
@@ -320,6 +332,19 @@ impl RunSpecBuilder {
         self
     }
 
+    /// The value of a secret a policy credential names (`--secret`). It goes to the proxy
+    /// only; the sandbox's variable `name` holds a random placeholder instead.
+    pub fn secret(mut self, name: impl Into<String>, value: SecretValue) -> Self {
+        self.secrets.push((name.into(), value));
+        self
+    }
+    /// A PEM CA file the proxy trusts for upstream TLS besides the Mozilla roots
+    /// (`--upstream-ca`); read and checked by `build`.
+    pub fn upstream_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.upstream_ca.push(path.into());
+        self
+    }
+
     /// Reads and merges the policies, applies their ceilings, checks everything else.
     pub fn build(self) -> Result<RunSpec, SpecError> {
         if self.command.is_empty() {
@@ -383,6 +408,8 @@ impl RunSpecBuilder {
         for (key, value) in &self.env {
             check_env(key, value)?;
         }
+        let credentials =
+            RunCredentials::check(&policy_set, self.secrets, &self.upstream_ca, &self.env)?;
         if let Some(dir) = &self.workdir
             && !dir.starts_with('/')
         {
@@ -465,6 +492,7 @@ impl RunSpecBuilder {
             proxy_binary: self.proxy_binary,
             subnet_pool,
             files: self.files,
+            credentials,
         })
     }
 }
