@@ -135,34 +135,10 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
 mod tests {
     use super::*;
     use crate::sandbox::output::OutputStats;
-    use egress_proxy::audit::{AuditRecord, Kind, Outcome};
+    use crate::sandbox::tally::tests::record;
+    use egress_proxy::audit::Outcome;
     use egress_proxy::policy::Reason;
     use egress_proxy::text::must_escape;
-
-    fn record(host: &str, port: Option<u16>, decision: Outcome, reason: Reason) -> AuditRecord {
-        AuditRecord {
-            v: 1,
-            ts: "2026-11-29T18:40:43.123Z".into(),
-            run: Some("r-00000001".into()),
-            policy: Some("p".into()),
-            kind: if port.is_some() {
-                Kind::Connect
-            } else {
-                Kind::Dns
-            },
-            client: None,
-            host: host.into(),
-            port,
-            decision,
-            reason,
-            rule: None,
-            addr: None,
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-            request: None,
-        }
-    }
 
     fn outcome(tally: &AuditTally) -> RunOutcome {
         let refusals = tally.refusals();

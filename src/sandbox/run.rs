@@ -15,6 +15,10 @@
 //! and, with a local engine, this host's public addresses); policies, pins and the run id
 //! go over its stdin as one handoff line. If the proxy stops on its own while the command
 //! runs, the sandbox is killed at once and the run ends `proxy_failed` (exit 125).
+//! Secrets travel only in that handoff; the sandbox gets placeholders in its env. When the
+//! policy inspects a host, the proxy's ready line carries the run CA, and the sandbox's trust
+//! bundle (a read-only bind mount created empty, `trust`) is filled with the image's own
+//! bundle plus that CA before the gate opens.
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
 //! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even

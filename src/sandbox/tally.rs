@@ -236,7 +236,7 @@ fn cut(text: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use egress_proxy::audit::Kind;
 
