@@ -77,6 +77,31 @@ fn echo_site() -> SocketAddr {
     addr
 }
 
+/// Opens a CONNECT tunnel to `site.test` (pinned to the echo site) and proves it carries
+/// bytes both ways; the tunnel stays open until the returned stream is dropped.
+fn open_echo_tunnel(listen: SocketAddr, port: u16) -> TcpStream {
+    let mut tunnel = TcpStream::connect(listen).unwrap();
+    tunnel
+        .write_all(format!("CONNECT site.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        tunnel.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    tunnel.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    tunnel.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"ping");
+    tunnel
+}
+
 #[test]
 fn ready_line_then_audit_records_then_clean_exit_on_sigterm() {
     let site = echo_site();
@@ -120,24 +145,7 @@ fn ready_line_then_audit_records_then_clean_exit_on_sigterm() {
     assert_eq!(record["v"], 1);
 
     // An open tunnel: its record comes when SIGTERM closes it, with the bytes it moved.
-    let mut tunnel = TcpStream::connect(listen).unwrap();
-    tunnel
-        .write_all(format!("CONNECT site.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        tunnel.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200 "),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    tunnel.write_all(b"ping").unwrap();
-    let mut pong = [0u8; 4];
-    tunnel.read_exact(&mut pong).unwrap();
+    let _tunnel = open_echo_tunnel(listen, port);
     let started = Instant::now();
     let status = proxy.terminate();
     assert!(status.success(), "{status:?}");
@@ -259,25 +267,7 @@ fn floor_extra_refuses_allowed_names_leading_into_the_range_unless_a_cidr_rule_n
         assert!(record["addr"].is_null(), "{record}");
     }
 
-    let mut tunnel = TcpStream::connect(listen).unwrap();
-    tunnel
-        .write_all(format!("CONNECT site.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        tunnel.read_exact(&mut byte).unwrap();
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200 "),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    tunnel.write_all(b"ping").unwrap();
-    let mut pong = [0u8; 4];
-    tunnel.read_exact(&mut pong).unwrap();
-    assert_eq!(&pong, b"ping");
+    open_echo_tunnel(listen, port);
 }
 
 /// SIGTERM at once after the ready line still shuts down cleanly and closes the audit
