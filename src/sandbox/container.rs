@@ -304,10 +304,13 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
 /// Where the gate binary appears in the sandbox (read-only bind mount).
 pub const GATE_PATH: &str = "/.egress-sandbox/gate";
 
-/// The `sandbox-gate` in front of the command: the static egress-sandbox binary at `binary`
-/// (on the engine's host) and the image's own entrypoint, which the command follows.
+/// A sandbox started with its command held back: the `sandbox-gate` goes in front of the
+/// command and waits for the run's go signal on stdin (not to be confused with the proxy's
+/// allow/deny decision, `egress_proxy::gate`). `binary` is the static egress-sandbox binary
+/// on the engine's host, `image_entrypoint` the image's own entrypoint, which the command
+/// follows.
 #[derive(Clone, Debug)]
-pub struct Gate {
+pub struct HeldStart {
     pub binary: std::path::PathBuf,
     pub image_entrypoint: Vec<String>,
 }
@@ -321,11 +324,11 @@ pub fn sandbox_body(
     subnet: RunSubnet,
     hostname: &str,
     labels: &HashMap<String, String>,
-    gate: Option<&Gate>,
+    held: Option<&HeldStart>,
 ) -> ContainerCreateBody {
     let mut host = sandbox_host_config(spec, network, subnet);
     host.runtime = spec.runtime.clone();
-    let (entrypoint, cmd) = match gate {
+    let (entrypoint, cmd) = match held {
         Some(gate) => {
             host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
                 target: Some(GATE_PATH.into()),
@@ -342,7 +345,7 @@ pub fn sandbox_body(
         }
         None => (None, Some(spec.command.clone())),
     };
-    let gated = gate.is_some();
+    let gated = held.is_some();
     ContainerCreateBody {
         image: Some(image.to_string()),
         entrypoint,
@@ -472,7 +475,7 @@ mod tests {
 
     #[test]
     fn gate_goes_in_front_of_the_image_entrypoint_and_the_command() {
-        let gate = Gate {
+        let gate = HeldStart {
             binary: "/usr/local/bin/egress-sandbox".into(),
             image_entrypoint: vec!["/entry".into()],
         };

@@ -38,7 +38,7 @@ pub enum TrustError {
     #[error("cannot create the sandbox's CA bundle file: {0}")]
     Create(#[source] std::io::Error),
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
-    Download(#[source] bollard::errors::Error),
+    Download(#[source] super::docker::DockerError),
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
     Archive(#[source] std::io::Error),
     #[error("cannot write the sandbox's CA bundle: {0}")]
@@ -124,7 +124,7 @@ async fn image_bundle(engine: &Engine, container: &str, path: &str) -> Result<Ve
         {
             Ok(archive) => archive,
             Err(error) if is_not_found(&error) => return Ok(Vec::new()),
-            Err(error) => return Err(TrustError::Download(error)),
+            Err(error) => return Err(TrustError::Download(error.into())),
         };
         match first_entry(&archive).map_err(TrustError::Archive)? {
             Entry::File(contents) => return Ok(contents),
