@@ -15,6 +15,7 @@ use egress_proxy::target::HostName;
 use egress_proxy::units::format_size;
 use ipnet::Ipv4Net;
 
+use egress_proxy::handoff::InlineCertificate;
 use egress_proxy::secrets::SecretValue;
 
 use super::credentials::{CredentialError, RunCredentials};
@@ -220,6 +221,7 @@ pub struct RunSpecBuilder {
     files: Vec<TaskFile>,
     secrets: Vec<(String, SecretValue)>,
     upstream_ca: Vec<PathBuf>,
+    upstream_ca_inline: Vec<InlineCertificate>,
 }
 
 impl RunSpecBuilder {
@@ -344,6 +346,15 @@ impl RunSpecBuilder {
         self.upstream_ca.push(path.into());
         self
     }
+    /// As [`upstream_ca`](Self::upstream_ca), with the PEM text given (`file` names it in
+    /// errors): what `serve` gets in a request.
+    pub fn upstream_ca_pem(mut self, file: impl Into<String>, pem: impl Into<String>) -> Self {
+        self.upstream_ca_inline.push(InlineCertificate {
+            file: file.into(),
+            pem: pem.into(),
+        });
+        self
+    }
 
     /// Reads and merges the policies, applies their ceilings, checks everything else.
     pub fn build(self) -> Result<RunSpec, SpecError> {
@@ -408,8 +419,13 @@ impl RunSpecBuilder {
         for (key, value) in &self.env {
             check_env(key, value)?;
         }
-        let credentials =
-            RunCredentials::check(&policy_set, self.secrets, &self.upstream_ca, &self.env)?;
+        let credentials = RunCredentials::check(
+            &policy_set,
+            self.secrets,
+            &self.upstream_ca,
+            self.upstream_ca_inline,
+            &self.env,
+        )?;
         if let Some(dir) = &self.workdir
             && !dir.starts_with('/')
         {
