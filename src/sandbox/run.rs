@@ -37,10 +37,10 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
+use super::container::{HeldStart, gate_setup, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{DockerError, Engine, EngineError, OutputFrames, StdinWriter};
 use super::events::{AuditTee, RunEvent};
-use super::gate_signal::{self, GateSetup};
+use super::gate_signal;
 use super::handle::Sandbox;
 use super::images::{self, ImageError};
 use super::labels::{RunNames, random_hostname};
@@ -296,6 +296,7 @@ struct Run<'a> {
 /// Everything ready to start the command.
 struct Prepared {
     image: String,
+    subnet: RunSubnet,
     proxy: ProxyOutput,
     sandbox_output: OutputFrames,
     /// The started sandbox's stdin, where its gate waits for the go signal; `None` when
@@ -326,6 +327,7 @@ impl Run<'_> {
         };
         let Prepared {
             image,
+            subnet,
             proxy,
             sandbox_output,
             gate,
@@ -341,9 +343,7 @@ impl Run<'_> {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let setup = GateSetup {
-                    files: self.spec.files.clone(),
-                };
+                let setup = gate_setup(self.spec, subnet);
                 go.write_all(&gate_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::GoSignal { source })?;
@@ -569,6 +569,7 @@ impl Run<'_> {
         }
         Ok(Prepared {
             image,
+            subnet,
             proxy,
             sandbox_output,
             gate,
