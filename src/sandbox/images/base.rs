@@ -1,8 +1,8 @@
 //! The default sandbox image: Debian bookworm minbase with what code written by an agent
-//! usually needs — python3 with pip and venv, nodejs, git, curl and ca-certificates — made
-//! with debootstrap on this machine and imported through the Docker API (no registry, no
-//! Dockerfile). Built once; the tag carries a recipe version (`-2`) so a changed recipe gets
-//! a new image instead of silently reusing the old one.
+//! usually needs — python3 with pip, venv, requests and httpx, nodejs, git, curl and
+//! ca-certificates — made with debootstrap on this machine and imported through the Docker
+//! API (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-3`) so
+//! a changed recipe gets a new image instead of silently reusing the old one.
 
 use std::fs;
 use std::io::{self, Write};
@@ -23,13 +23,13 @@ use super::rootfs::{RootfsDir, prepare_for_image};
 use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
 
 /// The tag of the default sandbox image.
-pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-2";
+pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-3";
 /// Overrides the Debian mirror debootstrap downloads from.
 pub const MIRROR_ENV: &str = "EGRESS_SANDBOX_DEBIAN_MIRROR";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const SUITE: &str = "bookworm";
 /// Debian packages only (their dependencies come along): nothing is fetched from PyPI or npm.
-const PACKAGES: &str = "python3,python3-pip,python3-venv,nodejs,git,curl,ca-certificates";
+const PACKAGES: &str = "python3,python3-pip,python3-venv,python3-requests,python3-httpx,nodejs,git,curl,ca-certificates";
 const LOG_FILE: &str = "base-image-build.log";
 const ROOTFS_PREFIX: &str = "base-rootfs.";
 
@@ -113,7 +113,7 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
         log_path.display()
     )))?;
     eprintln!(
-        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~1-3 min) from {mirror}; log: {}",
+        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~2-8 min) from {mirror}; log: {}",
         log_path.display()
     );
 
