@@ -55,10 +55,10 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
+use super::container::{Gate, gate_setup, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
 use super::events::{AuditTee, RunEvent};
-use super::gate_signal::{self, GateSetup};
+use super::gate_signal;
 use super::images::{self, ImageError};
 use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
@@ -324,6 +324,7 @@ struct Run<'a> {
 /// Everything ready to start the command.
 struct Prepared {
     image: String,
+    subnet: RunSubnet,
     proxy: ProxyOutput,
     sandbox_output: OutputFrames,
     /// The started sandbox's stdin, where its gate waits for the go signal; `None` when
@@ -355,6 +356,7 @@ impl Run<'_> {
         };
         let Prepared {
             image,
+            subnet,
             proxy,
             sandbox_output,
             gate,
@@ -370,9 +372,7 @@ impl Run<'_> {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let setup = GateSetup {
-                    files: self.spec.files.clone(),
-                };
+                let setup = gate_setup(self.spec, subnet);
                 go.write_all(&gate_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::Gate { source })?;
@@ -617,6 +617,7 @@ impl Run<'_> {
         }
         Ok(Prepared {
             image,
+            subnet,
             proxy,
             sandbox_output,
             gate,
