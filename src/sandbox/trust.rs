@@ -83,7 +83,8 @@ impl TrustBundle {
         &self.file
     }
 
-    /// Adds the read-only mounts and the trust variables to the sandbox's create request.
+    /// Adds the read-only mounts to the sandbox's create request (the variables are in
+    /// its environment already: [`set_variables`]).
     pub fn add_to(&self, body: &mut ContainerCreateBody) {
         let host = body.host_config.get_or_insert_with(Default::default);
         let mounts = host.mounts.get_or_insert_with(Vec::new);
@@ -96,17 +97,22 @@ impl TrustBundle {
                 ..Mount::default()
             });
         }
-        let env = body.env.get_or_insert_with(Vec::new);
-        for variable in TRUST_VARIABLES {
-            env.retain(|entry| !entry.starts_with(&format!("{variable}=")));
-            env.push(format!("{variable}={BUNDLE_PATH}"));
-        }
     }
 
     /// Writes `image_bundle` and then `run_ca` into the file, in place: the bind mounts
     /// follow the inode.
     pub fn fill(&self, image_bundle: &[u8], run_ca: Option<&str>) -> Result<(), TrustError> {
         std::fs::write(&self.file, combine(image_bundle, run_ca)).map_err(TrustError::Write)
+    }
+}
+
+/// Points every trust variable of `env` (`KEY=VALUE` entries) at [`BUNDLE_PATH`], replacing
+/// any the caller gave: the environment of a sandbox whose policy inspects a host, which
+/// always gets the bundle (a remote engine refuses such runs).
+pub fn set_variables(env: &mut Vec<String>) {
+    for variable in TRUST_VARIABLES {
+        env.retain(|entry| !entry.starts_with(&format!("{variable}=")));
+        env.push(format!("{variable}={BUNDLE_PATH}"));
     }
 }
 
@@ -233,12 +239,11 @@ mod tests {
     #[test]
     fn the_bundle_is_mounted_read_only_and_named_by_every_variable() {
         let bundle = TrustBundle::create().unwrap();
-        let mut body = ContainerCreateBody {
-            env: Some(vec!["SSL_CERT_FILE=/elsewhere".into(), "FOO=bar".into()]),
-            ..ContainerCreateBody::default()
-        };
+        let mut body = ContainerCreateBody::default();
         bundle.add_to(&mut body);
-        let env = body.env.unwrap();
+        let mut env = vec!["SSL_CERT_FILE=/elsewhere".into(), "FOO=bar".into()];
+        set_variables(&mut env);
+        assert!(env.contains(&"FOO=bar".to_string()));
         for variable in TRUST_VARIABLES {
             assert_eq!(
                 env.iter()
