@@ -232,6 +232,9 @@ pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     env.extend(spec.credentials.sandbox_env());
     env.push("NO_PROXY=".into());
     env.push("no_proxy=".into());
+    if !spec.policy_set.inspected_hosts().is_empty() {
+        super::trust::set_variables(&mut env);
+    }
     env
 }
 
@@ -435,6 +438,14 @@ mod tests {
 
         let env = sandbox_env(&spec, subnet());
         assert!(env.contains(&format!("API_KEY={placeholder}")), "{env:?}");
+        // An inspected host: the TLS clients' variables name the run's bundle.
+        assert!(
+            env.contains(&format!(
+                "SSL_CERT_FILE={}",
+                super::super::trust::BUNDLE_PATH
+            )),
+            "{env:?}"
+        );
         let labels = HashMap::from([("egress-sandbox.run".to_string(), "r-1".to_string())]);
         let sandbox = sandbox_body(&spec, "img", "net", subnet(), "h", &labels, None);
         let proxy = proxy_body("img", "net", subnet(), &[], &labels);

@@ -78,12 +78,6 @@ pub enum ImageError {
     },
 }
 
-impl From<bollard::errors::Error> for ImageError {
-    fn from(error: bollard::errors::Error) -> Self {
-        ImageError::Docker(error.into())
-    }
-}
-
 /// Progress of a long step, for the caller to show (the library prints nothing). Its
 /// `Display` is one line for a person, e.g. `building the base image: importing into
 /// Docker`.
@@ -115,7 +109,7 @@ impl std::fmt::Display for Progress {
             ),
             Progress::BuildingBaseImage { image, mirror, log } => write!(
                 f,
-                "building the base image {image} (first use, ~2-5 min) from {mirror}; log: {}",
+                "building the base image {image} (first use, ~2-8 min) from {mirror}; log: {}",
                 log.display()
             ),
             Progress::BaseImageStage(stage) => write!(f, "building the base image: {stage}"),
@@ -130,6 +124,11 @@ impl std::fmt::Display for Progress {
 }
 
 impl ImageError {
+    /// A failed Docker request (the client's error stays out of the public API).
+    fn docker(error: bollard::errors::Error) -> Self {
+        ImageError::Docker(error.into())
+    }
+
     fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> Self {
         let context = context.into();
         move |source| Self::Io { context, source }
@@ -211,7 +210,7 @@ async fn image_exists(docker: &Docker, image: &str) -> Result<bool, ImageError> 
     match docker.inspect_image(image).await {
         Ok(_) => Ok(true),
         Err(error) if super::docker::is_not_found(&error) => Ok(false),
-        Err(error) => Err(error.into()),
+        Err(error) => Err(ImageError::docker(error)),
     }
 }
 

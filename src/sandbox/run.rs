@@ -49,7 +49,7 @@ use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
 use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 use super::teardown::Teardown;
-use super::trust::{TrustBundle, TrustError};
+use super::trust::{self, TrustBundle, TrustError};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -158,6 +158,11 @@ pub enum RunError {
     },
     #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
     FilesNeedLocalEngine,
+    #[error(
+        "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
+        hosts.join(", ")
+    )]
+    InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: PathBuf,
@@ -226,11 +231,17 @@ pub(super) async fn execute(
     }
     // The sandbox trusts the run CA through a bind-mounted bundle: a host file, so only
     // with a local engine (the same condition as the gate that holds the command until
-    // the bundle is written).
-    let trust = if engine.is_local() && !spec.policy_set.inspected_hosts().is_empty() {
+    // the bundle is written). A remote engine would run the command without it: refused.
+    let inspected = spec.policy_set.inspected_hosts();
+    let trust = if inspected.is_empty() {
+        None
+    } else if engine.is_local() {
         Some(TrustBundle::create()?)
     } else {
-        None
+        return Err(RunError::InspectedNeedsLocalEngine {
+            hosts: inspected.iter().map(|host| host.to_string()).collect(),
+            engine: engine.host().to_owned(),
+        });
     };
     let names = RunNames::generate();
     sinks.emit(RunEvent::Id(names.id.clone()));
@@ -556,15 +567,25 @@ impl Run<'_> {
             binary: self.sandbox.proxy_binary().to_path_buf(),
             image_entrypoint: entrypoint,
         });
-        let ((proxy, ready), (sandbox_output, gate)) = tokio::try_join!(
+        // The image's own CA bundle, read from a probe container while the proxy starts.
+        let image_bundle = async {
+            if self.trust.is_none() {
+                return Ok(Vec::new());
+            }
+            let probe = trust::probe_name(&self.names.sandbox);
+            let bundle =
+                trust::image_bundle(engine, self.teardown, &image, &probe, &self.labels).await?;
+            tracing::debug!(bytes = bundle.len(), "image CA bundle read");
+            Ok::<_, RunError>(bundle)
+        };
+        let ((proxy, ready), (sandbox_output, gate), image_bundle) = tokio::try_join!(
             self.start_proxy(&proxy_image, &egress, subnet, &floor_extra, audit_log),
             self.create_sandbox(&image, subnet, held.as_ref()),
+            image_bundle,
         )?;
         // The command is still held by its gate: it sees the full bundle from its start.
         if let Some(trust) = self.trust {
-            trust
-                .fill(engine, &self.names.sandbox, ready.ca.as_deref())
-                .await?;
+            trust.fill(&image_bundle, ready.ca.as_deref())?;
             tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
         }
         Ok(Prepared {

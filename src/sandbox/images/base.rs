@@ -1,8 +1,8 @@
 //! The default sandbox image: Debian bookworm minbase with what code written by an agent
-//! usually needs — python3 with pip and venv, nodejs, git, curl and ca-certificates — made
-//! with debootstrap on this machine and imported through the Docker API (no registry, no
-//! Dockerfile). Built once; the tag carries a recipe version (`-2`) so a changed recipe gets
-//! a new image instead of silently reusing the old one.
+//! usually needs — python3 with pip, venv, requests and httpx, nodejs, git, curl and
+//! ca-certificates — made with debootstrap on this machine and imported through the Docker
+//! API (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-3`) so
+//! a changed recipe gets a new image instead of silently reusing the old one.
 
 use std::fs;
 use std::io::{self, Write};
@@ -26,13 +26,13 @@ use super::{IMAGE_LABEL, ImageError, Progress, image_exists, lock_exclusive, swe
 pub(super) type Report = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// The tag of the default sandbox image.
-pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-2";
+pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-3";
 /// Overrides the Debian mirror debootstrap downloads from.
 pub const MIRROR_ENV: &str = "EGRESS_SANDBOX_DEBIAN_MIRROR";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const SUITE: &str = "bookworm";
 /// Debian packages only (their dependencies come along): nothing is fetched from PyPI or npm.
-const PACKAGES: &str = "python3,python3-pip,python3-venv,nodejs,git,curl,ca-certificates";
+const PACKAGES: &str = "python3,python3-pip,python3-venv,python3-requests,python3-httpx,nodejs,git,curl,ca-certificates";
 const LOG_FILE: &str = "base-image-build.log";
 const ROOTFS_PREFIX: &str = "base-rootfs.";
 
