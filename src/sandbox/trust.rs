@@ -14,10 +14,9 @@
 //! removed. The probe runs alongside the proxy's start, so it costs the run CPU, not
 //! waiting (README: Credentials). The directory goes with the run.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-
-use std::collections::HashMap;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::DownloadFromContainerOptions;
@@ -178,17 +177,24 @@ async fn read_file(engine: &Engine, container: &str, path: &str) -> Result<Vec<u
     let mut path = path.to_owned();
     for _ in 0..2 {
         let options = DownloadFromContainerOptions { path: path.clone() };
-        let archive: Vec<u8> = match engine
+        let mut stream = engine
             .docker()
-            .download_from_container(container, Some(options))
-            .map_ok(|chunk| chunk.to_vec())
-            .try_concat()
-            .await
-        {
-            Ok(archive) => archive,
-            Err(error) if is_not_found(&error) => return Ok(Vec::new()),
-            Err(error) => return Err(TrustError::Download(error.into())),
-        };
+            .download_from_container(container, Some(options));
+        let mut archive = Vec::new();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(chunk)) => archive.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(error) if is_not_found(&error) => return Ok(Vec::new()),
+                Err(error) => return Err(TrustError::Download(error.into())),
+            }
+            // The tar headers and padding on top of the largest bundle taken.
+            if archive.len() as u64 > MAX_IMAGE_BUNDLE + (64 << 10) {
+                return Err(TrustError::Archive(std::io::Error::other(format!(
+                    "larger than {MAX_IMAGE_BUNDLE} bytes"
+                ))));
+            }
+        }
         match first_entry(&archive).map_err(TrustError::Archive)? {
             Entry::File(contents) => return Ok(contents),
             Entry::Link(target) => {

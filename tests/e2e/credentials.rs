@@ -482,6 +482,67 @@ fn serve_takes_secrets_like_a_cold_run() {
             other => panic!("not refused: {other:?}"),
         }
     }
+    // The clients: `secrets` and `upstream_ca` as arguments; the key comes from their env.
+    let program = format!(
+        r#"curl -sS --max-time 20 -H "Authorization: Bearer $API_KEY" https://{HOST}/client"#
+    );
+    let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients");
+    let python = format!(
+        r#"import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from egress_sandbox import Client
+result = Client(sys.argv[2]).run(["sh", "-c", sys.argv[3]], policies=[sys.argv[4]],
+    secrets={{"API_KEY": os.environ["API_KEY"]}}, upstream_ca=[sys.argv[5]],
+    resolve={{"{HOST}": sys.argv[6]}}, egress_network=sys.argv[7], timeout=60)
+print(json.dumps({{"exit_code": result.exit_code, "stdout": result.stdout.decode()}}))"#
+    );
+    let node = format!(
+        r#"const [clientPath, socket, program, policy, ca, gateway, network] = process.argv.slice(1);
+const {{ Client }} = await import(clientPath);
+const result = await new Client(socket).run(["sh", "-c", program], {{ policies: [policy],
+  secrets: {{ API_KEY: process.env.API_KEY }}, upstreamCa: [ca],
+  resolve: {{ "{HOST}": gateway }}, egressNetwork: network, timeout: 60 }});
+console.log(JSON.stringify({{ exit_code: result.exit_code, stdout: result.stdout.toString() }}));"#
+    );
+    let gateway = network.gateway.to_string();
+    for (interpreter, flags, script, client) in [
+        ("python3", &["-c"][..], &python, clients.join("python")),
+        (
+            "node",
+            &["--input-type=module", "-e"][..],
+            &node,
+            clients.join("node/egress-sandbox.mjs"),
+        ),
+    ] {
+        let output = std::process::Command::new(interpreter)
+            .args(flags)
+            .arg(script)
+            .arg(&client)
+            .arg(&daemon.socket)
+            .args([&program, &yaml, &ca_pem, &gateway, &network.name])
+            .env("API_KEY", &secret)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{interpreter}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(result["exit_code"], 0, "{interpreter}: {result}");
+        assert_eq!(result["stdout"], "served\n", "{interpreter}: {result}");
+    }
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    for request in &requests {
+        assert!(
+            request.head.contains(&format!("Bearer {secret}")),
+            "{}",
+            request.head
+        );
+    }
+
     let daemon_log = daemon.stop();
     assert!(daemon_log.contains("DEBUG"), "the daemon logs at -vv");
     let report = run.report_text.clone().unwrap_or_default();
