@@ -9,7 +9,7 @@
 //!
 //! The library prints nothing: output and audit records go to the [`OutputSinks`] of each
 //! run, progress of long steps (building the base image) to the callback given to
-//! [`Sandbox::on_progress`] and to `tracing`.
+//! [`Sandbox::on_progress`], else to `tracing` (info level).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -184,13 +184,16 @@ impl Sandbox {
 
     /// The default sandbox image (built on first use, with progress).
     pub(crate) async fn base_image(&self) -> Result<String, ImageError> {
-        let progress = self.inner.progress.clone();
-        images::ensure_base_image_with(self.engine(), move |step| {
-            if let Some(report) = &progress {
-                report(step);
+        match self.inner.progress.clone() {
+            Some(report) => {
+                images::ensure_base_image_with(self.engine(), move |step| {
+                    tracing::debug!("{step}");
+                    report(step);
+                })
+                .await
             }
-        })
-        .await
+            None => images::ensure_base_image(self.engine()).await,
+        }
     }
 }
 

@@ -169,7 +169,7 @@ impl Sink {
 
 /// How the sandbox's output stream ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamEnd {
+pub(crate) enum StreamEnd {
     /// The engine closed it after the container's stdout and stderr closed. The sandbox's
     /// init (`--init`, PID 1) holds both until it exits, and its exit kills every other
     /// process of the container: the command is over.
@@ -179,7 +179,11 @@ pub enum StreamEnd {
 }
 
 /// Relays `frames` into `sinks` until the stream ends.
-pub async fn relay<S>(mut frames: S, sinks: OutputSinks, limit: u64) -> (OutputStats, StreamEnd)
+pub(crate) async fn relay<S>(
+    mut frames: S,
+    sinks: OutputSinks,
+    limit: u64,
+) -> (OutputStats, StreamEnd)
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
 {

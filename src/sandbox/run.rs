@@ -23,11 +23,11 @@
 //! Steps that do not depend on each other overlap: done one after another, a run costs
 //! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
 //! started alongside the proxy, its command held back by a gate until the proxy is ready
-//! (`commands::sandbox_gate`). Every object is registered with the [`Teardown`] before it
+//! (`commands::sandbox_gate`). Every object is registered with the `Teardown` before it
 //! is created and removed before the run returns, on every path.
 //!
-//! Embedders (an agent framework, say) run specs through a
-//! [`Sandbox`](super::Sandbox) handle, as the `run` command and the daemon do.
+//! Embedders (an agent framework, say) run specs through a [`Sandbox`] handle, as the
+//! `run` command and the daemon do.
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -78,6 +78,8 @@ impl TrustBundle {
         Ok(TrustBundle { _dir: dir, file })
     }
 
+    /// The bundle file on the host (the tests read it back).
+    #[cfg(test)]
     pub fn host_path(&self) -> &Path {
         &self.file
     }
