@@ -10,7 +10,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::docker::LogOutput;
 
-/// Where the command's output goes, and what it reads on its stdin.
+/// Where the command's output goes, and what it reads on its stdin. Made with
+/// [`stdio`](Self::stdio) or [`new`](Self::new), then [`with_events`](Self::with_events) /
+/// [`with_stdin`](Self::with_stdin).
+#[non_exhaustive]
 pub struct OutputSinks {
     pub stdout: Box<dyn AsyncWrite + Send + Unpin>,
     pub stderr: Box<dyn AsyncWrite + Send + Unpin>,
@@ -70,6 +73,7 @@ impl OutputSinks {
 
 /// What the command wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct OutputStats {
     /// Bytes the command wrote to stdout, including any dropped past the cap.
     pub stdout_bytes: u64,
