@@ -11,7 +11,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-IMAGE=egress-sandbox-base:bookworm-2
+IMAGE=egress-sandbox-base:bookworm-3
 PAIRS=${PAIRS:-20}
 SECONDS_SUSTAINED=${SECONDS_SUSTAINED:-60}
 CLIENTS=${CLIENTS:-8}

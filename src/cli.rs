@@ -36,7 +36,8 @@ pub enum Command {
     /// Serve runs over a local API (HTTP + JSON on a Unix socket).
     Serve(ServeArgs),
     /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
-    /// ready (one byte on stdin), then executes COMMAND in its place.
+    /// ready (a signal on stdin), then executes COMMAND (followed by the signal's
+    /// command, with its environment and working directory) in its place.
     #[command(name = "sandbox-gate", hide = true)]
     SandboxGate(SandboxGateArgs),
 }
@@ -57,8 +58,9 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct SandboxGateArgs {
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments, or what goes before the signal's command (the
+    /// image's entrypoint; may be empty).
+    #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 

@@ -28,15 +28,23 @@ pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue)> {
             ),
         },
     };
+    let value =
+        check_secret_value(value).map_err(|problem| anyhow!("--secret {name}: {problem}"))?;
+    Ok((name.to_owned(), value))
+}
+
+/// A value that can go in an HTTP header: not empty, printable ASCII. The error says what
+/// is wrong, never the value.
+pub fn check_secret_value(value: String) -> Result<SecretValue, &'static str> {
     if value.is_empty() {
-        bail!("--secret {name}: the value is empty");
+        return Err("the value is empty");
     }
     if value.bytes().any(|b| b.is_ascii_control() || b >= 0x80) {
-        bail!(
-            "--secret {name}: the value holds control or non-ASCII characters; it cannot go in an HTTP header"
+        return Err(
+            "the value holds control or non-ASCII characters; it cannot go in an HTTP header",
         );
     }
-    Ok((name.to_owned(), SecretValue::new(value)))
+    Ok(SecretValue::new(value))
 }
 
 fn from_env(name: &str, var: &str) -> Result<String> {

@@ -18,7 +18,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use crate::cli::RunArgs;
 use crate::serve::client::{Client, ClientError, Event};
-use crate::serve::request::{EnvVars, PolicyText, RunRequest};
+use egress_proxy::handoff::Secrets;
+
+use crate::sandbox::credentials::RunCredentials;
+use crate::serve::request::{EnvVars, PolicyText, RunRequest, UpstreamCa};
 
 pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     let spec = match build_spec(args.clone()) {
@@ -28,13 +31,10 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     for warning in spec.warnings() {
         say(warning);
     }
+    // Secrets and upstream CAs as read and checked here: the daemon may not see this
+    // process's environment or files. The values go over the socket only, never in a log.
+    let credentials = spec.credentials.clone();
     drop(spec);
-    if !args.secrets.is_empty() || !args.upstream_ca.is_empty() {
-        say(
-            "egress-sandbox: error: --secret and --upstream-ca are not served through --server yet; nothing was run",
-        );
-        return Ok(ExitCode::from(SETUP_FAILED));
-    }
     let mut audit_log = match &args.audit_log {
         Some(path) => match std::fs::OpenOptions::new()
             .create(true)
@@ -52,7 +52,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         },
         None => None,
     };
-    let request = request_from(&args)?;
+    let request = request_from(&args, &credentials)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -201,7 +201,7 @@ fn write_report(path: &std::path::Path, compact: &str) -> std::io::Result<()> {
 
 /// The request `run`'s flags amount to; policy files are read here (the daemon may not see
 /// the same files) and sent with their names.
-fn request_from(args: &RunArgs) -> anyhow::Result<RunRequest> {
+fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<RunRequest> {
     let mut policies = Vec::new();
     for path in &args.policies {
         let yaml = std::fs::read_to_string(path)
@@ -255,6 +255,18 @@ fn request_from(args: &RunArgs) -> anyhow::Result<RunRequest> {
         resolve,
         mounts,
         egress_network: args.egress_network.clone(),
+        secrets: Secrets(
+            credentials
+                .secret_values()
+                .map(|(name, value)| (name.to_owned(), value.expose().to_owned()))
+                .collect(),
+        ),
+        upstream_ca: credentials
+            .upstream_ca()
+            .iter()
+            .cloned()
+            .map(UpstreamCa::File)
+            .collect(),
         ..RunRequest::default()
     })
 }

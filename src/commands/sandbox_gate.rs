@@ -1,4 +1,4 @@
-//! `egress-sandbox sandbox-gate -- COMMAND...` (hidden): the sandbox's entrypoint when the
+//! `egress-sandbox sandbox-gate -- [PREFIX...]` (hidden): the sandbox's entrypoint when the
 //! engine is local.
 //!
 //! Starting a container takes a few hundred milliseconds, and so does starting the proxy.
@@ -6,9 +6,12 @@
 //! with this gate in front of the command: it blocks on stdin until `run` writes one byte,
 //! which it does once the proxy has printed its ready line. So the command never runs
 //! before its only way out exists, and the two starts overlap. If `run` gives up, stdin
-//! ends without that byte and the command never runs. The signal may carry the task files
-//! (`sandbox::gate_signal`), written under /task first. After the signal, stdin carries the
-//! caller's input to the command, and ends when it does.
+//! ends without that byte and the command never runs. The signal carries the command (run
+//! after PREFIX, the image's entrypoint), its environment (over the container's, as Docker
+//! merges `Env`), its working directory and the task files (`sandbox::gate_signal`),
+//! written under /task first: so a sandbox can be started before its command is known (a
+//! warm pool slot of `serve`). After the signal, stdin carries the caller's input to the
+//! command, and ends when it does.
 
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -36,10 +39,30 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
         eprintln!("egress-sandbox: cannot write the task files: {error:#}");
         return Ok(ExitCode::from(125));
     }
-    let (program, arguments) = args.command.split_first().expect("clap requires a command");
+    let mut command_line = args.command;
+    command_line.extend(setup.argv);
+    let Some((program, arguments)) = command_line.split_first() else {
+        eprintln!("egress-sandbox: the sandbox was given no command");
+        return Ok(ExitCode::from(125));
+    };
+    let mut command = std::process::Command::new(program);
+    command.args(arguments);
+    // In order: a later entry replaces an earlier one of the same name, as with `Env`.
+    for entry in &setup.env {
+        match entry.split_once('=') {
+            Some((key, value)) if !key.is_empty() => command.env(key, value),
+            _ => command.env_remove(entry),
+        };
+    }
+    if let Some(dir) = &setup.workdir
+        && let Err(error) = std::env::set_current_dir(dir)
+    {
+        eprintln!("egress-sandbox: cannot enter the working directory {dir}: {error}");
+        return Ok(ExitCode::from(125));
+    }
     // `exec` replaces this process (std resets SIGPIPE and the signal mask for the new
     // program); it only returns on failure, with the codes a shell would use.
-    let error = std::process::Command::new(program).args(arguments).exec();
+    let error = command.exec();
     eprintln!("egress-sandbox: cannot run {program}: {error}");
     let code = if error.kind() == std::io::ErrorKind::NotFound {
         127

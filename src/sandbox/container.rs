@@ -16,6 +16,7 @@ use bollard::models::{
 
 use egress_proxy::handoff::{Handoff, InlinePolicy, Secrets};
 
+use super::gate_signal::GateSetup;
 use super::network::RunSubnet;
 use super::spec::{RunLimits, RunSpec};
 
@@ -231,10 +232,18 @@ pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     env.extend(spec.credentials.sandbox_env());
     env.push("NO_PROXY=".into());
     env.push("no_proxy=".into());
+    if !spec.policy_set.inspected_hosts().is_empty() {
+        super::trust::set_variables(&mut env);
+    }
     env
 }
 
-fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> HostConfig {
+fn sandbox_host_config(
+    spec: &RunSpec,
+    network: &str,
+    subnet: RunSubnet,
+    gated: bool,
+) -> HostConfig {
     let RunLimits {
         memory,
         cpus,
@@ -273,8 +282,9 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
             "ro,noexec,nosuid,nodev,size=4k".to_string(),
         ),
     ]);
-    if !spec.files.is_empty() {
-        // Task files: written by the gate (as the sandbox's user) before the command runs.
+    if gated || !spec.files.is_empty() {
+        // Task files: written by the gate (as the sandbox's user) before the command runs;
+        // a gated sandbox always has the place, as its files come only with the signal.
         // Owned by that user: Docker resets a working directory's mode to 0755 at start.
         tmpfs.insert(
             super::task_files::TASK_DIR.to_string(),
@@ -304,16 +314,32 @@ fn sandbox_host_config(spec: &RunSpec, network: &str, subnet: RunSubnet) -> Host
 /// Where the gate binary appears in the sandbox (read-only bind mount).
 pub const GATE_PATH: &str = "/.egress-sandbox/gate";
 
-/// The `sandbox-gate` in front of the command: the static egress-sandbox binary at `binary`
-/// (on the engine's host) and the image's own entrypoint, which the command follows.
+/// A sandbox started with its command held back: the `sandbox-gate` goes in front of the
+/// command and waits for the run's go signal on stdin (not to be confused with the proxy's
+/// allow/deny decision, `egress_proxy::gate`). `binary` is the static egress-sandbox binary
+/// on the engine's host, `image_entrypoint` the image's own entrypoint, which the command
+/// follows.
 #[derive(Clone, Debug)]
-pub struct Gate {
+pub struct HeldStart {
     pub binary: std::path::PathBuf,
     pub image_entrypoint: Vec<String>,
 }
 
+/// What opens the gate of a sandbox of `spec`: its command, environment, working
+/// directory and task files all travel in the signal (`gate_signal`), so the container
+/// itself carries nothing of the run but its create-time shape (image, limits, mounts).
+pub fn gate_setup(spec: &RunSpec, subnet: RunSubnet) -> GateSetup {
+    GateSetup {
+        argv: spec.command.clone(),
+        env: sandbox_env(spec, subnet),
+        workdir: spec.workdir.clone(),
+        files: spec.files.clone(),
+    }
+}
+
 /// The sandbox container: on the run network at `.3`, nothing else. With a gate, the
-/// command waits for one byte on stdin before it runs (see `commands::sandbox_gate`).
+/// command, its environment and working directory come with the gate's signal on stdin
+/// ([`gate_setup`]; see `commands::sandbox_gate`); without, they are in the request.
 pub fn sandbox_body(
     spec: &RunSpec,
     image: &str,
@@ -321,11 +347,12 @@ pub fn sandbox_body(
     subnet: RunSubnet,
     hostname: &str,
     labels: &HashMap<String, String>,
-    gate: Option<&Gate>,
+    held: Option<&HeldStart>,
 ) -> ContainerCreateBody {
-    let mut host = sandbox_host_config(spec, network, subnet);
+    let gated = held.is_some();
+    let mut host = sandbox_host_config(spec, network, subnet, gated);
     host.runtime = spec.runtime.clone();
-    let (entrypoint, cmd) = match gate {
+    let (entrypoint, cmd, env) = match held {
         Some(gate) => {
             host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
                 target: Some(GATE_PATH.into()),
@@ -334,22 +361,22 @@ pub fn sandbox_body(
                 read_only: Some(true),
                 ..DockerMount::default()
             });
-            // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD` should.
+            // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD`
+            // should; the command follows the image's entrypoint (the gate appends it).
             let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into(), "--".into()];
             entrypoint.extend(gate.image_entrypoint.iter().cloned());
-            entrypoint.extend(spec.command.iter().cloned());
-            (Some(entrypoint), None)
+            (Some(entrypoint), None, Vec::new())
         }
-        None => (None, Some(spec.command.clone())),
+        None => (None, Some(spec.command.clone()), sandbox_env(spec, subnet)),
     };
-    let gated = gate.is_some();
     ContainerCreateBody {
         image: Some(image.to_string()),
         entrypoint,
         cmd,
         hostname: Some(hostname.to_string()),
         user: Some(NOBODY.into()),
-        env: Some(sandbox_env(spec, subnet)),
+        env: Some(env),
+        // Set even when the gate enters it: Docker creates a missing one at create.
         working_dir: spec.workdir.clone(),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
@@ -411,6 +438,14 @@ mod tests {
 
         let env = sandbox_env(&spec, subnet());
         assert!(env.contains(&format!("API_KEY={placeholder}")), "{env:?}");
+        // An inspected host: the TLS clients' variables name the run's bundle.
+        assert!(
+            env.contains(&format!(
+                "SSL_CERT_FILE={}",
+                super::super::trust::BUNDLE_PATH
+            )),
+            "{env:?}"
+        );
         let labels = HashMap::from([("egress-sandbox.run".to_string(), "r-1".to_string())]);
         let sandbox = sandbox_body(&spec, "img", "net", subnet(), "h", &labels, None);
         let proxy = proxy_body("img", "net", subnet(), &[], &labels);
@@ -472,7 +507,7 @@ mod tests {
 
     #[test]
     fn gate_goes_in_front_of_the_image_entrypoint_and_the_command() {
-        let gate = Gate {
+        let gate = HeldStart {
             binary: "/usr/local/bin/egress-sandbox".into(),
             image_entrypoint: vec!["/entry".into()],
         };
@@ -487,17 +522,14 @@ mod tests {
         );
         assert_eq!(
             body.entrypoint.unwrap(),
-            [
-                GATE_PATH,
-                "sandbox-gate",
-                "--",
-                "/entry",
-                "python3",
-                "-c",
-                "print(1)"
-            ]
+            [GATE_PATH, "sandbox-gate", "--", "/entry"]
         );
         assert_eq!(body.cmd, None);
+        // The run's command and environment come with the signal, not in the request.
+        assert_eq!(body.env, Some(Vec::new()));
+        let setup = gate_setup(&spec(), subnet());
+        assert_eq!(setup.argv, ["python3", "-c", "print(1)"]);
+        assert_eq!(setup.env, sandbox_env(&spec(), subnet()));
         assert_eq!(body.stdin_once, Some(true));
         let mounts = body.host_config.unwrap().mounts.unwrap();
         let mount = mounts

@@ -17,6 +17,7 @@ const MAX_UPSTREAM_CA_BYTES: u64 = 1024 * 1024;
 
 /// Why the run's credentials cannot be served. Never holds a secret's value.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CredentialError {
     #[error("the credential for {host} needs the secret {name}: give it with --secret {name}")]
     MissingSecret { name: String, host: String },
@@ -56,6 +57,7 @@ impl RunCredentials {
         policy: &PolicySet,
         given: Vec<(String, SecretValue)>,
         upstream_ca_files: &[PathBuf],
+        upstream_ca_inline: Vec<InlineCertificate>,
         env: &[(String, String)],
     ) -> Result<RunCredentials, CredentialError> {
         let mut secrets: Vec<Secret> = Vec::new();
@@ -92,14 +94,36 @@ impl RunCredentials {
         {
             return Err(CredentialError::EnvShadowsSecret(key.clone()));
         }
-        let upstream_ca = upstream_ca_files
+        let mut upstream_ca = upstream_ca_files
             .iter()
             .map(|path| read_upstream_ca(path))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
+        for inline in upstream_ca_inline {
+            if inline.pem.len() as u64 > MAX_UPSTREAM_CA_BYTES {
+                return Err(CredentialError::UpstreamCaTooLarge {
+                    path: PathBuf::from(inline.file),
+                });
+            }
+            parse_upstream_ca(&inline.file, &inline.pem)?;
+            upstream_ca.push(inline);
+        }
         Ok(RunCredentials {
             secrets,
             upstream_ca,
         })
+    }
+
+    /// The secrets' names and values (not their placeholders), to hand to a daemon that
+    /// draws its own placeholders (`run --server`).
+    pub(crate) fn secret_values(&self) -> impl Iterator<Item = (&str, &SecretValue)> + '_ {
+        self.secrets
+            .iter()
+            .map(|secret| (secret.name.as_str(), &secret.value))
+    }
+
+    /// The upstream CAs as read (file name and PEM text).
+    pub(crate) fn upstream_ca(&self) -> &[InlineCertificate] {
+        &self.upstream_ca
     }
 
     /// `NAME=<placeholder>` for the sandbox's environment, one per secret.

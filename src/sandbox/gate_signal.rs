@@ -2,7 +2,9 @@
 //! entrypoint on a local engine) to let the command go, and how the gate reads it.
 //!
 //! The signal is one header line: `\n` alone means "go"; `N\n` means N bytes of JSON
-//! ([`GateSetup`]: the task files) follow, then go. Everything after the signal on the same
+//! ([`GateSetup`]: the command, its environment and working directory, the task files)
+//! follow, then go. A sandbox can so be created and started before its command is known
+//! (a warm pool slot), and a cold run takes the same path. Everything after the signal on the same
 //! stdin is the caller's input to the command, so the gate reads exactly the signal and not
 //! one byte more (no buffered reader).
 
@@ -19,6 +21,17 @@ const MAX_HEADER: usize = 20;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GateSetup {
+    /// The command, after the gate's own arguments (the image's entrypoint); empty: the
+    /// gate's arguments are the whole command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+    /// `KEY=VALUE`, in order, over the container's own environment (the image's): a
+    /// later entry replaces an earlier one of the same name, as Docker merges `Env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// The working directory; none: the container's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<TaskFile>,
 }
@@ -85,6 +98,9 @@ mod tests {
     #[test]
     fn a_setup_round_trips_and_leaves_the_input_after_it() {
         let setup = GateSetup {
+            argv: vec!["python3".into(), "main.py".into()],
+            env: vec!["A=1".into(), "PATH=/bin".into()],
+            workdir: Some("/task".into()),
             files: vec![TaskFile {
                 path: "main.py".into(),
                 contents: b"print(42)\n".to_vec(),

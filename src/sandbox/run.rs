@@ -23,29 +23,11 @@
 //! Steps that do not depend on each other overlap: done one after another, a run costs
 //! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
 //! started alongside the proxy, its command held back by a gate until the proxy is ready
-//! (`commands::sandbox_gate`). Every object is registered with the [`Teardown`] before it
-//! is created and removed before [`run`] returns, on every path.
+//! (`commands::sandbox_gate`). Every object is registered with the `Teardown` before it
+//! is created and removed before the run returns, on every path.
 //!
-//! Embedding it (an agent framework, say):
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use egress_sandbox::sandbox::{OutputSinks, RunSpec, RunStatus, run};
-//!
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let spec = RunSpec::builder(["python3", "-c", "print('hello')"])
-//!     .allow("api.openai.com")
-//!     .timeout(Duration::from_secs(20))
-//!     .build()?; // policies and limits checked here, before Docker is touched
-//! let outcome = run(spec, OutputSinks::stdio()).await?;
-//! if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
-//!     for group in &outcome.blocked {
-//!         eprintln!("refused: {}", group.describe());
-//!     }
-//! }
-//! # Ok(())
-//! # }
-//! ```
+//! Embedders (an agent framework, say) run specs through a [`Sandbox`] handle, as the
+//! `run` command and the daemon do.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -55,18 +37,19 @@ use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
-use super::docker::{Engine, EngineError, OutputFrames, StdinWriter};
+use super::container::{HeldStart, gate_setup, proxy_body, proxy_handoff, sandbox_body};
+use super::docker::{DockerError, Engine, EngineError, OutputFrames, StdinWriter};
 use super::events::{AuditTee, RunEvent};
-use super::gate_signal::{self, GateSetup};
+use super::gate_signal;
+use super::handle::Sandbox;
 use super::images::{self, ImageError};
-use super::labels::{Owner, RunNames, random_hostname};
+use super::labels::{RunNames, random_hostname};
 use super::network::{self, NetworkError, RunSubnet};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::spec::RunSpec;
 use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 use super::teardown::Teardown;
-use super::trust::{TrustBundle, TrustError};
+use super::trust::{self, TrustBundle, TrustError};
 
 /// How long the proxy may take from start to its ready line.
 const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -78,6 +61,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunStatus {
     /// The command exited by itself; `exit_code` is its own.
     Exited,
@@ -97,6 +81,7 @@ pub const PROXY_FAILED_EXIT: i32 = 125;
 
 /// The signal that interrupted a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Interruption {
     Interrupt,
     Terminate,
@@ -113,6 +98,7 @@ impl Interruption {
 
 /// What a run amounted to.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunOutcome {
     pub run_id: String,
     pub status: RunStatus,
@@ -142,6 +128,7 @@ pub struct RunOutcome {
 
 /// Why the sandbox could not be set up (exit 125). Nothing is left behind.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -153,7 +140,7 @@ pub enum RunError {
     Docker {
         step: String,
         #[source]
-        source: bollard::errors::Error,
+        source: DockerError,
     },
     #[error("the proxy did not start: {detail}")]
     ProxyNotReady { detail: String },
@@ -165,20 +152,29 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error("cannot signal the sandbox's gate: {source}")]
-    Gate {
+    GoSignal {
         #[source]
         source: std::io::Error,
     },
     #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
     FilesNeedLocalEngine,
+    #[error(
+        "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
+        hosts.join(", ")
+    )]
+    InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot find this program's binary for the proxy image: {0}")]
-    ProxyBinary(#[source] std::io::Error),
+    #[error("cannot find the proxy binary {}: {source}", path.display())]
+    ProxyBinary {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
     UnknownRuntime {
         name: String,
@@ -194,17 +190,15 @@ pub enum RunError {
 
 fn docker_step(step: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> RunError {
     let step = step.into();
-    move |source| RunError::Docker { step, source }
+    move |source| RunError::Docker {
+        step,
+        source: source.into(),
+    }
 }
 
-/// Runs `spec` to the end, relaying output into `sinks`.
-pub async fn run(spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
-    run_until(spec, sinks, std::future::pending()).await
-}
-
-/// As [`run`], but `interrupt` ending stops the run: the sandbox is killed, everything is
-/// removed, and the outcome says [`RunStatus::Interrupted`].
-pub async fn run_until(
+/// Runs `spec` on `sandbox` to the end ([`Sandbox::run_until`]).
+pub(super) async fn execute(
+    sandbox: &Sandbox,
     spec: RunSpec,
     sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
@@ -223,13 +217,7 @@ pub async fn run_until(
         None => None,
     };
     let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
-    let proxy_binary = match &spec.proxy_binary {
-        Some(path) => path.clone(),
-        None => std::env::current_exe().map_err(RunError::ProxyBinary)?,
-    };
-    let owner = Owner::current().map_err(RunError::Owner)?;
-    let engine = Engine::connect().await?;
-    tracing::debug!(host = engine.host(), "connected to the Docker engine");
+    let engine = sandbox.engine();
     // Checked before anything is created: an unknown runtime would fail only at the
     // sandbox's create, after the networks and the proxy exist.
     if let Some(name) = &spec.runtime {
@@ -243,27 +231,32 @@ pub async fn run_until(
     }
     // The sandbox trusts the run CA through a bind-mounted bundle: a host file, so only
     // with a local engine (the same condition as the gate that holds the command until
-    // the bundle is written).
-    let trust = if engine.is_local() && !spec.policy_set.inspected_hosts().is_empty() {
+    // the bundle is written). A remote engine would run the command without it: refused.
+    let inspected = spec.policy_set.inspected_hosts();
+    let trust = if inspected.is_empty() {
+        None
+    } else if engine.is_local() {
         Some(TrustBundle::create()?)
     } else {
-        None
+        return Err(RunError::InspectedNeedsLocalEngine {
+            hosts: inspected.iter().map(|host| host.to_string()).collect(),
+            engine: engine.host().to_owned(),
+        });
     };
     let names = RunNames::generate();
     sinks.emit(RunEvent::Id(names.id.clone()));
     let teardown = Teardown::new(engine.clone(), &names.id);
     let run = Run {
-        engine: &engine,
+        sandbox,
+        engine,
         spec: &spec,
-        labels: owner.labels(&names.id),
+        labels: sandbox.owner().labels(&names.id),
         names: &names,
         teardown: &teardown,
         trust: trust.as_ref(),
     };
     tokio::pin!(interrupt);
-    let result = run
-        .go(&proxy_binary, audit_log, sinks, &mut interrupt)
-        .await;
+    let result = run.go(audit_log, sinks, &mut interrupt).await;
     // Only a set-up that was cut short (an error in one branch drops the others, or an
     // interrupt) can have a create request in flight whose object we never heard of.
     let cut_short = result.as_ref().map_or(true, |outcome| {
@@ -301,6 +294,7 @@ impl Drop for AbortOnDrop {
 }
 
 struct Run<'a> {
+    sandbox: &'a Sandbox,
     engine: &'a Engine,
     spec: &'a RunSpec,
     names: &'a RunNames,
@@ -313,6 +307,7 @@ struct Run<'a> {
 /// Everything ready to start the command.
 struct Prepared {
     image: String,
+    subnet: RunSubnet,
     proxy: ProxyOutput,
     sandbox_output: OutputFrames,
     /// The started sandbox's stdin, where its gate waits for the go signal; `None` when
@@ -330,7 +325,6 @@ enum End {
 impl Run<'_> {
     async fn go<I>(
         &self,
-        proxy_binary: &std::path::Path,
         audit_log: Option<AuditSink>,
         sinks: OutputSinks,
         interrupt: &mut std::pin::Pin<&mut I>,
@@ -339,11 +333,12 @@ impl Run<'_> {
         I: Future<Output = Interruption>,
     {
         let prepared = tokio::select! {
-            prepared = self.prepare(proxy_binary, audit_log) => prepared?,
+            prepared = self.prepare(audit_log) => prepared?,
             signal = interrupt.as_mut() => return Ok(self.outcome_before_start(signal)),
         };
         let Prepared {
             image,
+            subnet,
             proxy,
             sandbox_output,
             gate,
@@ -359,12 +354,10 @@ impl Run<'_> {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let setup = GateSetup {
-                    files: self.spec.files.clone(),
-                };
+                let setup = gate_setup(self.spec, subnet);
                 go.write_all(&gate_signal::encode(&setup))
                     .await
-                    .map_err(|source| RunError::Gate { source })?;
+                    .map_err(|source| RunError::GoSignal { source })?;
                 forward_input = Some(AbortOnDrop(tokio::spawn(forward_stdin(input, go))));
             }
             None => engine
@@ -518,29 +511,20 @@ impl Run<'_> {
     }
 
     /// Images, networks, both containers; the proxy started and ready.
-    async fn prepare(
-        &self,
-        proxy_binary: &std::path::Path,
-        audit_log: Option<AuditSink>,
-    ) -> Result<Prepared, RunError> {
+    async fn prepare(&self, audit_log: Option<AuditSink>) -> Result<Prepared, RunError> {
         let engine = self.engine;
-        let docker = engine.docker();
         let gated = engine.is_local();
         if !gated && !self.spec.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
         let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
-            async {
-                images::ensure_proxy_image(docker, proxy_binary)
-                    .await
-                    .map_err(RunError::from)
-            },
+            async { self.sandbox.proxy_image().await.map_err(RunError::from) },
             async {
                 let image = match &self.spec.image {
-                    Some(image) => images::require_local_image(docker, image)
+                    Some(image) => images::require_local_image(engine, image)
                         .await
                         .map(|()| image.clone())?,
-                    None => images::ensure_base_image(docker).await?,
+                    None => self.sandbox.base_image().await?,
                 };
                 let entrypoint = if gated {
                     engine
@@ -579,23 +563,34 @@ impl Run<'_> {
             },
         )?;
         tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
-        let gate = gated.then(|| Gate {
-            binary: proxy_binary.to_path_buf(),
+        let held = gated.then(|| HeldStart {
+            binary: self.sandbox.proxy_binary().to_path_buf(),
             image_entrypoint: entrypoint,
         });
-        let ((proxy, ready), (sandbox_output, gate)) = tokio::try_join!(
+        // The image's own CA bundle, read from a probe container while the proxy starts.
+        let image_bundle = async {
+            if self.trust.is_none() {
+                return Ok(Vec::new());
+            }
+            let probe = trust::probe_name(&self.names.sandbox);
+            let bundle =
+                trust::image_bundle(engine, self.teardown, &image, &probe, &self.labels).await?;
+            tracing::debug!(bytes = bundle.len(), "image CA bundle read");
+            Ok::<_, RunError>(bundle)
+        };
+        let ((proxy, ready), (sandbox_output, gate), image_bundle) = tokio::try_join!(
             self.start_proxy(&proxy_image, &egress, subnet, &floor_extra, audit_log),
-            self.create_sandbox(&image, subnet, gate.as_ref()),
+            self.create_sandbox(&image, subnet, held.as_ref()),
+            image_bundle,
         )?;
         // The command is still held by its gate: it sees the full bundle from its start.
         if let Some(trust) = self.trust {
-            trust
-                .fill(engine, &self.names.sandbox, ready.ca.as_deref())
-                .await?;
+            trust.fill(&image_bundle, ready.ca.as_deref())?;
             tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
         }
         Ok(Prepared {
             image,
+            subnet,
             proxy,
             sandbox_output,
             gate,
@@ -681,7 +676,7 @@ impl Run<'_> {
         &self,
         image: &str,
         subnet: RunSubnet,
-        gate: Option<&Gate>,
+        held: Option<&HeldStart>,
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = self.engine;
         let name = self.names.sandbox.as_str();
@@ -692,7 +687,7 @@ impl Run<'_> {
             subnet,
             &random_hostname(),
             &self.labels,
-            gate,
+            held,
         );
         if let Some(trust) = self.trust {
             trust.add_to(&mut body);
@@ -706,7 +701,7 @@ impl Run<'_> {
             )
             .await
             .map_err(docker_step("create the sandbox container"))?;
-        if gate.is_none() {
+        if held.is_none() {
             let output = engine
                 .attach_output(name)
                 .await

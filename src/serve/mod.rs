@@ -6,8 +6,8 @@
 //! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
 //! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
 //!
-//! Each run goes through the library's lifecycle (`sandbox::run_until`), the same code as
-//! `egress-sandbox run`. On SIGTERM/SIGINT the daemon stops accepting, interrupts every run,
+//! Each run goes through the library's handle (`sandbox::Sandbox::run_until`), as
+//! `egress-sandbox run` does. On SIGTERM/SIGINT the daemon stops accepting, interrupts every run,
 //! waits until each has removed its objects, and removes its socket; at start it sweeps
 //! what a crashed daemon (or run) left.
 
@@ -32,7 +32,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{Notify, watch};
 
-use crate::sandbox::Interruption;
+use crate::sandbox::{Interruption, Sandbox};
 use metrics::Metrics;
 use request::{BadRequest, RunRequest};
 
@@ -72,8 +72,6 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Engine(#[from] crate::sandbox::docker::EngineError),
 }
 
 /// A way to cancel one run: wake its interrupt with the signal to report.
@@ -121,6 +119,8 @@ impl Drop for TrackerGuard {
 
 /// What every connection and run shares.
 struct Shared {
+    /// Every run goes through this one handle (one engine client, one proxy binary).
+    sandbox: Sandbox,
     metrics: Metrics,
     runs: Mutex<HashMap<String, Cancel>>,
     /// Runs in flight: shutdown waits until each has torn down.
@@ -144,11 +144,12 @@ type Body = BoxBody<Bytes, Infallible>;
 /// Serves until `stop` resolves, then interrupts every run, waits for their teardown and
 /// removes the socket.
 pub async fn serve(
+    sandbox: Sandbox,
     options: ServeOptions,
     stop: impl Future<Output = ()>,
     ready: impl FnOnce(&ServeOptions),
 ) -> Result<(), ServeError> {
-    let engine = crate::sandbox::docker::Engine::connect().await?;
+    let engine = sandbox.engine().clone();
     match crate::sandbox::labels::HostIdentity::current() {
         Ok(here) => match crate::sandbox::gc::sweep(&engine, &here).await {
             Ok(report) if !report.removed.is_empty() => {
@@ -165,6 +166,7 @@ pub async fn serve(
     let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
     let (shutdown, _) = watch::channel(false);
     let shared = Arc::new(Shared {
+        sandbox,
         metrics: Metrics::new(),
         runs: Mutex::new(HashMap::new()),
         tracker: Arc::new(Tracker::default()),
@@ -315,17 +317,15 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
     };
     if let Some(image) = checked.spec.image.clone() {
         // `run` answers a missing image with 125 before creating anything: so does this.
-        match crate::sandbox::docker::Engine::connect().await {
-            Ok(engine) => {
-                if let Err(error) =
-                    crate::sandbox::images::require_local_image(engine.docker(), &image).await
-                {
-                    return json_response(
-                        StatusCode::BAD_REQUEST,
-                        &BadRequest::new("image", error.to_string()),
-                    );
-                }
+        match crate::sandbox::images::require_local_image(shared.sandbox.engine(), &image).await {
+            Ok(()) => {}
+            Err(error @ crate::sandbox::ImageError::Missing { .. }) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &BadRequest::new("image", error.to_string()),
+                );
             }
+            // The engine did not answer: not the request's fault.
             Err(error) => {
                 return json_response(
                     StatusCode::SERVICE_UNAVAILABLE,

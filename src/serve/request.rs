@@ -7,8 +7,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
+use egress_proxy::handoff::{InlineCertificate, Secrets};
+
 use crate::commands::run_flags;
+use crate::sandbox::credentials::CredentialError;
 use crate::sandbox::spec::{RunSpec, SpecError};
+use crate::secret_flags::check_secret_value;
 
 /// A policy as text: bare YAML (named `policy-N.yaml`), or with the file name that names it
 /// in diagnostics and gives its default name (what `run --server` sends for `--policy`).
@@ -61,6 +65,22 @@ pub struct RunRequest {
     /// The Docker network the proxy reaches the outside through, as `--egress-network`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_network: Option<String>,
+    /// Secret values by name, as `--secret` (INTERFACE.md B1): handed to the run's proxy
+    /// only. `Debug` hides the values.
+    #[serde(default, skip_serializing_if = "Secrets::is_empty")]
+    pub secrets: Secrets,
+    /// PEM CA certificates the proxy trusts for upstream TLS, as `--upstream-ca`: bare PEM
+    /// text or `{"file":"…","pem":"…"}` (the name shows in errors).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_ca: Vec<UpstreamCa>,
+}
+
+/// One `upstream_ca` entry.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum UpstreamCa {
+    Pem(String),
+    File(InlineCertificate),
 }
 
 /// `env` as an object (`{"K":"V"}`) or as a list of `["K","V"]` pairs.
@@ -132,6 +152,18 @@ impl BadRequest {
             }
             SpecError::NoCommand => BadRequest::new("argv", error.to_string()),
             SpecError::Pin(_) => BadRequest::new("resolve", error.to_string()),
+            SpecError::Credentials(ref credential) => {
+                let field = match credential {
+                    CredentialError::MissingSecret { .. }
+                    | CredentialError::UnusedSecret(_)
+                    | CredentialError::DuplicateSecret(_) => "secrets",
+                    CredentialError::EnvShadowsSecret(_) => "env",
+                    CredentialError::UpstreamCaRead { .. }
+                    | CredentialError::UpstreamCaTooLarge { .. }
+                    | CredentialError::UpstreamCa(_) => "upstream_ca",
+                };
+                BadRequest::new(field, error.to_string())
+            }
             other => BadRequest::new("policies", other.to_string()),
         }
     }
@@ -213,6 +245,24 @@ impl RunRequest {
         if let Some(network) = self.egress_network {
             builder = builder.egress_network(network);
         }
+        for (name, value) in self.secrets.0 {
+            egress_proxy::policy::check_secret_name(&name)
+                .map_err(|message| BadRequest::new("secrets", message))?;
+            let value = check_secret_value(value).map_err(|problem| {
+                BadRequest::new("secrets", format!("secret {name}: {problem}"))
+            })?;
+            builder = builder.secret(name, value);
+        }
+        for (index, ca) in self.upstream_ca.into_iter().enumerate() {
+            builder = match ca {
+                UpstreamCa::Pem(pem) => {
+                    builder.upstream_ca_pem(format!("upstream_ca[{index}]"), pem)
+                }
+                UpstreamCa::File(InlineCertificate { file, pem }) => {
+                    builder.upstream_ca_pem(file, pem)
+                }
+            };
+        }
         let stdin = match self.stdin {
             Some(b64) => STANDARD.decode(b64.as_bytes()).map_err(|error| {
                 BadRequest::new("stdin", format!("stdin is not base64: {error}"))
@@ -279,6 +329,52 @@ mod tests {
             refused.diagnostics[0].starts_with("p.yaml:3:"),
             "{refused:?}"
         );
+    }
+
+    const CREDENTIAL_POLICY: &str = "version: 1\nallow:\n  - host: api.example.com\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n";
+
+    fn with_policy(extra: &str) -> String {
+        format!(
+            r#"{{"argv":["x"],"policies":[{}]{extra}}}"#,
+            serde_json::to_string(CREDENTIAL_POLICY).unwrap()
+        )
+    }
+
+    #[test]
+    fn secrets_are_checked_like_the_secret_flag_and_never_shown() {
+        let json = with_policy(r#","secrets":{"API_KEY":"sk-request-1"}"#);
+        let request: RunRequest = serde_json::from_str(&json).unwrap();
+        assert!(!format!("{request:?}").contains("sk-request-1"));
+        let checked = request.check().ok().unwrap();
+        let secrets: Vec<_> = checked.spec.credentials.secret_values().collect();
+        assert_eq!(secrets.len(), 1);
+        assert_eq!(
+            (secrets[0].0, secrets[0].1.expose()),
+            ("API_KEY", "sk-request-1")
+        );
+        assert!(!format!("{:?}", checked.spec).contains("sk-request-1"));
+
+        for (extra, field) in [
+            ("", "secrets"),
+            (r#","secrets":{"API_KEY":"k","OTHER":"v"}"#, "secrets"),
+            (r#","secrets":{"API_KEY":""}"#, "secrets"),
+            (r#","secrets":{"API_KEY":"sk-bad\nvalue"}"#, "secrets"),
+            (r#","secrets":{"API_KEY":"k"},"env":{"API_KEY":"v"}"#, "env"),
+            (
+                r#","secrets":{"API_KEY":"k"},"upstream_ca":["not a certificate"]"#,
+                "upstream_ca",
+            ),
+            (
+                r#","secrets":{"API_KEY":"k"},"upstream_ca":[{"file":"ca.pem","pem":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}]"#,
+                "upstream_ca",
+            ),
+        ] {
+            let refused = check(&with_policy(extra))
+                .err()
+                .unwrap_or_else(|| panic!("{extra} accepted"));
+            assert_eq!(refused.field, field, "{extra}: {refused:?}");
+            assert!(!refused.error.contains("sk-bad"), "{refused:?}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::Shared;
 use crate::report::{RunReport, summary_line};
-use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus, run_until};
+use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
 
 /// An `audit` event: the record is the proxy's line, byte for byte.
 #[derive(serde::Serialize)]
@@ -136,7 +136,7 @@ async fn run(shared: &Arc<Shared>, spec: RunSpec, stdin: Vec<u8>, lines: Unbound
             }
         }
     };
-    let result = run_until(spec, sinks, interrupt).await;
+    let result = shared.sandbox.run_until(spec, sinks, interrupt).await;
     // Every sender of run events is gone with the run: the follower has seen them all.
     let run_id = follower.await.ok().flatten();
     if let Some(id) = &run_id {
