@@ -72,7 +72,9 @@ pub struct ProxyLimits {
     /// On shutdown, open connections get this long to finish writing before they are cut.
     pub shutdown_grace: Duration,
     /// Idle upstream connections kept for plain HTTP requests to the same target and port
-    /// (0 = none): reuse saves a connect per small request.
+    /// (0 = none): reuse saves a connect per small request. `ab` at 1,000 clients opened a
+    /// new upstream connection for 39 % of its requests with 64 kept, 11 % with 256, 7 % with
+    /// 1,024 (3.4 % at 100 clients with 64).
     pub max_idle_upstreams: usize,
     /// An idle upstream connection older than this is not reused; servers close idle
     /// connections themselves after a few seconds, and a dead one would cost a retry.
@@ -91,7 +93,7 @@ impl Default for ProxyLimits {
             resolve_timeout: Duration::from_secs(5),
             relay_buffer_bytes: 256 * 1024,
             shutdown_grace: Duration::from_millis(500),
-            max_idle_upstreams: 64,
+            max_idle_upstreams: 256,
             upstream_idle_timeout: Duration::from_secs(4),
         }
     }

@@ -18,10 +18,34 @@ use crate::target::Target;
 /// How long taking a pooled connection may wait for it to finish its previous response.
 const READY_WAIT: Duration = Duration::from_millis(50);
 
+/// How often a put looks through every kept connection for expired or closed ones. Each put
+/// is otherwise constant time: with hundreds of connections kept (a burst of clients), a
+/// look through all of them on every put cost more than the connect it saves.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
+
 pub(crate) struct UpstreamPool {
-    idle: Mutex<HashMap<(Target, u16), Vec<Idle>>>,
+    idle: Mutex<Kept>,
     max_idle: usize,
     idle_timeout: Duration,
+}
+
+struct Kept {
+    by_target: HashMap<(Target, u16), Vec<Idle>>,
+    /// Connections in `by_target`, all targets together.
+    count: usize,
+    pruned: Instant,
+}
+
+impl Kept {
+    /// Drops (and so closes) every connection older than `timeout` or closed by its upstream.
+    fn prune(&mut self, timeout: Duration) {
+        self.by_target.retain(|_, entries| {
+            entries.retain(|entry| entry.since.elapsed() <= timeout && !entry.sender.is_closed());
+            !entries.is_empty()
+        });
+        self.count = self.by_target.values().map(Vec::len).sum();
+        self.pruned = Instant::now();
+    }
 }
 
 struct Idle {
@@ -33,7 +57,11 @@ struct Idle {
 impl UpstreamPool {
     pub fn new(max_idle: usize, idle_timeout: Duration) -> Self {
         UpstreamPool {
-            idle: Mutex::default(),
+            idle: Mutex::new(Kept {
+                by_target: HashMap::new(),
+                count: 0,
+                pruned: Instant::now(),
+            }),
             max_idle,
             idle_timeout,
         }
@@ -45,13 +73,18 @@ impl UpstreamPool {
         target: &Target,
         port: u16,
     ) -> Option<(SocketAddr, SendRequest<ProxyBody>)> {
+        let key = (target.clone(), port);
         loop {
             let candidate = {
-                let mut idle = self.idle.lock().ok()?;
-                let entries = idle.get_mut(&(target.clone(), port))?;
+                let mut kept = self.idle.lock().ok()?;
+                let entries = kept.by_target.get_mut(&key)?;
                 let candidate = entries.pop();
-                if entries.is_empty() {
-                    idle.remove(&(target.clone(), port));
+                let emptied = entries.is_empty();
+                if emptied {
+                    kept.by_target.remove(&key);
+                }
+                if candidate.is_some() {
+                    kept.count -= 1;
                 }
                 candidate?
             };
@@ -70,21 +103,81 @@ impl UpstreamPool {
         if sender.is_closed() || self.max_idle == 0 {
             return;
         }
-        let Ok(mut idle) = self.idle.lock() else {
+        let Ok(mut kept) = self.idle.lock() else {
             return;
         };
-        let timeout = self.idle_timeout;
-        idle.retain(|_, entries| {
-            entries.retain(|entry| entry.since.elapsed() <= timeout && !entry.sender.is_closed());
-            !entries.is_empty()
-        });
-        if idle.values().map(Vec::len).sum::<usize>() >= self.max_idle {
+        if kept.pruned.elapsed() >= PRUNE_EVERY {
+            kept.prune(self.idle_timeout);
+        }
+        if kept.count >= self.max_idle {
             return;
         }
-        idle.entry((target, port)).or_default().push(Idle {
-            addr,
-            sender,
-            since: Instant::now(),
+        kept.by_target
+            .entry((target, port))
+            .or_default()
+            .push(Idle {
+                addr,
+                sender,
+                since: Instant::now(),
+            });
+        kept.count += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper_util::rt::TokioIo;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// An HTTP/1 client connection to `addr`, as the plain door makes them.
+    async fn connection(addr: SocketAddr) -> SendRequest<ProxyBody> {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        sender
+    }
+
+    #[tokio::test]
+    async fn keeps_up_to_max_idle_and_gives_each_back_only_for_its_target() {
+        // An upstream that accepts and keeps every connection open.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
         });
+        let pool = UpstreamPool::new(3, Duration::from_secs(60));
+        let a = Target::parse_host("a.test").unwrap();
+        let b = Target::parse_host("b.test").unwrap();
+        for _ in 0..5 {
+            pool.put(a.clone(), 80, addr, connection(addr).await);
+        }
+        assert_eq!(
+            pool.idle.lock().unwrap().count,
+            3,
+            "at most max_idle are kept"
+        );
+        assert!(
+            pool.take(&b, 80).await.is_none(),
+            "never for another target"
+        );
+        assert!(
+            pool.take(&a, 8080).await.is_none(),
+            "never for another port"
+        );
+        for _ in 0..3 {
+            let (got, _sender) = pool.take(&a, 80).await.expect("a kept connection");
+            assert_eq!(got, addr);
+        }
+        assert!(pool.take(&a, 80).await.is_none());
+        assert_eq!(pool.idle.lock().unwrap().count, 0);
+        // Room again once taken.
+        pool.put(b.clone(), 80, addr, connection(addr).await);
+        assert!(pool.take(&b, 80).await.is_some());
     }
 }
