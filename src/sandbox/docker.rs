@@ -356,6 +356,25 @@ impl Engine {
         }
     }
 
+    /// Sets the limits Docker changes on a live container (no swap on top of memory).
+    pub async fn update_limits(
+        &self,
+        container: &str,
+        memory: u64,
+        nano_cpus: i64,
+        pids: u64,
+    ) -> Result<(), BollardError> {
+        let memory = i64::try_from(memory).unwrap_or(i64::MAX);
+        let body = bollard::models::ContainerUpdateBody {
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            nano_cpus: Some(nano_cpus),
+            pids_limit: Some(i64::try_from(pids).unwrap_or(i64::MAX)),
+            ..Default::default()
+        };
+        self.docker.update_container(container, body).await
+    }
+
     /// Containers (running or not) matching `filters`.
     pub async fn list_containers(
         &self,

@@ -17,6 +17,8 @@
 //! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
 //!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - [`teardown`]: owns every object of a run and removes it on every path.
+//! - `slot`: a run's set-up in two parts, the slot (spec-independent) and its claim,
+//!   shared by cold runs and the daemon's warm pool.
 //! - [`run`]: the lifecycle itself — [`run::run`] / [`run::run_until`] → [`run::RunOutcome`].
 //! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files).
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
@@ -34,6 +36,7 @@ pub mod labels;
 pub mod network;
 pub mod output;
 pub mod run;
+pub(crate) mod slot;
 pub mod spec;
 pub mod tally;
 pub mod task_files;

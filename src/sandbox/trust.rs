@@ -80,12 +80,20 @@ impl TrustBundle {
             read_only: Some(true),
             ..Mount::default()
         });
-        let env = body.env.get_or_insert_with(Vec::new);
-        for variable in TRUST_VARIABLES {
-            env.retain(|entry| !entry.starts_with(&format!("{variable}=")));
-            env.push(format!("{variable}={BUNDLE_PATH}"));
-        }
+        set_env(body.env.get_or_insert_with(Vec::new));
     }
+}
+
+/// Points the trust variables at the bundle in `env` (the create request's, or the gate
+/// signal's, which goes over the container's), replacing any of the same name.
+pub fn set_env(env: &mut Vec<String>) {
+    for variable in TRUST_VARIABLES {
+        env.retain(|entry| !entry.starts_with(&format!("{variable}=")));
+        env.push(format!("{variable}={BUNDLE_PATH}"));
+    }
+}
+
+impl TrustBundle {
 
     /// Writes the image's bundle (from the created `container`) and then `run_ca` into the
     /// file, in place: the bind mount follows the inode.

@@ -6,13 +6,17 @@
 //! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
 //! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
 //!
-//! Each run goes through the library's lifecycle (`sandbox::run_until`), the same code as
-//! `egress-sandbox run`. On SIGTERM/SIGINT the daemon stops accepting, interrupts every run,
-//! waits until each has removed its objects, and removes its socket; at start it sweeps
-//! what a crashed daemon (or run) left.
+//! Each run goes through the library's lifecycle (`sandbox::run`), the same code as
+//! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else
+//! cold. The `exit` event goes out as soon as the outcome is known; the run's containers
+//! and network are removed after it, in the background. On SIGTERM/SIGINT the daemon stops
+//! accepting, interrupts every run, waits until each has removed its objects, removes every
+//! pool slot, and removes its socket; at start it sweeps what a crashed daemon (or run)
+//! left.
 
 pub mod client;
 pub mod metrics;
+mod pool;
 pub mod request;
 mod run_task;
 pub mod socket;
@@ -32,7 +36,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{Notify, watch};
 
-use crate::sandbox::Interruption;
+use crate::sandbox::run::RunContext;
+use crate::sandbox::{Interruption, RunError, RunSpec};
 use metrics::Metrics;
 use request::{BadRequest, RunRequest};
 
@@ -50,7 +55,14 @@ pub struct ServeOptions {
     pub socket_group: Option<String>,
     /// Also serve `GET /metrics` on this TCP address.
     pub metrics_listen: Option<SocketAddr>,
+    /// Warm slots kept ready (0: every run is cold).
+    pub pool: usize,
+    /// The egress network of the pool's slots, and of requests that name none.
+    pub egress_network: Option<String>,
 }
+
+/// Warm slots kept ready by default.
+pub const DEFAULT_POOL: usize = 2;
 
 impl ServeOptions {
     pub fn new(socket: PathBuf) -> ServeOptions {
@@ -58,6 +70,8 @@ impl ServeOptions {
             socket,
             socket_group: None,
             metrics_listen: None,
+            pool: DEFAULT_POOL,
+            egress_network: None,
         }
     }
 }
@@ -74,6 +88,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Engine(#[from] crate::sandbox::docker::EngineError),
+    #[error(transparent)]
+    Setup(#[from] crate::sandbox::RunError),
 }
 
 /// A way to cancel one run: wake its interrupt with the signal to report.
@@ -122,6 +138,11 @@ impl Drop for TrackerGuard {
 /// What every connection and run shares.
 struct Shared {
     metrics: Metrics,
+    /// The engine, the daemon's owner stamp, the proxy binary: every run's.
+    context: Arc<RunContext>,
+    pool: Arc<pool::Pool>,
+    /// The egress network of requests that name none (the pool's).
+    egress_network: Option<String>,
     runs: Mutex<HashMap<String, Cancel>>,
     /// Runs in flight: shutdown waits until each has torn down.
     tracker: Arc<Tracker>,
@@ -162,10 +183,40 @@ pub async fn serve(
         },
         Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
     }
+    let context = Arc::new(RunContext {
+        engine: engine.clone(),
+        owner: crate::sandbox::labels::Owner::current().map_err(RunError::Owner)?,
+        proxy_binary: std::env::current_exe().map_err(RunError::ProxyBinary)?,
+    });
+    let mut template = RunSpec::builder(["true"]);
+    if let Some(network) = &options.egress_network {
+        template = template.egress_network(network.clone());
+    }
+    let template = template
+        .build()
+        .expect("the default run is a valid run");
+    let pool_size = if engine.is_local() {
+        options.pool
+    } else {
+        if options.pool > 0 {
+            tracing::warn!("the engine is remote: no warm pool (its gate needs a local engine)");
+        }
+        0
+    };
     let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
     let (shutdown, _) = watch::channel(false);
+    let metrics = Metrics::new();
+    let pool = pool::Pool::start(
+        context.clone(),
+        template,
+        pool_size,
+        metrics.pool_ready().clone(),
+    );
     let shared = Arc::new(Shared {
-        metrics: Metrics::new(),
+        metrics,
+        context,
+        pool,
+        egress_network: options.egress_network.clone(),
         runs: Mutex::new(HashMap::new()),
         tracker: Arc::new(Tracker::default()),
         connections: Arc::new(Tracker::default()),
@@ -242,7 +293,7 @@ pub async fn serve(
     drop(listener);
     let _ = std::fs::remove_file(&options.socket);
     shared.shutdown.send_replace(true);
-    shared.tracker.wait_idle().await;
+    tokio::join!(shared.tracker.wait_idle(), shared.pool.shutdown());
     if tokio::time::timeout(DRAIN_CONNECTIONS, shared.connections.wait_idle())
         .await
         .is_err()
@@ -263,7 +314,7 @@ async fn handle(
             &serde_json::json!({
                 "ok": true,
                 "version": env!("CARGO_PKG_VERSION"),
-                "pool": {"ready": 0, "size": 0},
+                "pool": {"ready": shared.pool.ready(), "size": shared.pool.size()},
             }),
         ),
         (&Method::GET, "/metrics") => metrics_response(&shared),
@@ -307,6 +358,12 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         }
     };
     let checked = serde_json::from_slice::<RunRequest>(&body)
+        .map(|mut request| {
+            if request.egress_network.is_none() {
+                request.egress_network = shared.egress_network.clone();
+            }
+            request
+        })
         .map_err(|error| BadRequest::from_json_error(&error))
         .and_then(RunRequest::check);
     let checked = match checked {
@@ -315,23 +372,13 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
     };
     if let Some(image) = checked.spec.image.clone() {
         // `run` answers a missing image with 125 before creating anything: so does this.
-        match crate::sandbox::docker::Engine::connect().await {
-            Ok(engine) => {
-                if let Err(error) =
-                    crate::sandbox::images::require_local_image(engine.docker(), &image).await
-                {
-                    return json_response(
-                        StatusCode::BAD_REQUEST,
-                        &BadRequest::new("image", error.to_string()),
-                    );
-                }
-            }
-            Err(error) => {
-                return json_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &BadRequest::new("", error.to_string()),
-                );
-            }
+        let engine = &shared.context.engine;
+        if let Err(error) = crate::sandbox::images::require_local_image(engine.docker(), &image).await
+        {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &BadRequest::new("image", error.to_string()),
+            );
         }
     }
     let lines = run_task::start(shared, checked.spec, checked.stdin);
