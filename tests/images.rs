@@ -12,12 +12,17 @@ use bollard::query_parameters::{
 };
 use futures_util::{StreamExt, TryStreamExt};
 
+use egress_sandbox::sandbox::Engine;
 use egress_sandbox::sandbox::images::{
     BASE_IMAGE, ImageError, PROXY_REPOSITORY, ensure_base_image, ensure_proxy_image,
     require_local_image, sweep_images,
 };
 
 const BINARY: &str = env!("CARGO_BIN_EXE_egress-sandbox");
+
+async fn engine() -> Engine {
+    Engine::connect().await.expect("Docker daemon reachable")
+}
 
 async fn docker() -> Docker {
     Docker::connect_with_defaults()
@@ -69,8 +74,8 @@ async fn run_container(docker: &Docker, config: ContainerCreateBody) -> (i64, St
 
 #[tokio::test]
 async fn the_proxy_image_is_built_once_per_binary_and_reused() {
-    let docker = docker().await;
-    let tag = ensure_proxy_image(&docker, Path::new(BINARY))
+    let (engine, docker) = (engine().await, docker().await);
+    let tag = ensure_proxy_image(&engine, Path::new(BINARY))
         .await
         .unwrap();
     let hash = tag
@@ -85,7 +90,7 @@ async fn the_proxy_image_is_built_once_per_binary_and_reused() {
     let first = docker.inspect_image(&tag).await.unwrap();
 
     let started = std::time::Instant::now();
-    let again = ensure_proxy_image(&docker, Path::new(BINARY))
+    let again = ensure_proxy_image(&engine, Path::new(BINARY))
         .await
         .unwrap();
     eprintln!("second ensure_proxy_image: {:?}", started.elapsed());
@@ -111,8 +116,8 @@ async fn the_proxy_image_is_built_once_per_binary_and_reused() {
 
 #[tokio::test]
 async fn a_proxy_container_runs_the_binary_as_nobody() {
-    let docker = docker().await;
-    let tag = ensure_proxy_image(&docker, Path::new(BINARY))
+    let (engine, docker) = (engine().await, docker().await);
+    let tag = ensure_proxy_image(&engine, Path::new(BINARY))
         .await
         .unwrap();
     let (code, output) = run_container(
@@ -136,8 +141,8 @@ async fn a_proxy_container_runs_the_binary_as_nobody() {
 
 #[tokio::test]
 async fn a_dynamic_binary_is_refused_with_a_way_out() {
-    let docker = docker().await;
-    let error = ensure_proxy_image(&docker, Path::new("/bin/ls"))
+    let engine = engine().await;
+    let error = ensure_proxy_image(&engine, Path::new("/bin/ls"))
         .await
         .unwrap_err();
     assert!(matches!(error, ImageError::NotStatic { .. }), "{error:?}");
@@ -150,9 +155,9 @@ async fn a_dynamic_binary_is_refused_with_a_way_out() {
 
 #[tokio::test]
 async fn a_missing_image_is_reported_and_never_pulled() {
-    let docker = docker().await;
+    let (engine, docker) = (engine().await, docker().await);
     let image = "egress-sandbox-test/no-such-image:never";
-    let error = require_local_image(&docker, image).await.unwrap_err();
+    let error = require_local_image(&engine, image).await.unwrap_err();
     assert!(
         matches!(&error, ImageError::Missing { image: i } if i == image),
         "{error:?}"
@@ -166,19 +171,19 @@ async fn a_missing_image_is_reported_and_never_pulled() {
 
 #[tokio::test]
 async fn an_existing_local_image_is_accepted() {
-    let docker = docker().await;
-    let tag = ensure_proxy_image(&docker, Path::new(BINARY))
+    let engine = engine().await;
+    let tag = ensure_proxy_image(&engine, Path::new(BINARY))
         .await
         .unwrap();
-    require_local_image(&docker, &tag).await.unwrap();
+    require_local_image(&engine, &tag).await.unwrap();
 }
 
 #[tokio::test]
 async fn the_base_image_runs_python_and_curl_as_nobody() {
-    let docker = docker().await;
-    let tag = ensure_base_image(&docker).await.unwrap();
+    let (engine, docker) = (engine().await, docker().await);
+    let tag = ensure_base_image(&engine).await.unwrap();
     assert_eq!(tag, BASE_IMAGE);
-    assert_eq!(ensure_base_image(&docker).await.unwrap(), BASE_IMAGE);
+    assert_eq!(ensure_base_image(&engine).await.unwrap(), BASE_IMAGE);
     let script = "python3 -c 'print(1)' && curl --version | head -n1 && id -un && id -u \
                   && stat -c %a /tmp && ls /usr/share/doc | wc -l";
     let (code, output) = run_container(
@@ -219,12 +224,12 @@ async fn the_base_image_runs_python_and_curl_as_nobody() {
 
 #[tokio::test]
 async fn the_sweep_keeps_the_images_in_use() {
-    let docker = docker().await;
-    let proxy = ensure_proxy_image(&docker, Path::new(BINARY))
+    let engine = engine().await;
+    let proxy = ensure_proxy_image(&engine, Path::new(BINARY))
         .await
         .unwrap();
-    let base = ensure_base_image(&docker).await.unwrap();
-    sweep_images(&docker).await;
-    require_local_image(&docker, &proxy).await.unwrap();
-    require_local_image(&docker, &base).await.unwrap();
+    let base = ensure_base_image(&engine).await.unwrap();
+    sweep_images(&engine).await;
+    require_local_image(&engine, &proxy).await.unwrap();
+    require_local_image(&engine, &base).await.unwrap();
 }

@@ -1,5 +1,6 @@
 //! `run --secret` / `--upstream-ca` mistakes are refused before Docker is touched: exit 125,
 //! a message that names the secret but never shows its value, and no Docker object left.
+//! So is a policy with inspected hosts on a remote engine (asked only for its address).
 
 mod run_support;
 
@@ -133,4 +134,59 @@ fn env_may_not_replace_a_placeholder() {
         err.contains("--env API_KEY would replace the placeholder"),
         "{err}"
     );
+}
+
+/// A TCP listener on 127.0.0.1 that relays each connection to the local engine's socket:
+/// the engine as `DOCKER_HOST=tcp://…` shows it, a remote one.
+fn engine_over_tcp() -> std::net::SocketAddr {
+    use std::net::{Shutdown, TcpListener};
+    use std::os::unix::net::UnixStream;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().map_while(Result::ok) {
+            let Ok(engine) = UnixStream::connect("/var/run/docker.sock") else {
+                return;
+            };
+            let (mut client_in, mut engine_out) =
+                (client.try_clone().unwrap(), engine.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut client_in, &mut engine_out);
+                let _ = engine_out.shutdown(Shutdown::Write);
+            });
+            let (mut engine_in, mut client_out) = (engine, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut engine_in, &mut client_out);
+                let _ = client_out.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_remote_engine_refuses_inspected_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(dir.path());
+    let engine = engine_over_tcp();
+    let child = binary()
+        .args(["run", "-p", &policy, "--secret", "API_KEY", "--", "true"])
+        .env("API_KEY", SECRET_VALUE)
+        .env("DOCKER_HOST", format!("tcp://{engine}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(code(&output), 125, "{err}");
+    assert!(
+        err.contains("the policy inspects api.example.test")
+            && err.contains("needs a local Docker engine")
+            && err.contains(&format!("tcp://{engine}")),
+        "{err}"
+    );
+    assert!(!err.contains(SECRET_VALUE), "the value leaked: {err}");
+    assert_nothing_left_by(pid);
 }

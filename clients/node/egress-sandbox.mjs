@@ -88,7 +88,9 @@ export class Client {
    * Runs `argv` in a sandbox. Options: allow, policies, timeout (seconds or "500ms"),
    * memory, cpus, pids, tmp, outputLimit, env, workdir, image, files ({path: string|Buffer},
    * under /task), stdin (string|Buffer), resolve, egressNetwork, onOutput(stream, Buffer),
-   * onStarted(runId), signal (AbortSignal: cancels the run).
+   * onStarted(runId), signal (AbortSignal: cancels the run), secrets ({ NAME: value } for the
+   * policy's credentials: the proxy holds them, the sandbox gets placeholders), upstreamCa
+   * ([PEM text] the proxy trusts for upstream TLS).
    * Resolves to { run_id, exit_code, status, stdout, stderr, blocked, records, report, summary }.
    */
   async run(argv, options = {}) {
@@ -111,6 +113,8 @@ export class Client {
       stdin: options.stdin === undefined ? undefined : b64(options.stdin),
       resolve: options.resolve,
       egress_network: options.egressNetwork,
+      secrets: options.secrets,
+      upstream_ca: options.upstreamCa?.length ? [...options.upstreamCa] : undefined,
     };
     for (const [key, value] of Object.entries(optional)) if (value !== undefined) request[key] = value;
     const response = await this.#request("POST", "/v1/runs", JSON.stringify(request), options.signal);

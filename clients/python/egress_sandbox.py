@@ -126,13 +126,15 @@ class Client:
     def run(self, argv, allow=None, timeout=None, files=None, env=None, on_output=None,
             stdin=None, policies=None, memory=None, cpus=None, pids=None, tmp=None,
             output_limit=None, workdir=None, image=None, resolve=None, egress_network=None,
-            on_started=None):
+            on_started=None, secrets=None, upstream_ca=None):
         """Runs `argv` in a sandbox and returns its Result.
 
         timeout: seconds (number) or a duration string ("500ms", "2m"); files: {path:
         bytes|str} written under /task (then the working directory); stdin: bytes|str;
         on_output(stream, data): called with "stdout"/"stderr" and bytes as output comes;
-        on_started(run_id): called once the run has its id (for `cancel`)."""
+        on_started(run_id): called once the run has its id (for `cancel`); secrets: {NAME:
+        value} for the policy's credentials (the proxy holds them, the sandbox gets
+        placeholders); upstream_ca: [PEM text] the proxy trusts for upstream TLS."""
         request = {"argv": list(argv)}
         optional = {
             "allow": list(allow) if allow else None,
@@ -150,6 +152,8 @@ class Client:
             "stdin": _b64(stdin) if stdin is not None else None,
             "resolve": dict(resolve) if resolve else None,
             "egress_network": egress_network,
+            "secrets": dict(secrets) if secrets else None,
+            "upstream_ca": list(upstream_ca) if upstream_ca else None,
         }
         request.update({key: value for key, value in optional.items() if value is not None})
         connection, response = self._request("POST", "/v1/runs", json.dumps(request))

@@ -20,7 +20,7 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     let (report, images) = runtime.block_on(async {
         let engine = Engine::connect().await?;
         let report = sweep(&engine, &here).await?;
-        let images = sweep_images(engine.docker()).await;
+        let images = sweep_images(&engine).await;
         anyhow::Ok((report, images))
     })?;
     let swept = &report.removed;

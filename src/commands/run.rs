@@ -11,7 +11,7 @@ use super::run_flags;
 use crate::cli::RunArgs;
 use crate::report::{RunReport, summary_line};
 use crate::sandbox::spec::{RunSpec, SpecError};
-use crate::sandbox::{Interruption, OutputSinks, RunError, run_until};
+use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
 pub(crate) const SETUP_FAILED: u8 = 125;
@@ -35,7 +35,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let outcome = runtime.block_on(async {
         // Registered before anything is created, so Ctrl-C always means "tear down".
         let interrupt = interruption().context("cannot install signal handlers")?;
-        anyhow::Ok(run_until(spec, OutputSinks::stdio(), interrupt).await)
+        let sandbox = match connect_sandbox().await {
+            Ok(sandbox) => sandbox,
+            Err(error) => return anyhow::Ok(Err(error)),
+        };
+        anyhow::Ok(
+            sandbox
+                .run_until(spec, OutputSinks::stdio(), interrupt)
+                .await,
+        )
     })?;
     // A read of a terminal's stdin may still be blocked in a runtime thread: do not wait
     // for it (dropping the runtime would, until the user pressed Enter).
@@ -65,6 +73,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(outcome.exit_code).unwrap_or(SETUP_FAILED),
     ))
+}
+
+/// The handle `run` and `serve` run through: this very binary is the proxy binary, and
+/// progress of long steps (the base image's first build) goes to stderr.
+pub(crate) async fn connect_sandbox() -> Result<Sandbox, RunError> {
+    let binary = std::env::current_exe().map_err(|source| RunError::ProxyBinary {
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
+    Ok(Sandbox::connect(binary)
+        .await?
+        .on_progress(|progress| say(format_args!("egress-sandbox: {progress}"))))
 }
 
 pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {

@@ -29,7 +29,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 _ = terminate.recv() => {}
             }
         };
-        serve(options, stop, |options| {
+        let sandbox = super::run::connect_sandbox()
+            .await
+            .context("cannot serve")?;
+        serve(sandbox, options, stop, |options| {
             // The line scripts and tests wait for: the socket accepts connections now.
             eprintln!("egress-sandbox: serving on {}", options.socket.display());
         })

@@ -232,6 +232,9 @@ pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     env.extend(spec.credentials.sandbox_env());
     env.push("NO_PROXY=".into());
     env.push("no_proxy=".into());
+    if !spec.policy_set.inspected_hosts().is_empty() {
+        super::trust::set_variables(&mut env);
+    }
     env
 }
 
@@ -311,10 +314,13 @@ fn sandbox_host_config(
 /// Where the gate binary appears in the sandbox (read-only bind mount).
 pub const GATE_PATH: &str = "/.egress-sandbox/gate";
 
-/// The `sandbox-gate` in front of the command: the static egress-sandbox binary at `binary`
-/// (on the engine's host) and the image's own entrypoint, which the command follows.
+/// A sandbox started with its command held back: the `sandbox-gate` goes in front of the
+/// command and waits for the run's go signal on stdin (not to be confused with the proxy's
+/// allow/deny decision, `egress_proxy::gate`). `binary` is the static egress-sandbox binary
+/// on the engine's host, `image_entrypoint` the image's own entrypoint, which the command
+/// follows.
 #[derive(Clone, Debug)]
-pub struct Gate {
+pub struct HeldStart {
     pub binary: std::path::PathBuf,
     pub image_entrypoint: Vec<String>,
 }
@@ -341,12 +347,12 @@ pub fn sandbox_body(
     subnet: RunSubnet,
     hostname: &str,
     labels: &HashMap<String, String>,
-    gate: Option<&Gate>,
+    held: Option<&HeldStart>,
 ) -> ContainerCreateBody {
-    let gated = gate.is_some();
+    let gated = held.is_some();
     let mut host = sandbox_host_config(spec, network, subnet, gated);
     host.runtime = spec.runtime.clone();
-    let (entrypoint, cmd, env) = match gate {
+    let (entrypoint, cmd, env) = match held {
         Some(gate) => {
             host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
                 target: Some(GATE_PATH.into()),
@@ -432,6 +438,14 @@ mod tests {
 
         let env = sandbox_env(&spec, subnet());
         assert!(env.contains(&format!("API_KEY={placeholder}")), "{env:?}");
+        // An inspected host: the TLS clients' variables name the run's bundle.
+        assert!(
+            env.contains(&format!(
+                "SSL_CERT_FILE={}",
+                super::super::trust::BUNDLE_PATH
+            )),
+            "{env:?}"
+        );
         let labels = HashMap::from([("egress-sandbox.run".to_string(), "r-1".to_string())]);
         let sandbox = sandbox_body(&spec, "img", "net", subnet(), "h", &labels, None);
         let proxy = proxy_body("img", "net", subnet(), &[], &labels);
@@ -493,7 +507,7 @@ mod tests {
 
     #[test]
     fn gate_goes_in_front_of_the_image_entrypoint_and_the_command() {
-        let gate = Gate {
+        let gate = HeldStart {
             binary: "/usr/local/bin/egress-sandbox".into(),
             image_entrypoint: vec!["/entry".into()],
         };

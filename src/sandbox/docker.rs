@@ -12,7 +12,7 @@ use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Network,
-    NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest, NetworkInspect,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -21,25 +21,84 @@ use bollard::query_parameters::{
 };
 use futures_util::{Stream, StreamExt};
 
-pub use bollard::container::LogOutput;
+pub(crate) use bollard::container::LogOutput;
 
 /// A writer to a container's stdin.
 pub type StdinWriter = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
 /// A container's output as Docker frames it (stdout and stderr chunks).
-pub type OutputFrames =
+pub(crate) type OutputFrames =
     std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
 
 /// How long connecting and the version handshake may take before we call the engine unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A request the Docker engine refused or that never reached it. The message is the one
+/// the Docker client library gives; [`status`](Self::status) is the engine's HTTP status
+/// when it answered. The client library's own error stays behind this type (its
+/// [`source`](std::error::Error::source) chain is kept), so the public API does not
+/// depend on it.
+pub struct DockerError {
+    inner: Box<BollardError>,
+}
+
+impl DockerError {
+    /// The engine's HTTP status code, when the engine answered (404: no such object,
+    /// 409: conflict, …).
+    pub fn status(&self) -> Option<u16> {
+        match *self.inner {
+            BollardError::DockerResponseServerError { status_code, .. } => Some(status_code),
+            _ => None,
+        }
+    }
+
+    /// The engine's own message, when it answered.
+    pub fn engine_message(&self) -> Option<&str> {
+        server_message(&self.inner)
+    }
+
+    /// The engine's answer was "no such object".
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+}
+
+impl From<BollardError> for DockerError {
+    fn from(inner: BollardError) -> Self {
+        DockerError {
+            inner: Box::new(inner),
+        }
+    }
+}
+
+impl std::fmt::Display for DockerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.inner, f)
+    }
+}
+
+impl std::fmt::Debug for DockerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.inner, f)
+    }
+}
+
+impl std::error::Error for DockerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // This error stands for the client's: its cause is the client error's cause.
+        self.inner.source()
+    }
+}
+
+/// Why the engine could not be reached or asked.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     #[error("cannot reach the Docker engine at {host}: {source}")]
     Unreachable {
         host: String,
         #[source]
-        source: BollardError,
+        source: DockerError,
     },
     #[error("cannot reach the Docker engine at {host}: no answer within {}s", CONNECT_TIMEOUT.as_secs())]
     NoAnswer { host: String },
@@ -47,14 +106,17 @@ pub enum EngineError {
     Api {
         step: String,
         #[source]
-        source: BollardError,
+        source: DockerError,
     },
 }
 
 impl EngineError {
     fn api(step: impl Into<String>) -> impl FnOnce(BollardError) -> EngineError {
         let step = step.into();
-        move |source| EngineError::Api { step, source }
+        move |source| EngineError::Api {
+            step,
+            source: source.into(),
+        }
     }
 }
 
@@ -66,7 +128,7 @@ pub struct Engine {
 }
 
 /// The engine's answer was "no such object".
-pub fn is_not_found(error: &BollardError) -> bool {
+pub(crate) fn is_not_found(error: &BollardError) -> bool {
     matches!(
         error,
         BollardError::DockerResponseServerError {
@@ -77,7 +139,7 @@ pub fn is_not_found(error: &BollardError) -> bool {
 }
 
 /// The engine's answer was a conflict (name in use, container not running …).
-pub fn is_conflict(error: &BollardError) -> bool {
+pub(crate) fn is_conflict(error: &BollardError) -> bool {
     matches!(
         error,
         BollardError::DockerResponseServerError {
@@ -88,7 +150,7 @@ pub fn is_conflict(error: &BollardError) -> bool {
 }
 
 /// The message of an engine error response, for matching well-known refusals.
-pub fn server_message(error: &BollardError) -> Option<&str> {
+pub(crate) fn server_message(error: &BollardError) -> Option<&str> {
     match error {
         BollardError::DockerResponseServerError { message, .. } => Some(message),
         _ => None,
@@ -106,18 +168,23 @@ impl Engine {
         let docker =
             Docker::connect_with_defaults().map_err(|source| EngineError::Unreachable {
                 host: host.clone(),
-                source,
+                source: source.into(),
             })?;
         let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
             Ok(Ok(docker)) => docker,
-            Ok(Err(source)) => return Err(EngineError::Unreachable { host, source }),
+            Ok(Err(source)) => {
+                return Err(EngineError::Unreachable {
+                    host,
+                    source: source.into(),
+                });
+            }
             Err(_) => return Err(EngineError::NoAnswer { host }),
         };
         Ok(Engine { docker, host })
     }
 
     /// The bollard client, for modules that speak to it directly (images).
-    pub fn docker(&self) -> &Docker {
+    pub(crate) fn docker(&self) -> &Docker {
         &self.docker
     }
 
@@ -132,7 +199,7 @@ impl Engine {
 
     /// The entrypoint an image declares (empty if none), so a command can be put behind
     /// our own entrypoint without losing it.
-    pub async fn image_entrypoint(&self, image: &str) -> Result<Vec<String>, BollardError> {
+    pub(crate) async fn image_entrypoint(&self, image: &str) -> Result<Vec<String>, BollardError> {
         let inspect = self.docker.inspect_image(image).await?;
         Ok(inspect
             .config
@@ -154,7 +221,7 @@ impl Engine {
 
     // ---- networks ----
 
-    pub async fn create_network(
+    pub(crate) async fn create_network(
         &self,
         request: NetworkCreateRequest,
     ) -> Result<String, BollardError> {
@@ -162,7 +229,7 @@ impl Engine {
         Ok(response.id)
     }
 
-    pub async fn inspect_network(&self, name: &str) -> Result<NetworkInspect, BollardError> {
+    pub(crate) async fn inspect_network(&self, name: &str) -> Result<NetworkInspect, BollardError> {
         self.docker
             .inspect_network(
                 name,
@@ -172,7 +239,7 @@ impl Engine {
     }
 
     /// Networks matching `filters` (Docker filter syntax, e.g. `label` → `["k=v"]`).
-    pub async fn list_networks(
+    pub(crate) async fn list_networks(
         &self,
         filters: &HashMap<&str, Vec<&str>>,
     ) -> Result<Vec<Network>, EngineError> {
@@ -185,7 +252,7 @@ impl Engine {
             .map_err(EngineError::api("list networks"))
     }
 
-    pub async fn connect_network(
+    pub(crate) async fn connect_network(
         &self,
         network: &str,
         container: &str,
@@ -198,26 +265,9 @@ impl Engine {
         self.docker.connect_network(network, request).await
     }
 
-    /// Disconnects a container from a network; a container or network already gone counts
-    /// as disconnected.
-    pub async fn disconnect_network(
-        &self,
-        network: &str,
-        container: &str,
-    ) -> Result<(), BollardError> {
-        let request = NetworkDisconnectRequest {
-            container: container.to_string(),
-            force: Some(true),
-        };
-        match self.docker.disconnect_network(network, request).await {
-            Err(error) if is_not_found(&error) => Ok(()),
-            result => result,
-        }
-    }
-
     /// Removes a network; one that is already gone counts as removed. Endpoints of containers
     /// removed a moment ago can linger briefly, so "active endpoints" is retried.
-    pub async fn remove_network(&self, name: &str) -> Result<(), BollardError> {
+    pub(crate) async fn remove_network(&self, name: &str) -> Result<(), BollardError> {
         let mut attempt = 0;
         loop {
             match self.docker.remove_network(name).await {
@@ -239,7 +289,7 @@ impl Engine {
 
     // ---- containers ----
 
-    pub async fn create_container(
+    pub(crate) async fn create_container(
         &self,
         name: &str,
         body: ContainerCreateBody,
@@ -250,7 +300,7 @@ impl Engine {
 
     /// As [`create_container`](Self::create_container), owning its arguments, for a task
     /// that must finish even if its caller goes away.
-    pub async fn create_container_owned(
+    pub(crate) async fn create_container_owned(
         self,
         name: String,
         body: ContainerCreateBody,
@@ -260,7 +310,10 @@ impl Engine {
 
     /// stdout and stderr of a container, from now on, as a stream of frames. Attach before
     /// start so that nothing is missed; the stream ends when the container stops.
-    pub async fn attach_output(&self, container: &str) -> Result<OutputFrames, BollardError> {
+    pub(crate) async fn attach_output(
+        &self,
+        container: &str,
+    ) -> Result<OutputFrames, BollardError> {
         let options = AttachContainerOptionsBuilder::default()
             .stdout(true)
             .stderr(true)
@@ -275,7 +328,7 @@ impl Engine {
     }
 
     /// As [`attach_output`](Self::attach_output), plus a writer to the container's stdin.
-    pub async fn attach_with_stdin(
+    pub(crate) async fn attach_with_stdin(
         &self,
         container: &str,
     ) -> Result<(OutputFrames, StdinWriter), BollardError> {
@@ -293,7 +346,7 @@ impl Engine {
         Ok((attached.output, attached.input))
     }
 
-    pub async fn start_container(&self, container: &str) -> Result<(), BollardError> {
+    pub(crate) async fn start_container(&self, container: &str) -> Result<(), BollardError> {
         self.docker
             .start_container(
                 container,
@@ -303,7 +356,7 @@ impl Engine {
     }
 
     /// Waits until the container is not running and returns its exit status.
-    pub async fn wait_container(&self, container: &str) -> Result<i64, BollardError> {
+    pub(crate) async fn wait_container(&self, container: &str) -> Result<i64, BollardError> {
         let options = WaitContainerOptionsBuilder::default()
             .condition("not-running")
             .build();
@@ -319,7 +372,7 @@ impl Engine {
         }
     }
 
-    pub async fn inspect_container(
+    pub(crate) async fn inspect_container(
         &self,
         container: &str,
     ) -> Result<ContainerInspectResponse, BollardError> {
@@ -332,7 +385,11 @@ impl Engine {
     }
 
     /// Sends `signal`; a container that is gone or not running needs no signal.
-    pub async fn kill_container(&self, container: &str, signal: &str) -> Result<(), BollardError> {
+    pub(crate) async fn kill_container(
+        &self,
+        container: &str,
+        signal: &str,
+    ) -> Result<(), BollardError> {
         let options = KillContainerOptionsBuilder::default()
             .signal(signal)
             .build();
@@ -343,7 +400,7 @@ impl Engine {
     }
 
     /// Kills (if needed) and removes a container; one that is already gone counts as removed.
-    pub async fn remove_container(&self, container: &str) -> Result<(), BollardError> {
+    pub(crate) async fn remove_container(&self, container: &str) -> Result<(), BollardError> {
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
             .v(true)
@@ -376,7 +433,7 @@ impl Engine {
     }
 
     /// Containers (running or not) matching `filters`.
-    pub async fn list_containers(
+    pub(crate) async fn list_containers(
         &self,
         filters: &HashMap<&str, Vec<&str>>,
     ) -> Result<Vec<ContainerSummary>, EngineError> {

@@ -13,6 +13,7 @@
 
 mod base;
 mod elf;
+mod handed_out;
 mod hash_cache;
 mod proxy;
 mod rootfs;
@@ -23,17 +24,20 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use bollard::Docker;
-use bollard::errors::Error as DockerError;
+
+use super::docker::{DockerError, Engine};
 
 pub use base::{BASE_IMAGE, MIRROR_ENV};
 pub use elf::{ElfLinkage, elf_linkage};
-pub use proxy::PROXY_REPOSITORY;
+/// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
+pub const PROXY_REPOSITORY: &str = "egress-sandbox-proxy";
 
 /// Label key on every image this module makes; the value says which (`proxy` or `base`).
 pub const IMAGE_LABEL: &str = "egress-sandbox.image";
 
 /// Why an image could not be provided. Each message says what was wrong and what to do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ImageError {
     #[error(
         "image {image} not found locally: egress-sandbox never pulls images; check `docker images`, \
@@ -65,7 +69,7 @@ pub enum ImageError {
     #[error(
         "a Docker API request failed (is the Docker daemon running, and DOCKER_HOST right if set?)"
     )]
-    Docker(#[from] DockerError),
+    Docker(#[source] DockerError),
     #[error("{context}")]
     Io {
         context: String,
@@ -74,28 +78,101 @@ pub enum ImageError {
     },
 }
 
+/// Progress of a long step, for the caller to show (the library prints nothing). Its
+/// `Display` is one line for a person, e.g. `building the base image: importing into
+/// Docker`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Progress {
+    /// Another process is building the base image; this one waits for it.
+    WaitingForBaseImage,
+    /// The base image is missing and its build begins (minutes).
+    BuildingBaseImage {
+        image: String,
+        mirror: String,
+        log: PathBuf,
+    },
+    /// A stage of the base image build (`debootstrap: …`, `importing into Docker` …).
+    BaseImageStage(String),
+    /// The base image was built.
+    BaseImageReady {
+        image: String,
+        elapsed: std::time::Duration,
+    },
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::WaitingForBaseImage => f.write_str(
+                "waiting for another egress-sandbox process to finish building the base image",
+            ),
+            Progress::BuildingBaseImage { image, mirror, log } => write!(
+                f,
+                "building the base image {image} (first use, ~2-8 min) from {mirror}; log: {}",
+                log.display()
+            ),
+            Progress::BaseImageStage(stage) => write!(f, "building the base image: {stage}"),
+            Progress::BaseImageReady { image, elapsed } => write!(
+                f,
+                "base image {image} ready after {}m{:02}s",
+                elapsed.as_secs() / 60,
+                elapsed.as_secs() % 60
+            ),
+        }
+    }
+}
+
 impl ImageError {
+    /// A failed Docker request (the client's error stays out of the public API).
+    fn docker(error: bollard::errors::Error) -> Self {
+        ImageError::Docker(error.into())
+    }
+
     fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> Self {
         let context = context.into();
         move |source| Self::Io { context, source }
     }
 }
 
-/// The proxy image for `binary` (normally this very executable); returns its tag,
+/// The proxy image for `binary` (a static egress-sandbox binary); returns its tag,
 /// `egress-sandbox-proxy:<first 16 hex of sha256>`. Builds it when missing.
-pub async fn ensure_proxy_image(docker: &Docker, binary: &Path) -> Result<String, ImageError> {
-    proxy::ensure(docker, &cache_dir(), binary).await
+pub async fn ensure_proxy_image(engine: &Engine, binary: &Path) -> Result<String, ImageError> {
+    proxy::ensure(engine.docker(), &cache_dir(), binary).await
+}
+
+/// For a caller that keeps the tag [`ensure_proxy_image`] gave: whether that image still
+/// exists; if so it is marked as handed out (the sweep of other processes keeps it).
+pub async fn hand_out_proxy_image(engine: &Engine, tag: &str) -> Result<bool, ImageError> {
+    if !image_exists(engine.docker(), tag).await? {
+        return Ok(false);
+    }
+    handed_out::stamp(&cache_dir(), tag);
+    Ok(true)
 }
 
 /// The default sandbox image; returns its tag ([`BASE_IMAGE`]). The first call on a machine
-/// builds it (a few minutes, progress on stderr); concurrent callers wait for that build.
-pub async fn ensure_base_image(docker: &Docker) -> Result<String, ImageError> {
-    base::ensure(docker, &cache_dir()).await
+/// builds it (a few minutes, progress to `tracing` only); concurrent callers wait for that
+/// build.
+pub async fn ensure_base_image(engine: &Engine) -> Result<String, ImageError> {
+    ensure_base_image_with(engine, |_| {}).await
+}
+
+/// As [`ensure_base_image`], with each step of a build also handed to `progress`.
+pub async fn ensure_base_image_with(
+    engine: &Engine,
+    progress: impl Fn(&Progress) + Send + Sync + 'static,
+) -> Result<String, ImageError> {
+    let progress: base::Report = std::sync::Arc::new(move |step: Progress| {
+        tracing::info!("{step}");
+        progress(&step);
+    });
+    base::ensure(engine.docker(), &cache_dir(), progress).await
 }
 
 /// For `--image`: Ok if `image` exists in the local engine, [`ImageError::Missing`] otherwise.
-pub async fn require_local_image(docker: &Docker, image: &str) -> Result<(), ImageError> {
-    if image_exists(docker, image).await? {
+pub async fn require_local_image(engine: &Engine, image: &str) -> Result<(), ImageError> {
+    if image_exists(engine.docker(), image).await? {
         Ok(())
     } else {
         Err(ImageError::Missing {
@@ -108,8 +185,8 @@ pub async fn require_local_image(docker: &Docker, image: &str) -> Result<(), Ima
 /// binaries not handed out for 30 minutes, and untagged leftovers of concurrent builds.
 /// Never fails (images in use are kept); returns how many were removed. For `gc`; image
 /// builds also run it.
-pub async fn sweep_images(docker: &Docker) -> usize {
-    sweep::remove_leftover_images(docker, &cache_dir(), None).await
+pub async fn sweep_images(engine: &Engine) -> usize {
+    sweep::remove_leftover_images(engine.docker(), &cache_dir(), None).await
 }
 
 /// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else a directory under
@@ -132,10 +209,8 @@ pub fn cache_dir() -> PathBuf {
 async fn image_exists(docker: &Docker, image: &str) -> Result<bool, ImageError> {
     match docker.inspect_image(image).await {
         Ok(_) => Ok(true),
-        Err(DockerError::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(false),
-        Err(error) => Err(error.into()),
+        Err(error) if super::docker::is_not_found(&error) => Ok(false),
+        Err(error) => Err(ImageError::docker(error)),
     }
 }
 

@@ -19,7 +19,10 @@
 //! - [`teardown`]: owns every object of a run and removes it on every path.
 //! - `slot`: a run's set-up in two parts, the slot (spec-independent) and its claim,
 //!   shared by cold runs and the daemon's warm pool.
-//! - [`run`]: the lifecycle itself — [`run::run`] / [`run::run_until`] → [`run::RunOutcome`].
+//! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
+//!   daemon, embedders): it names its proxy binary and connects to the engine once.
+//! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
+//!   [`run::RunOutcome`].
 //! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files).
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
@@ -31,6 +34,7 @@ pub mod docker;
 pub mod events;
 pub mod gate_signal;
 pub mod gc;
+pub mod handle;
 pub mod images;
 pub mod labels;
 pub mod network;
@@ -43,7 +47,10 @@ pub mod task_files;
 pub mod teardown;
 pub mod trust;
 
+pub use docker::{DockerError, Engine, EngineError};
 pub use events::RunEvent;
+pub use handle::Sandbox;
+pub use images::{ImageError, Progress};
 pub use output::{OutputSinks, OutputStats};
-pub use run::{Interruption, RunError, RunOutcome, RunStatus, run, run_until};
+pub use run::{Interruption, RunError, RunOutcome, RunStatus};
 pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};

@@ -16,7 +16,7 @@ use bollard::models::{Ipam, IpamConfig, Network, NetworkCreateRequest};
 use ipnet::Ipv4Net;
 use rand::Rng;
 
-use super::docker::{Engine, EngineError, is_conflict, is_not_found, server_message};
+use super::docker::{DockerError, Engine, EngineError, is_conflict, is_not_found, server_message};
 use super::labels::SHARED_LABEL;
 
 pub const EGRESS_NETWORK: &str = "egress-sandbox-egress";
@@ -74,6 +74,7 @@ fn pick_subnet(pool: Ipv4Net, used: &[Ipv4Net], start: usize) -> Option<Ipv4Net>
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NetworkError {
     #[error(
         "no free /29 left in the subnet pool {pool} (set EGRESS_SANDBOX_SUBNET_POOL to another range, or run `egress-sandbox gc`)"
@@ -83,7 +84,7 @@ pub enum NetworkError {
     Create {
         name: String,
         #[source]
-        source: bollard::errors::Error,
+        source: DockerError,
     },
     #[error("egress network {name:?} does not exist (create it, or leave out --egress-network)")]
     EgressMissing { name: String },
@@ -91,7 +92,7 @@ pub enum NetworkError {
     Egress {
         name: String,
         #[source]
-        source: bollard::errors::Error,
+        source: DockerError,
     },
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -171,7 +172,10 @@ pub async fn create_run_network(
                 start = rand::rng().random_range(0..slots);
             }
             Err(source) => {
-                return Err(NetworkError::Create { name, source });
+                return Err(NetworkError::Create {
+                    name,
+                    source: source.into(),
+                });
             }
         }
     }
@@ -192,7 +196,7 @@ pub async fn egress_network(
             }),
             Err(source) => Err(NetworkError::Egress {
                 name: name.to_string(),
-                source,
+                source: source.into(),
             }),
         };
     }
@@ -219,7 +223,7 @@ pub async fn egress_network(
         Err(source) => {
             return Err(NetworkError::Egress {
                 name: EGRESS_NETWORK.to_string(),
-                source,
+                source: source.into(),
             });
         }
     }
@@ -249,7 +253,7 @@ pub async fn gateways(engine: &Engine, id: &str) -> Result<Vec<IpAddr>, NetworkE
         .await
         .map_err(|source| NetworkError::Egress {
             name: id.to_string(),
-            source,
+            source: source.into(),
         })?;
     Ok(network
         .ipam

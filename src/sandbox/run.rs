@@ -5,9 +5,10 @@
 //! connect, check --runtime ─┬─ proxy image ───────────────┐
 //!                           ├─ sandbox image ─────────────┤
 //!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start ──────────────┐
-//!                           └─ run network ───────────────┘ └─ create sandbox → attach → start (gated) ────┤
-//!  claim (slot.rs):  docker update (limits, if changed) ─┬─ handoff (stdin) ─ ready ─┬─ gate signal: argv, env, workdir, files
-//!                    connect egress (if not yet) ────────┘                           │
+//!                           └─ run network ───────────────┘ ├─ create sandbox → attach → start (gated) ────┤
+//!                                                           └─ (inspected hosts) the image's CA bundle ────┤
+//!  claim (slot.rs):  docker update (limits, if changed) ─┬─ handoff (stdin) ─ ready ─┬─ fill the trust bundle
+//!                    connect egress (if not yet) ────────┘                           └─ gate signal: argv, env, workdir, files
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt │ proxy died ─ kill
 //!    command over (output ends) ─ stop proxy (its output ends with the `end` record) ─ outcome
 //!    then (Leftovers::remove; the daemon after its answer): remove both containers ─ remove network
@@ -27,28 +28,10 @@
 //! started alongside the proxy, its command held back by a gate until the proxy is ready
 //! (`commands::sandbox_gate`), which also hands the command its argv, environment and
 //! working directory. Every object is registered with the run's `Teardown` before it is
-//! created and removed before [`run`] returns, on every path.
+//! created and removed before the run returns, on every path.
 //!
-//! Embedding it (an agent framework, say):
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use egress_sandbox::sandbox::{OutputSinks, RunSpec, RunStatus, run};
-//!
-//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let spec = RunSpec::builder(["python3", "-c", "print('hello')"])
-//!     .allow("api.openai.com")
-//!     .timeout(Duration::from_secs(20))
-//!     .build()?; // policies and limits checked here, before Docker is touched
-//! let outcome = run(spec, OutputSinks::stdio()).await?;
-//! if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
-//!     for group in &outcome.blocked {
-//!         eprintln!("refused: {}", group.describe());
-//!     }
-//! }
-//! # Ok(())
-//! # }
-//! ```
+//! Embedders (an agent framework, say) run specs through a
+//! [`Sandbox`](super::Sandbox) handle, as the `run` command and the daemon do.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -58,17 +41,17 @@ use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
 use super::container::gate_setup;
-use super::docker::{Engine, EngineError, StdinWriter};
+use super::docker::{DockerError, EngineError, StdinWriter};
 use super::events::{AuditTee, RunEvent};
 use super::gate_signal;
+use super::handle::Sandbox;
 use super::images::ImageError;
-use super::labels::Owner;
 use super::network::NetworkError;
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
 use super::slot::{PROXY_READY_TIMEOUT, Prepared, Slot, SlotObjects};
 use super::spec::RunSpec;
 use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
-use super::trust::{self, TrustBundle, TrustError};
+use super::trust::{TrustBundle, TrustError};
 
 /// After SIGTERM the proxy closes tunnels, writes their records and exits (~1 s).
 const PROXY_STOP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -78,6 +61,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunStatus {
     /// The command exited by itself; `exit_code` is its own.
     Exited,
@@ -97,6 +81,7 @@ pub const PROXY_FAILED_EXIT: i32 = 125;
 
 /// The signal that interrupted a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Interruption {
     Interrupt,
     Terminate,
@@ -113,6 +98,7 @@ impl Interruption {
 
 /// What a run amounted to.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunOutcome {
     pub run_id: String,
     pub status: RunStatus,
@@ -142,6 +128,7 @@ pub struct RunOutcome {
 
 /// Why the sandbox could not be set up (exit 125). Nothing is left behind.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -153,7 +140,7 @@ pub enum RunError {
     Docker {
         step: String,
         #[source]
-        source: bollard::errors::Error,
+        source: DockerError,
     },
     #[error("the proxy did not start: {detail}")]
     ProxyNotReady { detail: String },
@@ -165,20 +152,29 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error("cannot signal the sandbox's gate: {source}")]
-    Gate {
+    GoSignal {
         #[source]
         source: std::io::Error,
     },
     #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
     FilesNeedLocalEngine,
+    #[error(
+        "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
+        hosts.join(", ")
+    )]
+    InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot find this program's binary for the proxy image: {0}")]
-    ProxyBinary(#[source] std::io::Error),
+    #[error("cannot find the proxy binary {}: {source}", path.display())]
+    ProxyBinary {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
     UnknownRuntime {
         name: String,
@@ -192,42 +188,28 @@ pub enum RunError {
     Trust(#[from] TrustError),
 }
 
-pub(crate) fn docker_step(step: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> RunError {
+pub(crate) fn docker_step(
+    step: impl Into<String>,
+) -> impl FnOnce(bollard::errors::Error) -> RunError {
     let step = step.into();
-    move |source| RunError::Docker { step, source }
+    move |source| RunError::Docker {
+        step,
+        source: source.into(),
+    }
 }
 
-/// Runs `spec` to the end, relaying output into `sinks`.
-pub async fn run(spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
-    run_until(spec, sinks, std::future::pending()).await
-}
-
-/// As [`run`], but `interrupt` ending stops the run: the sandbox is killed, everything is
-/// removed, and the outcome says [`RunStatus::Interrupted`].
-pub async fn run_until(
+/// Runs `spec` on `sandbox` to the end ([`Sandbox::run_until`]): set-up, run, removal.
+pub(super) async fn execute(
+    sandbox: &Sandbox,
     spec: RunSpec,
     sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> Result<RunOutcome, RunError> {
-    let proxy_binary = match &spec.proxy_binary {
-        Some(path) => path.clone(),
-        None => std::env::current_exe().map_err(RunError::ProxyBinary)?,
-    };
-    let owner = Owner::current().map_err(RunError::Owner)?;
     // Opened before Docker is touched: a bad path is refused with nothing created.
     let audit_file = open_audit_log(&spec)?;
-    let engine = Engine::connect().await?;
-    tracing::debug!(host = engine.host(), "connected to the Docker engine");
-    let context = RunContext {
-        engine,
-        owner,
-        proxy_binary,
-    };
-    let (result, objects) = context
-        .run_parts(None, &spec, audit_file, sinks, interrupt)
-        .await;
-    let failures = match objects {
-        Some(objects) => objects.remove().await,
+    let (result, leftovers) = run_parts(sandbox, None, &spec, audit_file, sinks, interrupt).await;
+    let failures = match leftovers {
+        Some(leftovers) => leftovers.remove().await,
         None => Vec::new(),
     };
     tracing::debug!("teardown done");
@@ -249,13 +231,6 @@ fn open_audit_log(spec: &RunSpec) -> Result<Option<std::fs::File>, RunError> {
             }),
         None => Ok(None),
     }
-}
-
-/// What runs share: the engine, the owner stamped on their objects, the proxy binary.
-pub(crate) struct RunContext {
-    pub engine: Engine,
-    pub owner: Owner,
-    pub proxy_binary: PathBuf,
 }
 
 /// A run's objects once its outcome is known: removing them is the caller's last step
@@ -280,67 +255,70 @@ impl Leftovers {
     }
 }
 
-impl RunContext {
-    /// The objects of a cold run of `spec`: checks what must hold before anything is
-    /// created (the runtime), makes the trust bundle.
-    pub(crate) async fn cold_objects(&self, spec: &RunSpec) -> Result<SlotObjects, RunError> {
-        let engine = &self.engine;
-        // Checked before anything is created: an unknown runtime would fail only at the
-        // sandbox's create, after the networks and the proxy exist.
-        if let Some(name) = &spec.runtime {
-            let available = engine.runtimes().await?;
-            if !available.contains(name) {
-                return Err(RunError::UnknownRuntime {
-                    name: egress_proxy::text::visible(name).into_owned(),
-                    available,
-                });
-            }
+/// The objects of a cold run of `spec`: checks what must hold before anything is created
+/// (the runtime; inspected hosts need a local engine), makes the trust bundle.
+async fn cold_objects(sandbox: &Sandbox, spec: &RunSpec) -> Result<SlotObjects, RunError> {
+    let engine = sandbox.engine();
+    // Checked before anything is created: an unknown runtime would fail only at the
+    // sandbox's create, after the networks and the proxy exist.
+    if let Some(name) = &spec.runtime {
+        let available = engine.runtimes().await?;
+        if !available.contains(name) {
+            return Err(RunError::UnknownRuntime {
+                name: egress_proxy::text::visible(name).into_owned(),
+                available,
+            });
         }
-        // The sandbox trusts the run CA through a bind-mounted bundle: a host file, so only
-        // with a local engine (the same condition as the gate that holds the command until
-        // the bundle is written).
-        let trust = if engine.is_local() && !spec.policy_set.inspected_hosts().is_empty() {
-            Some(TrustBundle::create()?)
-        } else {
-            None
-        };
-        Ok(SlotObjects::new(engine, &self.owner, trust))
     }
-
-    /// Runs `spec` in `warm` (a pool's slot), or in a slot of its own set up now, up to its
-    /// outcome; the objects are left for the caller to remove (`None`: none were made).
-    pub(crate) async fn run_parts(
-        &self,
-        warm: Option<(SlotObjects, Slot)>,
-        spec: &RunSpec,
-        audit_file: Option<std::fs::File>,
-        sinks: OutputSinks,
-        interrupt: impl Future<Output = Interruption>,
-    ) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
-        let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
-        let (objects, slot) = match warm {
-            Some((objects, slot)) => (objects, Some(slot)),
-            None => match self.cold_objects(spec).await {
-                Ok(objects) => (objects, None),
-                Err(error) => return (Err(error), None),
-            },
-        };
-        sinks.emit(RunEvent::Id(objects.names.id.clone()));
-        let run = Run {
-            objects: &objects,
-            spec,
-        };
-        tokio::pin!(interrupt);
-        let result = run
-            .go(slot, &self.proxy_binary, audit_log, sinks, &mut interrupt)
-            .await;
-        // Only a set-up that was cut short (an error in one branch drops the others, or an
-        // interrupt) can have a create request in flight whose object we never heard of.
-        let sweep = result.as_ref().map_or(true, |outcome| {
-            outcome.duration.is_zero() && outcome.status == RunStatus::Interrupted
+    // The sandbox trusts the run CA through a bind-mounted bundle: a host file, so only
+    // with a local engine (the same condition as the gate that holds the command until
+    // the bundle is written). A remote engine would run the command without it: refused.
+    let inspected = spec.policy_set.inspected_hosts();
+    let trust = if inspected.is_empty() {
+        None
+    } else if engine.is_local() {
+        Some(TrustBundle::create()?)
+    } else {
+        return Err(RunError::InspectedNeedsLocalEngine {
+            hosts: inspected.iter().map(|host| host.to_string()).collect(),
+            engine: engine.host().to_owned(),
         });
-        (result, Some(Leftovers { objects, sweep }))
-    }
+    };
+    Ok(SlotObjects::new(sandbox, trust))
+}
+
+/// Runs `spec` in `warm` (a pool's slot), or in a slot of its own set up now, up to its
+/// outcome; the objects are left for the caller to remove (`None`: none were made).
+pub(crate) async fn run_parts(
+    sandbox: &Sandbox,
+    warm: Option<(SlotObjects, Slot)>,
+    spec: &RunSpec,
+    audit_file: Option<std::fs::File>,
+    sinks: OutputSinks,
+    interrupt: impl Future<Output = Interruption>,
+) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
+    let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
+    let (objects, slot) = match warm {
+        Some((objects, slot)) => (objects, Some(slot)),
+        None => match cold_objects(sandbox, spec).await {
+            Ok(objects) => (objects, None),
+            Err(error) => return (Err(error), None),
+        },
+    };
+    sinks.emit(RunEvent::Id(objects.names.id.clone()));
+    let run = Run {
+        sandbox,
+        objects: &objects,
+        spec,
+    };
+    tokio::pin!(interrupt);
+    let result = run.go(slot, audit_log, sinks, &mut interrupt).await;
+    // Only a set-up that was cut short (an error in one branch drops the others, or an
+    // interrupt) can have a create request in flight whose object we never heard of.
+    let sweep = result.as_ref().map_or(true, |outcome| {
+        outcome.duration.is_zero() && outcome.status == RunStatus::Interrupted
+    });
+    (result, Some(Leftovers { objects, sweep }))
 }
 
 /// Copies `input` (if any) to the sandbox's stdin, then closes it: the command sees EOF.
@@ -368,6 +346,7 @@ impl Drop for AbortOnDrop {
 }
 
 struct Run<'a> {
+    sandbox: &'a Sandbox,
     objects: &'a SlotObjects,
     spec: &'a RunSpec,
 }
@@ -383,7 +362,6 @@ impl Run<'_> {
     async fn go<I>(
         &self,
         warm: Option<Slot>,
-        proxy_binary: &std::path::Path,
         audit_log: Option<AuditSink>,
         sinks: OutputSinks,
         interrupt: &mut std::pin::Pin<&mut I>,
@@ -396,7 +374,7 @@ impl Run<'_> {
         let set_up = async {
             let slot = match warm {
                 Some(slot) => slot,
-                None => objects.prepare(self.spec, proxy_binary).await?,
+                None => objects.prepare(self.sandbox, self.spec).await?,
             };
             objects.claim(slot, self.spec, audit_log).await
         };
@@ -423,13 +401,10 @@ impl Run<'_> {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let mut setup = gate_setup(self.spec, subnet);
-                if objects.trust.is_some() {
-                    trust::set_env(&mut setup.env);
-                }
+                let setup = gate_setup(self.spec, subnet);
                 go.write_all(&gate_signal::encode(&setup))
                     .await
-                    .map_err(|source| RunError::Gate { source })?;
+                    .map_err(|source| RunError::GoSignal { source })?;
                 forward_input = Some(AbortOnDrop(tokio::spawn(forward_stdin(input, go))));
             }
             None => engine
@@ -546,7 +521,12 @@ impl Run<'_> {
     /// caller kills the sandbox. Never resolves once `stopping` says the run stops the
     /// proxy itself, nor when the engine cannot be asked (that is no proof of a death).
     async fn proxy_died(&self, stopping: &std::sync::atomic::AtomicBool) {
-        match self.objects.engine.wait_container(&self.objects.names.proxy).await {
+        match self
+            .objects
+            .engine
+            .wait_container(&self.objects.names.proxy)
+            .await
+        {
             Ok(code) if !stopping.load(std::sync::atomic::Ordering::SeqCst) => {
                 tracing::warn!(
                     code,
@@ -578,7 +558,12 @@ impl Run<'_> {
     }
 
     async fn oom_killed(&self) -> bool {
-        match self.objects.engine.inspect_container(&self.objects.names.sandbox).await {
+        match self
+            .objects
+            .engine
+            .inspect_container(&self.objects.names.sandbox)
+            .await
+        {
             Ok(inspect) => inspect
                 .state
                 .and_then(|state| state.oom_killed)

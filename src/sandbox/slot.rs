@@ -18,22 +18,22 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use bollard::models::EndpointSettings;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::container::{Gate, proxy_body, proxy_handoff, sandbox_body};
+use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, OutputFrames, StdinWriter};
+use super::handle::Sandbox;
 use super::images;
-use super::labels::{Owner, RunNames, random_hostname};
+use super::labels::{RunNames, random_hostname};
 use super::network::{self, EGRESS_NETWORK, RunSubnet};
 use super::run::{RunError, docker_step};
 use super::spec::RunSpec;
 use super::task_files::TASK_DIR;
 use super::teardown::Teardown;
-use super::trust::TrustBundle;
+use super::trust::{self, TrustBundle};
 
 /// How long the proxy may take from its handoff to its ready line.
 pub(crate) const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -76,12 +76,13 @@ pub(crate) fn unfit(template: &RunSpec, spec: &RunSpec) -> Option<&'static str> 
         Some("another egress network")
     } else if spec.subnet_pool != template.subnet_pool {
         Some("another subnet pool")
-    } else if spec.proxy_binary.is_some() && spec.proxy_binary != template.proxy_binary {
-        Some("another proxy binary")
     } else if !spec.policy_set.inspected_hosts().is_empty() {
         // The sandbox's CA bundle is a bind mount, made at create.
         Some("inspected hosts (the CA bundle mount)")
-    } else if !matches!(spec.workdir.as_deref(), None | Some("/" | "/tmp" | TASK_DIR)) {
+    } else if !matches!(
+        spec.workdir.as_deref(),
+        None | Some("/" | "/tmp" | TASK_DIR)
+    ) {
         // Docker creates a missing working directory at create; a slot has only these.
         Some("a working directory made at create")
     } else {
@@ -112,6 +113,8 @@ pub(crate) struct Slot {
     sandbox_output: OutputFrames,
     /// The started sandbox's stdin, where its gate waits; `None`: not gated, not started.
     gate: Option<StdinWriter>,
+    /// The image's own CA bundle, when the trust bundle is to be filled at the claim.
+    image_bundle: Vec<u8>,
 }
 
 /// A claimed slot: everything ready to let the command go.
@@ -124,12 +127,13 @@ pub(crate) struct Prepared {
 }
 
 impl SlotObjects {
-    /// Fresh names and labels for one run of `owner`; nothing exists yet.
-    pub(crate) fn new(engine: &Engine, owner: &Owner, trust: Option<TrustBundle>) -> SlotObjects {
+    /// Fresh names and labels for one run of `sandbox`'s owner; nothing exists yet.
+    pub(crate) fn new(sandbox: &Sandbox, trust: Option<TrustBundle>) -> SlotObjects {
         let names = RunNames::generate();
+        let engine = sandbox.engine();
         SlotObjects {
             engine: engine.clone(),
-            labels: owner.labels(&names.id),
+            labels: sandbox.owner().labels(&names.id),
             teardown: Teardown::new(engine.clone(), &names.id),
             names,
             trust,
@@ -141,27 +145,22 @@ impl SlotObjects {
     /// behind its gate.
     pub(crate) async fn prepare(
         &self,
+        sandbox: &Sandbox,
         template: &RunSpec,
-        proxy_binary: &Path,
     ) -> Result<Slot, RunError> {
         let engine = &self.engine;
-        let docker = engine.docker();
         let gated = engine.is_local();
         if !gated && !template.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
         let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
-            async {
-                images::ensure_proxy_image(docker, proxy_binary)
-                    .await
-                    .map_err(RunError::from)
-            },
+            async { sandbox.proxy_image().await.map_err(RunError::from) },
             async {
                 let image = match &template.image {
-                    Some(image) => images::require_local_image(docker, image)
+                    Some(image) => images::require_local_image(engine, image)
                         .await
                         .map(|()| image.clone())?,
-                    None => images::ensure_base_image(docker).await?,
+                    None => sandbox.base_image().await?,
                 };
                 let entrypoint = if gated {
                     engine
@@ -200,13 +199,25 @@ impl SlotObjects {
             },
         )?;
         tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
-        let gate = gated.then(|| Gate {
-            binary: proxy_binary.to_path_buf(),
+        let held = gated.then(|| HeldStart {
+            binary: sandbox.proxy_binary().to_path_buf(),
             image_entrypoint: entrypoint,
         });
-        let ((proxy_frames, proxy_stdin), (sandbox_output, gate)) = tokio::try_join!(
+        // The image's own CA bundle, read from a probe container while the proxy starts.
+        let image_bundle = async {
+            if self.trust.is_none() {
+                return Ok(Vec::new());
+            }
+            let probe = trust::probe_name(&self.names.sandbox);
+            let bundle =
+                trust::image_bundle(engine, &self.teardown, &image, &probe, &self.labels).await?;
+            tracing::debug!(bytes = bundle.len(), "image CA bundle read");
+            Ok::<_, RunError>(bundle)
+        };
+        let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(
             self.start_proxy(&proxy_image, subnet, &floor_extra),
-            self.create_sandbox(template, &image, subnet, gate.as_ref()),
+            self.create_sandbox(template, &image, subnet, held.as_ref()),
+            image_bundle,
         )?;
         Ok(Slot {
             image,
@@ -218,6 +229,7 @@ impl SlotObjects {
             proxy_stdin,
             sandbox_output,
             gate,
+            image_bundle,
         })
     }
 
@@ -309,9 +321,7 @@ impl SlotObjects {
         tracing::debug!("proxy ready");
         // The command is still held by its gate: it sees the full bundle from its start.
         if let Some(trust) = &self.trust {
-            trust
-                .fill(engine, &self.names.sandbox, ready.ca.as_deref())
-                .await?;
+            trust.fill(&slot.image_bundle, ready.ca.as_deref())?;
             tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
         }
         Ok(Prepared {
@@ -368,7 +378,7 @@ impl SlotObjects {
         template: &RunSpec,
         image: &str,
         subnet: RunSubnet,
-        gate: Option<&Gate>,
+        held: Option<&HeldStart>,
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = &self.engine;
         let name = self.names.sandbox.as_str();
@@ -379,7 +389,7 @@ impl SlotObjects {
             subnet,
             &random_hostname(),
             &self.labels,
-            gate,
+            held,
         );
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
@@ -393,7 +403,7 @@ impl SlotObjects {
             )
             .await
             .map_err(docker_step("create the sandbox container"))?;
-        if gate.is_none() {
+        if held.is_none() {
             let output = engine
                 .attach_output(name)
                 .await

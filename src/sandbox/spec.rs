@@ -4,15 +4,24 @@
 //! parses and merges the policies, applies the policy ceilings to the limits and checks
 //! every mount, variable and pin. A spec that builds is one the run can carry out; anything
 //! wrong is a [`SpecError`] (exit 125) and nothing has been created.
+//!
+//! The checks live with what they check: [`limits`], [`mounts`], [`env`], [`policies`] and
+//! the [`subnet_pool`]. Command-line strings (`30s`, `512m`, `SRC:DST:rw`) are parsed by the
+//! CLI (`commands::run_flags`); this module takes typed values.
+
+mod env;
+mod limits;
+mod mounts;
+mod policies;
+mod subnet_pool;
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use egress_proxy::policy::{Diagnostic, Limits, Policy, PolicyError, PolicySet};
+use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::PinError;
 use egress_proxy::target::HostName;
-use egress_proxy::units::format_size;
 use ipnet::Ipv4Net;
 
 use egress_proxy::handoff::InlineCertificate;
@@ -21,70 +30,24 @@ use egress_proxy::secrets::SecretValue;
 use super::credentials::{CredentialError, RunCredentials};
 use super::task_files::{self, TaskFile};
 
-/// The run's limits when neither a flag nor a stricter policy sets them (INTERFACE.md).
-pub const DEFAULT_LIMITS: RunLimits = RunLimits {
-    timeout: Duration::from_secs(30),
-    memory: 256 << 20,
-    cpus: 1.0,
-    pids: 128,
-    tmp: 64 << 20,
-    output: 1 << 20,
-};
+use env::check_env;
+pub use limits::{DEFAULT_LIMITS, RunLimits};
+use limits::{Requested, resolve_limits};
+pub use mounts::Mount;
+use mounts::check_mount;
+pub use policies::PolicySource;
+use policies::{check_policy_sizes, read_policy};
+pub use subnet_pool::{DEFAULT_SUBNET_POOL, SUBNET_POOL_ENV};
+use subnet_pool::{check_pool, subnet_pool_from_env};
 
 /// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
 /// INTERFACE.md B3): bounds the log, the caller's work and the disk whatever the sandbox
 /// sends. The proxy's own default, so a run and a bare proxy agree.
 pub const DEFAULT_AUDIT_LIMIT: u64 = egress_proxy::audit::DEFAULT_AUDIT_LIMIT;
 
-/// Docker refuses memory limits below 6 MiB; say so before anything is created.
-const MIN_MEMORY: u64 = 6 << 20;
-
-/// One argv string of the proxy process must stay below the kernel's MAX_ARG_STRLEN
-/// (128 KiB), and policies travel to the proxy container as `--policy-yaml NAME=YAML`.
-const MAX_POLICY_ARG: usize = 128 * 1024 - 1;
-/// All of the proxy's arguments together stay far below ARG_MAX (2 MiB with an 8 MiB stack).
-const MAX_POLICY_ARGS_TOTAL: usize = 1024 * 1024;
-
-/// The subnet pool runs take their /29 from, unless `EGRESS_SANDBOX_SUBNET_POOL` says otherwise.
-pub const DEFAULT_SUBNET_POOL: &str = "10.213.0.0/16";
-pub const SUBNET_POOL_ENV: &str = "EGRESS_SANDBOX_SUBNET_POOL";
-
-/// The limits a run is held to.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunLimits {
-    /// Wall time of the command; the container is killed when it is up (exit 124).
-    pub timeout: Duration,
-    /// Memory, swap included, in bytes.
-    pub memory: u64,
-    pub cpus: f64,
-    pub pids: u64,
-    /// Size of the writable `/tmp` tmpfs in bytes.
-    pub tmp: u64,
-    /// stdout+stderr bytes relayed; the rest is dropped.
-    pub output: u64,
-}
-
-/// A host path mounted into the sandbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mount {
-    /// Absolute, canonical host path.
-    pub source: PathBuf,
-    /// Absolute path in the sandbox.
-    pub target: String,
-    pub writable: bool,
-}
-
-/// A policy exactly as the proxy will receive it: the text that was validated here is the
-/// text the proxy parses, so the file cannot change in between.
-#[derive(Clone, Debug)]
-pub struct PolicySource {
-    /// Gives the policy's default name; shown in the proxy's diagnostics.
-    pub file_name: String,
-    pub yaml: String,
-}
-
 /// Why a run cannot be set up as asked. Display is the message for the user.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpecError {
     #[error("{0}")]
     Policy(#[from] PolicyError),
@@ -154,7 +117,6 @@ pub struct RunSpec {
     pub(crate) audit_limit: u64,
     pub(crate) egress_network: Option<String>,
     pub(crate) runtime: Option<String>,
-    pub(crate) proxy_binary: Option<PathBuf>,
     pub(crate) subnet_pool: Ipv4Net,
     /// Written under /task by the gate before the command runs.
     pub(crate) files: Vec<TaskFile>,
@@ -216,7 +178,6 @@ pub struct RunSpecBuilder {
     audit_limit: Option<u64>,
     egress_network: Option<String>,
     runtime: Option<String>,
-    proxy_binary: Option<PathBuf>,
     subnet_pool: Option<Ipv4Net>,
     files: Vec<TaskFile>,
     secrets: Vec<(String, SecretValue)>,
@@ -311,11 +272,6 @@ impl RunSpecBuilder {
     /// creates anything.
     pub fn runtime(mut self, name: impl Into<String>) -> Self {
         self.runtime = Some(name.into());
-        self
-    }
-    /// The static egress-sandbox binary the proxy image is built from [default: this process].
-    pub fn proxy_binary(mut self, path: impl Into<PathBuf>) -> Self {
-        self.proxy_binary = Some(path.into());
         self
     }
     /// Where per-run /29 subnets come from [default: `EGRESS_SANDBOX_SUBNET_POOL` or 10.213.0.0/16].
@@ -505,7 +461,6 @@ impl RunSpecBuilder {
             audit_limit,
             egress_network: self.egress_network,
             runtime: self.runtime,
-            proxy_binary: self.proxy_binary,
             subnet_pool,
             files: self.files,
             credentials,
@@ -513,413 +468,9 @@ impl RunSpecBuilder {
     }
 }
 
-/// Reads a policy file once; the same text is validated here and parsed by the proxy.
-fn read_policy(path: &Path) -> Result<(String, PolicySource), SpecError> {
-    let read_error = |source| SpecError::PolicyRead {
-        path: path.to_path_buf(),
-        source,
-    };
-    let shown = path.display().to_string();
-    let size = std::fs::metadata(path).map_err(read_error)?.len();
-    if size > MAX_POLICY_ARG as u64 {
-        return Err(SpecError::PolicyTooLarge {
-            file: shown,
-            size: usize::try_from(size).unwrap_or(usize::MAX),
-            max: MAX_POLICY_ARG,
-        });
-    }
-    let yaml = std::fs::read_to_string(path).map_err(read_error)?;
-    let file_name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_else(|| shown.clone());
-    Ok((shown, PolicySource { file_name, yaml }))
-}
-
-fn check_policy_sizes(sources: &[PolicySource]) -> Result<(), SpecError> {
-    let mut total = 0;
-    for source in sources {
-        // "NAME=YAML" plus the terminating NUL.
-        let size = source.file_name.len() + 1 + source.yaml.len() + 1;
-        if size > MAX_POLICY_ARG {
-            return Err(SpecError::PolicyTooLarge {
-                file: source.file_name.clone(),
-                size,
-                max: MAX_POLICY_ARG,
-            });
-        }
-        total += size;
-    }
-    if total > MAX_POLICY_ARGS_TOTAL {
-        return Err(SpecError::PoliciesTooLarge {
-            size: total,
-            max: MAX_POLICY_ARGS_TOTAL,
-        });
-    }
-    Ok(())
-}
-
-struct Requested {
-    timeout: Option<Duration>,
-    memory: Option<u64>,
-    cpus: Option<f64>,
-    pids: Option<u64>,
-    tmp: Option<u64>,
-    output: Option<u64>,
-}
-
-/// A flag is refused above the policy ceiling; without a flag, the default applies unless
-/// the ceiling is stricter.
-fn resolve_limits(
-    requested: &Requested,
-    ceilings: &Limits,
-    policy: &str,
-) -> Result<RunLimits, SpecError> {
-    fn pick<T: PartialOrd + Copy>(
-        flag: &'static str,
-        key: &'static str,
-        requested: Option<T>,
-        ceiling: Option<T>,
-        default: T,
-        policy: &str,
-        show: impl Fn(T) -> String,
-    ) -> Result<T, SpecError> {
-        match (requested, ceiling) {
-            (Some(value), Some(limit)) if value > limit => Err(SpecError::AboveLimit {
-                flag,
-                value: show(value),
-                policy: policy.to_string(),
-                key,
-                limit: show(limit),
-            }),
-            (Some(value), _) => Ok(value),
-            (None, Some(limit)) if limit < default => Ok(limit),
-            (None, _) => Ok(default),
-        }
-    }
-    let d = &DEFAULT_LIMITS;
-    let show_duration = |value: Duration| humantime::format_duration(value).to_string();
-    let show_size = |value: u64| format_size(value);
-    let limits = RunLimits {
-        timeout: pick(
-            "--timeout",
-            "timeout",
-            requested.timeout,
-            ceilings.timeout,
-            d.timeout,
-            policy,
-            show_duration,
-        )?,
-        memory: pick(
-            "--memory",
-            "memory",
-            requested.memory,
-            ceilings.memory,
-            d.memory,
-            policy,
-            show_size,
-        )?,
-        cpus: pick(
-            "--cpus",
-            "cpus",
-            requested.cpus,
-            ceilings.cpus,
-            d.cpus,
-            policy,
-            |value: f64| value.to_string(),
-        )?,
-        pids: pick(
-            "--pids",
-            "pids",
-            requested.pids,
-            ceilings.pids,
-            d.pids,
-            policy,
-            |value: u64| value.to_string(),
-        )?,
-        tmp: pick(
-            "--tmp",
-            "tmp",
-            requested.tmp,
-            ceilings.tmp,
-            d.tmp,
-            policy,
-            show_size,
-        )?,
-        output: pick(
-            "--output-limit",
-            "output",
-            requested.output,
-            ceilings.output,
-            d.output,
-            policy,
-            show_size,
-        )?,
-    };
-    if limits.timeout.is_zero() {
-        return Err(invalid(
-            "--timeout",
-            show_duration(limits.timeout),
-            "must be more than 0",
-        ));
-    }
-    if limits.memory < MIN_MEMORY {
-        return Err(invalid(
-            "--memory",
-            format_size(limits.memory),
-            "Docker needs at least 6MiB",
-        ));
-    }
-    if !(limits.cpus.is_finite() && limits.cpus >= 0.01) {
-        return Err(invalid(
-            "--cpus",
-            limits.cpus.to_string(),
-            "must be at least 0.01",
-        ));
-    }
-    if limits.pids < 2 {
-        // tini and the command.
-        return Err(invalid(
-            "--pids",
-            limits.pids.to_string(),
-            "must be at least 2",
-        ));
-    }
-    if limits.tmp == 0 {
-        return Err(invalid("--tmp", "0", "must be more than 0"));
-    }
-    for (flag, value) in [
-        ("--memory", limits.memory),
-        ("--tmp", limits.tmp),
-        ("--pids", limits.pids),
-    ] {
-        if i64::try_from(value).is_err() {
-            return Err(invalid(flag, value.to_string(), "too large"));
-        }
-    }
-    Ok(limits)
-}
-
-/// Paths where a mount would break the sandbox's own set-up.
-const RESERVED_TARGETS: &[&str] = &[
-    "/",
-    "/tmp",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/etc/resolv.conf",
-    "/etc/hosts",
-    "/etc/hostname",
-    // Where the sandbox's start gate lives (container::GATE_PATH).
-    "/.egress-sandbox",
-];
-
-fn check_mount(source: &Path, target: &str, writable: bool) -> Result<Mount, SpecError> {
-    let shown = format!("{}:{target}", source.display());
-    let canonical = std::fs::canonicalize(source)
-        .map_err(|error| invalid("--mount", &shown, format!("source: {error}")))?;
-    let metadata = std::fs::metadata(&canonical)
-        .map_err(|error| invalid("--mount", &shown, format!("source: {error}")))?;
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if metadata.file_type().is_socket() {
-            // A socket (the Docker socket above all) would be a way out around the proxy.
-            return Err(invalid(
-                "--mount",
-                &shown,
-                "the source is a socket, which would be a way out of the sandbox",
-            ));
-        }
-    }
-    if !target.starts_with('/') {
-        return Err(invalid(
-            "--mount",
-            &shown,
-            "the target must be an absolute path",
-        ));
-    }
-    let normalized = target.trim_end_matches('/');
-    let normalized = if normalized.is_empty() {
-        "/"
-    } else {
-        normalized
-    };
-    if RESERVED_TARGETS.contains(&normalized)
-        || normalized.starts_with("/.egress-sandbox/")
-        || normalized.contains(',')
-    {
-        return Err(invalid(
-            "--mount",
-            &shown,
-            format!("cannot mount over {normalized}"),
-        ));
-    }
-    Ok(Mount {
-        source: canonical,
-        target: normalized.to_string(),
-        writable,
-    })
-}
-
-/// Variables egress-sandbox sets itself: the proxy is the only way out, overriding them
-/// could only make programs fail in confusing ways.
-pub(crate) const PROXY_VARIABLES: &[&str] = &[
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-];
-
-fn check_env(key: &str, value: &str) -> Result<(), SpecError> {
-    let shown = format!("{key}={value}");
-    if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
-        return Err(invalid("--env", shown, "expected KEY=VALUE"));
-    }
-    if PROXY_VARIABLES.contains(&key) {
-        return Err(invalid(
-            "--env",
-            shown,
-            "the proxy variables are set by egress-sandbox",
-        ));
-    }
-    Ok(())
-}
-
-fn check_pool(pool: Ipv4Net, what: &str) -> Result<Ipv4Net, SpecError> {
-    if pool.prefix_len() > 29 {
-        return Err(invalid(
-            "subnet pool",
-            format!("{what} {pool}"),
-            "must be /29 or larger",
-        ));
-    }
-    Ok(pool.trunc())
-}
-
-fn subnet_pool_from_env() -> Result<Ipv4Net, SpecError> {
-    match std::env::var(SUBNET_POOL_ENV) {
-        Ok(value) if !value.trim().is_empty() => {
-            let pool: Ipv4Net = value.trim().parse().map_err(|_| {
-                invalid(
-                    "subnet pool",
-                    format!("{SUBNET_POOL_ENV}={value}"),
-                    "expected an IPv4 CIDR such as 10.213.0.0/16",
-                )
-            })?;
-            check_pool(pool, SUBNET_POOL_ENV)
-        }
-        _ => Ok(DEFAULT_SUBNET_POOL.parse().expect("valid default pool")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn requested() -> Requested {
-        Requested {
-            timeout: None,
-            memory: None,
-            cpus: None,
-            pids: None,
-            tmp: None,
-            output: None,
-        }
-    }
-
-    #[test]
-    fn defaults_apply_without_flags_or_ceilings() {
-        let limits = resolve_limits(&requested(), &Limits::default(), "p").unwrap();
-        assert_eq!(limits, DEFAULT_LIMITS);
-    }
-
-    #[test]
-    fn stricter_ceiling_becomes_the_value_looser_one_does_not() {
-        let ceilings = Limits {
-            timeout: Some(Duration::from_secs(5)),
-            memory: Some(1 << 30),
-            ..Limits::default()
-        };
-        let limits = resolve_limits(&requested(), &ceilings, "p").unwrap();
-        assert_eq!(limits.timeout, Duration::from_secs(5));
-        assert_eq!(limits.memory, DEFAULT_LIMITS.memory);
-    }
-
-    #[test]
-    fn flag_above_ceiling_is_refused_with_both_values() {
-        let ceilings = Limits {
-            timeout: Some(Duration::from_secs(30)),
-            ..Limits::default()
-        };
-        let mut asked = requested();
-        asked.timeout = Some(Duration::from_secs(600));
-        let error = resolve_limits(&asked, &ceilings, "agent").unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "--timeout 10m is above the limit of policy agent (timeout: 30s)"
-        );
-    }
-
-    #[test]
-    fn flag_below_ceiling_wins() {
-        let ceilings = Limits {
-            memory: Some(512 << 20),
-            ..Limits::default()
-        };
-        let mut asked = requested();
-        asked.memory = Some(384 << 20);
-        let limits = resolve_limits(&asked, &ceilings, "p").unwrap();
-        assert_eq!(limits.memory, 384 << 20);
-    }
-
-    #[test]
-    fn nonsense_limits_are_refused() {
-        let mut asked = requested();
-        asked.memory = Some(1 << 20);
-        assert!(resolve_limits(&asked, &Limits::default(), "p").is_err());
-        let mut asked = requested();
-        asked.timeout = Some(Duration::ZERO);
-        assert!(resolve_limits(&asked, &Limits::default(), "p").is_err());
-        let mut asked = requested();
-        asked.cpus = Some(f64::NAN);
-        assert!(resolve_limits(&asked, &Limits::default(), "p").is_err());
-    }
-
-    #[test]
-    fn mount_checks_source_and_target() {
-        let dir = tempfile::tempdir().unwrap();
-        let mount = check_mount(dir.path(), "/data/", false).unwrap();
-        assert_eq!(mount.target, "/data");
-        assert!(check_mount(dir.path(), "relative", false).is_err());
-        assert!(check_mount(dir.path(), "/tmp", false).is_err());
-        assert!(check_mount(&dir.path().join("missing"), "/data", false).is_err());
-        let socket = dir.path().join("s.sock");
-        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        assert!(check_mount(&socket, "/var/run/docker.sock", false).is_err());
-    }
-
-    #[test]
-    fn env_refuses_proxy_variables_and_bad_keys() {
-        assert!(check_env("FOO", "bar").is_ok());
-        assert!(check_env("HTTPS_PROXY", "http://evil").is_err());
-        assert!(check_env("", "x").is_err());
-    }
-
-    #[test]
-    fn oversized_policy_is_refused() {
-        let big = PolicySource {
-            file_name: "big.yaml".into(),
-            yaml: "#".repeat(MAX_POLICY_ARG),
-        };
-        assert!(matches!(
-            check_policy_sizes(&[big]),
-            Err(SpecError::PolicyTooLarge { .. })
-        ));
-    }
 
     #[test]
     fn audit_limit_defaults_and_refuses_zero() {
@@ -957,15 +508,6 @@ mod tests {
                 .resolve("a b", ip)
                 .build()
                 .is_err()
-        );
-    }
-
-    #[test]
-    fn pool_must_hold_a_slash_29() {
-        assert!(check_pool("10.0.0.0/30".parse().unwrap(), "pool").is_err());
-        assert_eq!(
-            check_pool("10.213.1.9/16".parse().unwrap(), "pool").unwrap(),
-            "10.213.0.0/16".parse::<Ipv4Net>().unwrap()
         );
     }
 }

@@ -2,24 +2,34 @@
 //!
 //! The sandbox container is created alongside the proxy, before the run CA exists (it is
 //! born in the proxy and published in its ready line). So each run makes an empty file in
-//! a private host directory, bind-mounts it read-only at [`BUNDLE_PATH`], and once the
-//! proxy is ready fills it — the image's own bundle, read from the created container
-//! through the archive API, then the run CA — before the sandbox's gate opens. The
-//! variables that common TLS clients read point at it. The directory goes with the run.
+//! a private host directory and bind-mounts it read-only twice: over the image's own bundle
+//! [`IMAGE_BUNDLE`] (what tools that read no variable trust) and at [`BUNDLE_PATH`] (what
+//! the variables name, present even where the image has no bundle). Once the proxy is
+//! ready the file is filled — the image's own bundle, then the run CA — before the
+//! sandbox's gate opens.
+//!
+//! The image's bundle cannot be read from the sandbox's container: the mount covers it
+//! there. It is read from a probe container instead — created from the same image, never
+//! started, no network — through the archive API (a tar stream), then the probe is
+//! removed. The probe runs alongside the proxy's start, so it costs the run CPU, not
+//! waiting (README: Credentials). The directory goes with the run.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use bollard::models::{ContainerCreateBody, Mount, MountType};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::TryStreamExt;
 
 use super::docker::{Engine, is_not_found};
+use super::teardown::Teardown;
 
-/// Where the sandbox sees the bundle.
+/// Where the sandbox sees the bundle, whatever its image; the variables name it.
 pub const BUNDLE_PATH: &str = "/etc/egress-sandbox/ca-bundle.crt";
-/// The image's own bundle (Debian and derivatives).
-const IMAGE_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The image's own bundle (Debian and derivatives, Alpine, Fedora through a link): the
+/// run's bundle is mounted over it too.
+pub const IMAGE_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// The variables TLS clients read for their trust store: OpenSSL (Python, git's curl),
 /// requests, curl, Node (added to its own roots), git.
 const TRUST_VARIABLES: [&str; 5] = [
@@ -37,8 +47,10 @@ const MAX_IMAGE_BUNDLE: u64 = 16 << 20;
 pub enum TrustError {
     #[error("cannot create the sandbox's CA bundle file: {0}")]
     Create(#[source] std::io::Error),
+    #[error("cannot create a container to read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
+    Probe(#[source] super::docker::DockerError),
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
-    Download(#[source] bollard::errors::Error),
+    Download(#[source] super::docker::DockerError),
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
     Archive(#[source] std::io::Error),
     #[error("cannot write the sandbox's CA bundle: {0}")]
@@ -70,70 +82,119 @@ impl TrustBundle {
         &self.file
     }
 
-    /// Adds the read-only mount and the trust variables to the sandbox's create request.
+    /// Adds the read-only mounts to the sandbox's create request (the variables are in
+    /// its environment already: [`set_variables`]).
     pub fn add_to(&self, body: &mut ContainerCreateBody) {
         let host = body.host_config.get_or_insert_with(Default::default);
-        host.mounts.get_or_insert_with(Vec::new).push(Mount {
-            target: Some(BUNDLE_PATH.into()),
-            source: Some(self.file.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(true),
-            ..Mount::default()
-        });
-        set_env(body.env.get_or_insert_with(Vec::new));
+        let mounts = host.mounts.get_or_insert_with(Vec::new);
+        for target in [BUNDLE_PATH, IMAGE_BUNDLE] {
+            mounts.push(Mount {
+                target: Some(target.into()),
+                source: Some(self.file.display().to_string()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Mount::default()
+            });
+        }
+    }
+
+    /// Writes `image_bundle` and then `run_ca` into the file, in place: the bind mounts
+    /// follow the inode.
+    pub fn fill(&self, image_bundle: &[u8], run_ca: Option<&str>) -> Result<(), TrustError> {
+        std::fs::write(&self.file, combine(image_bundle, run_ca)).map_err(TrustError::Write)
     }
 }
 
-/// Points the trust variables at the bundle in `env` (the create request's, or the gate
-/// signal's, which goes over the container's), replacing any of the same name.
-pub fn set_env(env: &mut Vec<String>) {
+/// Points every trust variable of `env` (`KEY=VALUE` entries) at [`BUNDLE_PATH`], replacing
+/// any the caller gave: the environment of a sandbox whose policy inspects a host, which
+/// always gets the bundle (a remote engine refuses such runs).
+pub fn set_variables(env: &mut Vec<String>) {
     for variable in TRUST_VARIABLES {
         env.retain(|entry| !entry.starts_with(&format!("{variable}=")));
         env.push(format!("{variable}={BUNDLE_PATH}"));
     }
 }
 
-impl TrustBundle {
-
-    /// Writes the image's bundle (from the created `container`) and then `run_ca` into the
-    /// file, in place: the bind mount follows the inode.
-    pub async fn fill(
-        &self,
-        engine: &Engine,
-        container: &str,
-        run_ca: Option<&str>,
-    ) -> Result<(), TrustError> {
-        let mut bundle = image_bundle(engine, container, IMAGE_BUNDLE).await?;
-        if let Some(ca) = run_ca {
-            if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-                bundle.push(b'\n');
-            }
-            bundle.extend_from_slice(ca.as_bytes());
-            if !bundle.ends_with(b"\n") {
-                bundle.push(b'\n');
-            }
+/// The image's bundle followed by the run CA, each ending in a newline.
+fn combine(image_bundle: &[u8], run_ca: Option<&str>) -> Vec<u8> {
+    let mut bundle = image_bundle.to_vec();
+    if let Some(ca) = run_ca {
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
         }
-        std::fs::write(&self.file, bundle).map_err(TrustError::Write)
+        bundle.extend_from_slice(ca.as_bytes());
+        if !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
     }
+    bundle
+}
+
+/// The name of the run's probe container, next to its sandbox's.
+pub fn probe_name(sandbox: &str) -> String {
+    format!("{sandbox}-ca-probe")
+}
+
+/// The image's own bundle (empty when it has none), read from a probe container named
+/// `name`: created from `image` with `labels` (so teardown and `gc` know it), never
+/// started, no network; removed once read.
+pub async fn image_bundle(
+    engine: &Engine,
+    teardown: &Teardown,
+    image: &str,
+    name: &str,
+    labels: &HashMap<String, String>,
+) -> Result<Vec<u8>, TrustError> {
+    let body = ContainerCreateBody {
+        image: Some(image.to_owned()),
+        // Never run: a command only so that an image without one can be created.
+        entrypoint: Some(vec!["/nonexistent-never-started".into()]),
+        cmd: Some(Vec::new()),
+        labels: Some(labels.clone()),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            ..HostConfig::default()
+        }),
+        ..ContainerCreateBody::default()
+    };
+    teardown.track_container(name);
+    teardown
+        .complete(engine.clone().create_container_owned(name.to_owned(), body))
+        .await
+        .map_err(|error| TrustError::Probe(error.into()))?;
+    let read = read_file(engine, name, IMAGE_BUNDLE).await;
+    match engine.remove_container(name).await {
+        Ok(()) => teardown.forget_container(name),
+        Err(error) => tracing::debug!(%error, "probe removal failed; teardown retries"),
+    }
+    read
 }
 
 /// The file at `path` in the container (one symbolic link followed); empty when the image
 /// has none.
-async fn image_bundle(engine: &Engine, container: &str, path: &str) -> Result<Vec<u8>, TrustError> {
+async fn read_file(engine: &Engine, container: &str, path: &str) -> Result<Vec<u8>, TrustError> {
     let mut path = path.to_owned();
     for _ in 0..2 {
         let options = DownloadFromContainerOptions { path: path.clone() };
-        let archive: Vec<u8> = match engine
+        let mut stream = engine
             .docker()
-            .download_from_container(container, Some(options))
-            .map_ok(|chunk| chunk.to_vec())
-            .try_concat()
-            .await
-        {
-            Ok(archive) => archive,
-            Err(error) if is_not_found(&error) => return Ok(Vec::new()),
-            Err(error) => return Err(TrustError::Download(error)),
-        };
+            .download_from_container(container, Some(options));
+        let mut archive = Vec::new();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(chunk)) => archive.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(error) if is_not_found(&error) => return Ok(Vec::new()),
+                Err(error) => return Err(TrustError::Download(error.into())),
+            }
+            // The tar headers and padding on top of the largest bundle taken.
+            if archive.len() as u64 > MAX_IMAGE_BUNDLE + (64 << 10) {
+                return Err(TrustError::Archive(std::io::Error::other(format!(
+                    "larger than {MAX_IMAGE_BUNDLE} bytes"
+                ))));
+            }
+        }
         match first_entry(&archive).map_err(TrustError::Archive)? {
             Entry::File(contents) => return Ok(contents),
             Entry::Link(target) => {
@@ -184,12 +245,11 @@ mod tests {
     #[test]
     fn the_bundle_is_mounted_read_only_and_named_by_every_variable() {
         let bundle = TrustBundle::create().unwrap();
-        let mut body = ContainerCreateBody {
-            env: Some(vec!["SSL_CERT_FILE=/elsewhere".into(), "FOO=bar".into()]),
-            ..ContainerCreateBody::default()
-        };
+        let mut body = ContainerCreateBody::default();
         bundle.add_to(&mut body);
-        let env = body.env.unwrap();
+        let mut env = vec!["SSL_CERT_FILE=/elsewhere".into(), "FOO=bar".into()];
+        set_variables(&mut env);
+        assert!(env.contains(&"FOO=bar".to_string()));
         for variable in TRUST_VARIABLES {
             assert_eq!(
                 env.iter()
@@ -199,11 +259,40 @@ mod tests {
             );
         }
         let mounts = body.host_config.unwrap().mounts.unwrap();
-        assert_eq!(mounts[0].target.as_deref(), Some(BUNDLE_PATH));
-        assert_eq!(mounts[0].read_only, Some(true));
+        let targets: Vec<_> = mounts
+            .iter()
+            .map(|m| m.target.as_deref().unwrap())
+            .collect();
+        assert_eq!(targets, [BUNDLE_PATH, IMAGE_BUNDLE]);
+        for mount in &mounts {
+            assert_eq!(mount.read_only, Some(true));
+            assert_eq!(
+                mount.source.as_deref(),
+                Some(&*bundle.host_path().display().to_string())
+            );
+        }
         let dir = bundle.host_path().parent().unwrap().to_path_buf();
         drop(bundle);
         assert!(!dir.exists(), "the private directory goes with the run");
+    }
+
+    #[test]
+    fn the_bundle_is_the_image_bundle_then_the_run_ca() {
+        let ca = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----";
+        assert_eq!(
+            combine(b"IMAGE", Some(ca)),
+            format!("IMAGE\n{ca}\n").into_bytes()
+        );
+        // An image without a bundle: the run CA alone.
+        assert_eq!(combine(b"", Some(ca)), format!("{ca}\n").into_bytes());
+        assert_eq!(combine(b"IMAGE\n", None), b"IMAGE\n");
+
+        let bundle = TrustBundle::create().unwrap();
+        bundle.fill(b"IMAGE\n", Some(ca)).unwrap();
+        assert_eq!(
+            std::fs::read(bundle.host_path()).unwrap(),
+            format!("IMAGE\n{ca}\n").into_bytes()
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
 //! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
 //!
-//! Each run goes through the library's lifecycle (`sandbox::run`), the same code as
+//! Each run goes through the library's lifecycle (`sandbox::Sandbox`), the same code as
 //! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else
 //! cold. The `exit` event goes out as soon as the outcome is known; the run's containers
 //! and network are removed after it, in the background. On SIGTERM/SIGINT the daemon stops
@@ -36,8 +36,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{Notify, watch};
 
-use crate::sandbox::run::RunContext;
-use crate::sandbox::{Interruption, RunError, RunSpec};
+use crate::sandbox::{Interruption, RunSpec, Sandbox};
 use metrics::Metrics;
 use request::{BadRequest, RunRequest};
 
@@ -86,10 +85,6 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Engine(#[from] crate::sandbox::docker::EngineError),
-    #[error(transparent)]
-    Setup(#[from] crate::sandbox::RunError),
 }
 
 /// A way to cancel one run: wake its interrupt with the signal to report.
@@ -137,9 +132,9 @@ impl Drop for TrackerGuard {
 
 /// What every connection and run shares.
 struct Shared {
+    /// Every run goes through this one handle (one engine client, one proxy binary).
+    sandbox: Sandbox,
     metrics: Metrics,
-    /// The engine, the daemon's owner stamp, the proxy binary: every run's.
-    context: Arc<RunContext>,
     pool: Arc<pool::Pool>,
     /// The egress network of requests that name none (the pool's).
     egress_network: Option<String>,
@@ -165,11 +160,12 @@ type Body = BoxBody<Bytes, Infallible>;
 /// Serves until `stop` resolves, then interrupts every run, waits for their teardown and
 /// removes the socket.
 pub async fn serve(
+    sandbox: Sandbox,
     options: ServeOptions,
     stop: impl Future<Output = ()>,
     ready: impl FnOnce(&ServeOptions),
 ) -> Result<(), ServeError> {
-    let engine = crate::sandbox::docker::Engine::connect().await?;
+    let engine = sandbox.engine().clone();
     match crate::sandbox::labels::HostIdentity::current() {
         Ok(here) => match crate::sandbox::gc::sweep(&engine, &here).await {
             Ok(report) if !report.removed.is_empty() => {
@@ -183,18 +179,11 @@ pub async fn serve(
         },
         Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
     }
-    let context = Arc::new(RunContext {
-        engine: engine.clone(),
-        owner: crate::sandbox::labels::Owner::current().map_err(RunError::Owner)?,
-        proxy_binary: std::env::current_exe().map_err(RunError::ProxyBinary)?,
-    });
     let mut template = RunSpec::builder(["true"]);
     if let Some(network) = &options.egress_network {
         template = template.egress_network(network.clone());
     }
-    let template = template
-        .build()
-        .expect("the default run is a valid run");
+    let template = template.build().expect("the default run is a valid run");
     let pool_size = if engine.is_local() {
         options.pool
     } else {
@@ -207,14 +196,14 @@ pub async fn serve(
     let (shutdown, _) = watch::channel(false);
     let metrics = Metrics::new();
     let pool = pool::Pool::start(
-        context.clone(),
+        sandbox.clone(),
         template,
         pool_size,
         metrics.pool_ready().clone(),
     );
     let shared = Arc::new(Shared {
+        sandbox,
         metrics,
-        context,
         pool,
         egress_network: options.egress_network.clone(),
         runs: Mutex::new(HashMap::new()),
@@ -372,8 +361,8 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
     };
     if let Some(image) = checked.spec.image.clone() {
         // `run` answers a missing image with 125 before creating anything: so does this.
-        let engine = &shared.context.engine;
-        if let Err(error) = crate::sandbox::images::require_local_image(engine.docker(), &image).await
+        if let Err(error) =
+            crate::sandbox::images::require_local_image(shared.sandbox.engine(), &image).await
         {
             return json_response(
                 StatusCode::BAD_REQUEST,

@@ -21,9 +21,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
 use super::Tracker;
-use crate::sandbox::RunSpec;
-use crate::sandbox::run::RunContext;
 use crate::sandbox::slot::{Slot, SlotObjects, unfit};
+use crate::sandbox::{RunSpec, Sandbox};
 
 /// After a failed preparation, the next one waits this long (then up to the maximum).
 const RETRY_FIRST: Duration = Duration::from_millis(500);
@@ -56,7 +55,7 @@ pub(crate) struct Pool {
     size: usize,
     /// The shape of every slot: a default run on the daemon's egress network.
     template: RunSpec,
-    context: Arc<RunContext>,
+    sandbox: Sandbox,
     state: Mutex<State>,
     ready_gauge: Gauge,
     stopping: watch::Sender<bool>,
@@ -67,7 +66,7 @@ pub(crate) struct Pool {
 impl Pool {
     /// A pool of `size` slots shaped like `template`, filling in the background.
     pub(crate) fn start(
-        context: Arc<RunContext>,
+        sandbox: Sandbox,
         template: RunSpec,
         size: usize,
         ready_gauge: Gauge,
@@ -75,7 +74,7 @@ impl Pool {
         let pool = Arc::new(Pool {
             size,
             template,
-            context,
+            sandbox,
             state: Mutex::new(State::default()),
             ready_gauge,
             stopping: watch::channel(false).0,
@@ -141,12 +140,9 @@ impl Pool {
             {
                 return;
             }
-            let context = &pool.context;
-            let objects = SlotObjects::new(&context.engine, &context.owner, None);
+            let objects = SlotObjects::new(&pool.sandbox, None);
             let prepare = async {
-                let mut slot = objects
-                    .prepare(&pool.template, &context.proxy_binary)
-                    .await?;
+                let mut slot = objects.prepare(&pool.sandbox, &pool.template).await?;
                 objects.connect_egress(&mut slot).await?;
                 Ok::<_, crate::sandbox::RunError>(slot)
             };

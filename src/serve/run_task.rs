@@ -156,10 +156,8 @@ async fn run(
     };
     let warm = shared.pool.take(&spec);
     shared.metrics.run_start(warm.is_some());
-    let (result, leftovers) = shared
-        .context
-        .run_parts(warm, &spec, None, sinks, interrupt)
-        .await;
+    let (result, leftovers) =
+        crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
     // Every sender of run events is gone with the run: the follower has seen them all.
     let run_id = follower.await.ok().flatten();
     if let Some(id) = &run_id {

@@ -24,6 +24,7 @@ mod handoff;
 mod hardening;
 mod host_floor;
 mod isolation;
+mod library;
 mod policy_suggest;
 mod reach;
 mod report_bounds;

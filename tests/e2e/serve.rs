@@ -459,7 +459,10 @@ fn start_long_run(daemon: &Daemon, network: &TestNetwork) -> (String, mpsc::Rece
         .recv_timeout(HANG_BOUND)
         .expect("the command did not start")
         .expect("a started event before the output");
-    assert!(!leftovers(&run_id).is_empty(), "run {run_id} has no objects");
+    assert!(
+        !leftovers(&run_id).is_empty(),
+        "run {run_id} has no objects"
+    );
     (run_id, done)
 }
 
@@ -507,7 +510,10 @@ fn closing_the_stream_cancels_the_run_and_removes_its_objects() {
             .await;
     });
     let run_id = run_id.expect("a started event");
-    assert!(!leftovers(&run_id).is_empty(), "run {run_id} has no objects");
+    assert!(
+        !leftovers(&run_id).is_empty(),
+        "run {run_id} has no objects"
+    );
     let deadline = Instant::now() + HANG_BOUND;
     while !leftovers(&run_id).is_empty() {
         assert!(

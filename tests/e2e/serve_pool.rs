@@ -38,7 +38,14 @@ fn essence(run: &ApiRun) -> Value {
         .audit()
         .into_iter()
         .filter(|record| record.get("decision").is_some())
-        .map(|record| json!([record["host"], record["port"], record["decision"], record["reason"]]))
+        .map(|record| {
+            json!([
+                record["host"],
+                record["port"],
+                record["decision"],
+                record["reason"]
+            ])
+        })
         .collect();
     let report = run.report();
     json!({
@@ -89,7 +96,11 @@ fn a_warm_run_gives_what_a_cold_run_gives() {
 
     let warm = post(&daemon, program_request(&network)).unwrap();
     // Served by the slot that was ready before the request came.
-    assert!(slots.contains(&warm.run_id()), "{} not in {slots:?}", warm.run_id());
+    assert!(
+        slots.contains(&warm.run_id()),
+        "{} not in {slots:?}",
+        warm.run_id()
+    );
     assert_eq!(counter(&daemon, "warm"), 1);
     assert_eq!(counter(&daemon, "cold"), 0);
 
@@ -196,7 +207,11 @@ fn slots_are_replaced_after_runs_and_a_dead_slot_is_never_handed_out() {
     }
     assert!(leftovers(&victim).is_empty());
     for _ in 0..2 {
-        let run = post(&daemon, with_network(&network, json!({"argv": ["echo", "ok"]}))).unwrap();
+        let run = post(
+            &daemon,
+            with_network(&network, json!({"argv": ["echo", "ok"]})),
+        )
+        .unwrap();
         assert_ne!(run.run_id(), victim);
         assert_eq!(run.stream("stdout"), "ok\n", "{:#?}", run.events);
     }

@@ -1,8 +1,8 @@
 //! The default sandbox image: Debian bookworm minbase with what code written by an agent
-//! usually needs — python3 with pip and venv, nodejs, git, curl and ca-certificates — made
-//! with debootstrap on this machine and imported through the Docker API (no registry, no
-//! Dockerfile). Built once; the tag carries a recipe version (`-2`) so a changed recipe gets
-//! a new image instead of silently reusing the old one.
+//! usually needs — python3 with pip, venv, requests and httpx, nodejs, git, curl and
+//! ca-certificates — made with debootstrap on this machine and imported through the Docker
+//! API (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-3`) so
+//! a changed recipe gets a new image instead of silently reusing the old one.
 
 use std::fs;
 use std::io::{self, Write};
@@ -20,20 +20,27 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::rootfs::{RootfsDir, prepare_for_image};
-use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
+use super::{IMAGE_LABEL, ImageError, Progress, image_exists, lock_exclusive, sweep};
+
+/// Where the build reports its steps (the caller shows them; this module prints nothing).
+pub(super) type Report = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// The tag of the default sandbox image.
-pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-2";
+pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-3";
 /// Overrides the Debian mirror debootstrap downloads from.
 pub const MIRROR_ENV: &str = "EGRESS_SANDBOX_DEBIAN_MIRROR";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const SUITE: &str = "bookworm";
 /// Debian packages only (their dependencies come along): nothing is fetched from PyPI or npm.
-const PACKAGES: &str = "python3,python3-pip,python3-venv,nodejs,git,curl,ca-certificates";
+const PACKAGES: &str = "python3,python3-pip,python3-venv,python3-requests,python3-httpx,nodejs,git,curl,ca-certificates";
 const LOG_FILE: &str = "base-image-build.log";
 const ROOTFS_PREFIX: &str = "base-rootfs.";
 
-pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, ImageError> {
+pub(super) async fn ensure(
+    docker: &Docker,
+    cache_dir: &Path,
+    report: Report,
+) -> Result<String, ImageError> {
     if image_exists(docker, BASE_IMAGE).await? {
         return Ok(BASE_IMAGE.to_owned());
     }
@@ -45,16 +52,15 @@ pub(super) async fn ensure(docker: &Docker, cache_dir: &Path) -> Result<String, 
              image is then there for every Docker user. Or pass --image with a local image",
         ));
     }
-    let lock = lock_exclusive(cache_dir, "base-image.lock", || {
-        eprintln!(
-            "egress-sandbox: waiting for another egress-sandbox process to finish building the base image"
-        );
+    let waiting = report.clone();
+    let lock = lock_exclusive(cache_dir, "base-image.lock", move || {
+        waiting(Progress::WaitingForBaseImage)
     })
     .await?;
     if image_exists(docker, BASE_IMAGE).await? {
         return Ok(BASE_IMAGE.to_owned());
     }
-    build(docker, cache_dir, &debootstrap).await?;
+    build(docker, cache_dir, &debootstrap, &report).await?;
     drop(lock);
     sweep::remove_leftover_images(docker, cache_dir, None).await;
     Ok(BASE_IMAGE.to_owned())
@@ -97,7 +103,12 @@ fn build_error(message: impl Into<String>) -> ImageError {
     }
 }
 
-async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<(), ImageError> {
+async fn build(
+    docker: &Docker,
+    cache_dir: &Path,
+    debootstrap: &Path,
+    report: &Report,
+) -> Result<(), ImageError> {
     let started = Instant::now();
     let mirror = mirror();
     let log_path = cache_dir.join(LOG_FILE);
@@ -112,12 +123,13 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
         "cannot create the build log {}",
         log_path.display()
     )))?;
-    eprintln!(
-        "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~1-3 min) from {mirror}; log: {}",
-        log_path.display()
-    );
+    report(Progress::BuildingBaseImage {
+        image: BASE_IMAGE.to_owned(),
+        mirror: mirror.clone(),
+        log: log_path.clone(),
+    });
 
-    let status = run_debootstrap(debootstrap, rootfs.path(), &mirror, &mut log).await?;
+    let status = run_debootstrap(debootstrap, rootfs.path(), &mirror, &mut log, report).await?;
     if !status.success() {
         let last = last_meaningful_line(&log_path).unwrap_or_default();
         // debootstrap's own detailed log dies with the rootfs; keep it in ours.
@@ -132,6 +144,7 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
         )));
     }
 
+    let progress = |stage: &str| report(Progress::BaseImageStage(stage.to_owned()));
     progress("trimming the root filesystem");
     let root = rootfs.path().to_owned();
     tokio::task::spawn_blocking(move || prepare_for_image(&root))
@@ -144,26 +157,21 @@ async fn build(docker: &Docker, cache_dir: &Path, debootstrap: &Path) -> Result<
     progress("importing into Docker");
     import(docker, rootfs.path()).await?;
     drop(rootfs);
-    let elapsed = started.elapsed();
-    eprintln!(
-        "egress-sandbox: base image {BASE_IMAGE} ready after {}m{:02}s",
-        elapsed.as_secs() / 60,
-        elapsed.as_secs() % 60
-    );
+    report(Progress::BaseImageReady {
+        image: BASE_IMAGE.to_owned(),
+        elapsed: started.elapsed(),
+    });
     Ok(())
 }
 
-fn progress(stage: &str) {
-    eprintln!("egress-sandbox: building the base image: {stage}");
-}
-
-/// Runs debootstrap with its full output going to `log` and one progress line per stage
-/// to stderr. Killed if the caller gives up (future dropped).
+/// Runs debootstrap with its full output going to `log` and one progress report per stage.
+/// Killed if the caller gives up (future dropped).
 async fn run_debootstrap(
     debootstrap: &Path,
     target: &Path,
     mirror: &str,
     log: &mut fs::File,
+    report: &Report,
 ) -> Result<ExitStatus, ImageError> {
     let mut child = Command::new(debootstrap)
         .arg("--variant=minbase")
@@ -195,7 +203,7 @@ async fn run_debootstrap(
             && stage != Some(next)
         {
             stage = Some(next);
-            progress(next);
+            report(Progress::BaseImageStage(next.to_owned()));
         }
     }
     child

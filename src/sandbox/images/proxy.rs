@@ -7,22 +7,18 @@
 //! builder at all.
 
 use std::path::Path;
-use std::time::SystemTime;
 
 use bollard::Docker;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::TryStreamExt;
 
 use super::elf::{ElfLinkage, elf_linkage};
+use super::handed_out::stamp;
 use super::hash_cache::{HashedFile, cached_sha256, read_and_remember};
-use super::{IMAGE_LABEL, ImageError, image_exists, lock_exclusive, sweep};
+use super::{IMAGE_LABEL, ImageError, PROXY_REPOSITORY, image_exists, lock_exclusive, sweep};
 
-/// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
-pub const PROXY_REPOSITORY: &str = "egress-sandbox-proxy";
 /// Where the binary sits in the image.
 const BINARY_IN_IMAGE: &str = "egress-sandbox";
-/// Per-image "last handed out" stamps, see [`super::sweep`].
-const STAMP_DIR: &str = "proxy-images";
 
 pub(super) async fn ensure(
     docker: &Docker,
@@ -148,30 +144,6 @@ fn single_file_tar(name: &str, content: &[u8]) -> std::io::Result<Vec<u8>> {
     archive.into_inner()
 }
 
-/// Remembers when this tag was last handed out, for the [`super::sweep`] of other
-/// processes. Best effort.
-fn stamp(cache_dir: &Path, tag: &str) {
-    let dir = cache_dir.join(STAMP_DIR);
-    let file = dir.join(tag.replace(':', "_"));
-    let result = std::fs::create_dir_all(&dir)
-        .and_then(|()| {
-            std::fs::File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&file)
-        })
-        .and_then(|f| f.set_modified(SystemTime::now()));
-    if let Err(error) = result {
-        tracing::debug!(%error, file = %file.display(), "could not stamp the proxy image");
-    }
-}
-
-pub(super) fn last_handed_out(cache_dir: &Path, tag: &str) -> Option<SystemTime> {
-    let file = cache_dir.join(STAMP_DIR).join(tag.replace(':', "_"));
-    std::fs::metadata(file).and_then(|m| m.modified()).ok()
-}
-
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ImageError> {
@@ -184,7 +156,6 @@ async fn blocking<T: Send + 'static>(
 mod tests {
     use super::*;
     use std::io::Read;
-    use std::time::Duration;
 
     #[test]
     fn the_tag_is_the_repository_and_16_hex_digits() {
@@ -209,14 +180,5 @@ mod tests {
         assert_eq!(content, b"\x7fELF...");
         drop(entry);
         assert!(entries.next().is_none());
-    }
-
-    #[test]
-    fn stamps_record_when_a_tag_was_handed_out() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(last_handed_out(dir.path(), "egress-sandbox-proxy:00").is_none());
-        stamp(dir.path(), "egress-sandbox-proxy:00");
-        let when = last_handed_out(dir.path(), "egress-sandbox-proxy:00").unwrap();
-        assert!(SystemTime::now().duration_since(when).unwrap() < Duration::from_secs(60));
     }
 }

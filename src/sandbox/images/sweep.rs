@@ -17,8 +17,8 @@ use bollard::Docker;
 use bollard::models::ImageSummary;
 use bollard::query_parameters::{ListImagesOptionsBuilder, RemoveImageOptionsBuilder};
 
-use super::IMAGE_LABEL;
-use super::proxy::{PROXY_REPOSITORY, last_handed_out};
+use super::handed_out::last_handed_out;
+use super::{IMAGE_LABEL, PROXY_REPOSITORY};
 
 const SWEEP_GRACE: Duration = Duration::from_secs(30 * 60);
 const UNTAGGED_GRACE: Duration = Duration::from_secs(2 * 60);

@@ -1,0 +1,208 @@
+//! [`Sandbox`]: the handle every caller runs sandboxes through — the `run` command, the
+//! `serve` daemon and programs that embed the library.
+//!
+//! A handle is made once: it connects to the engine, resolves the proxy binary it was
+//! given to one file (the proxy image and the sandbox's gate are made from it: a static
+//! `egress-sandbox` binary), and identifies this process for the owner label that `gc`
+//! reads. Then it runs any number of [`RunSpec`]s, one after another or concurrently
+//! (it is cheap to clone; clones share one engine connection).
+//!
+//! The library prints nothing: output and audit records go to the [`OutputSinks`] of each
+//! run, progress of long steps (building the base image) to the callback given to
+//! [`Sandbox::on_progress`] and to `tracing`.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::docker::Engine;
+use super::images::{self, ImageError, Progress};
+use super::labels::Owner;
+use super::output::OutputSinks;
+use super::run::{self, Interruption, RunError, RunOutcome};
+use super::spec::RunSpec;
+
+/// Where progress of long steps goes (see [`Sandbox::on_progress`]).
+pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
+
+/// A connected sandbox runner. See the [module docs](self).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use egress_sandbox::sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// // The proxy image is made from a static egress-sandbox binary: name it.
+/// let sandbox = Sandbox::connect("/usr/local/bin/egress-sandbox")
+///     .await?
+///     .on_progress(|progress| tracing::info!("{progress}"));
+/// let spec = RunSpec::builder(["python3", "-c", "print('hello')"])
+///     .allow("api.openai.com")
+///     .timeout(Duration::from_secs(20))
+///     .build()?; // policies and limits checked here, before Docker is touched
+/// let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+/// let outcome = sandbox
+///     .run(spec, OutputSinks::stdio().with_events(events))
+///     .await?;
+/// let mut records = Vec::new(); // the proxy's audit lines, as JSON text
+/// while let Ok(event) = received.try_recv() {
+///     if let RunEvent::Audit(record) = event {
+///         records.push(record);
+///     }
+/// }
+/// if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
+///     for group in &outcome.blocked {
+///         tracing::warn!("refused: {}", group.describe());
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    engine: Engine,
+    proxy_binary: PathBuf,
+    owner: Owner,
+    progress: Option<Arc<ProgressFn>>,
+    /// The proxy image once made or found: later runs use it as long as it exists, without
+    /// reading the binary again (which may since have been replaced on disk).
+    proxy_image: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("engine", &self.inner.engine.host())
+            .field("proxy_binary", &self.inner.proxy_binary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// Connects to the Docker engine the way the docker CLI does (`DOCKER_HOST`, else the
+    /// local socket), then as [`with_engine`](Self::with_engine). A proxy binary that
+    /// cannot be found is refused before the engine is asked anything.
+    pub async fn connect(proxy_binary: impl AsRef<Path>) -> Result<Sandbox, RunError> {
+        let proxy_binary = resolve_binary(proxy_binary.as_ref())?;
+        let engine = Engine::connect().await?;
+        Sandbox::with_engine(engine, proxy_binary)
+    }
+
+    /// A handle on `engine` whose proxy image and gate are made from `proxy_binary`, a
+    /// static `egress-sandbox` binary (the `egress-sandbox` command passes its own). The
+    /// path is resolved (symlinks, relative paths) once, here.
+    pub fn with_engine(
+        engine: Engine,
+        proxy_binary: impl AsRef<Path>,
+    ) -> Result<Sandbox, RunError> {
+        let proxy_binary = resolve_binary(proxy_binary.as_ref())?;
+        let owner = Owner::current().map_err(RunError::Owner)?;
+        tracing::debug!(
+            host = engine.host(),
+            proxy_binary = %proxy_binary.display(),
+            "sandbox handle ready"
+        );
+        Ok(Sandbox {
+            inner: Arc::new(Inner {
+                engine,
+                proxy_binary,
+                owner,
+                progress: None,
+                proxy_image: Arc::default(),
+            }),
+        })
+    }
+
+    /// Sends progress of long steps (the first build of the base image takes minutes) to
+    /// `report`, besides `tracing`. Without it, progress goes to `tracing` only.
+    pub fn on_progress(self, report: impl Fn(&Progress) + Send + Sync + 'static) -> Sandbox {
+        let mut inner = Arc::unwrap_or_clone(self.inner);
+        inner.progress = Some(Arc::new(report));
+        Sandbox {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The engine this handle talks to.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The proxy binary, resolved.
+    pub fn proxy_binary(&self) -> &Path {
+        &self.inner.proxy_binary
+    }
+
+    /// Runs `spec` to the end, relaying output and events into `sinks`. Every object the
+    /// run created is removed before this returns.
+    pub async fn run(&self, spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
+        self.run_until(spec, sinks, std::future::pending()).await
+    }
+
+    /// As [`run`](Self::run), but `interrupt` ending stops the run: the sandbox is killed,
+    /// everything is removed, and the outcome says
+    /// [`RunStatus::Interrupted`](super::RunStatus::Interrupted).
+    pub async fn run_until(
+        &self,
+        spec: RunSpec,
+        sinks: OutputSinks,
+        interrupt: impl Future<Output = Interruption>,
+    ) -> Result<RunOutcome, RunError> {
+        run::execute(self, spec, sinks, interrupt).await
+    }
+
+    pub(crate) fn owner(&self) -> &Owner {
+        &self.inner.owner
+    }
+
+    /// The proxy image for this handle's binary: the one kept from an earlier run while it
+    /// exists, else found or made from the binary (and kept).
+    pub(crate) async fn proxy_image(&self) -> Result<String, ImageError> {
+        let kept = self.kept_proxy_image().clone();
+        if let Some(tag) = kept
+            && images::hand_out_proxy_image(self.engine(), &tag).await?
+        {
+            return Ok(tag);
+        }
+        let tag = images::ensure_proxy_image(self.engine(), self.proxy_binary()).await?;
+        *self.kept_proxy_image() = Some(tag.clone());
+        Ok(tag)
+    }
+
+    fn kept_proxy_image(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        // A panic elsewhere cannot leave a half-written Option behind.
+        self.inner
+            .proxy_image
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The default sandbox image (built on first use, with progress).
+    pub(crate) async fn base_image(&self) -> Result<String, ImageError> {
+        let progress = self.inner.progress.clone();
+        images::ensure_base_image_with(self.engine(), move |step| {
+            if let Some(report) = &progress {
+                report(step);
+            }
+        })
+        .await
+    }
+}
+
+/// The binary's canonical path; it must be a file.
+fn resolve_binary(given: &Path) -> Result<PathBuf, RunError> {
+    let refused = |source| RunError::ProxyBinary {
+        path: given.to_path_buf(),
+        source,
+    };
+    let path = std::fs::canonicalize(given).map_err(refused)?;
+    if !std::fs::metadata(&path).map_err(refused)?.is_file() {
+        return Err(refused(std::io::Error::other("not a file")));
+    }
+    Ok(path)
+}
