@@ -6,7 +6,9 @@
 //! - [`cli`]: the command line (clap), exactly INTERFACE.md.
 //! - [`commands`]: one module per subcommand; each turns arguments into library calls.
 //! - [`sandbox`]: the run lifecycle on Docker — images, the per-run network, the proxy and
-//!   sandbox containers, teardown guards, `gc`.
+//!   sandbox containers, teardown guards, `gc` — behind one handle,
+//!   [`sandbox::Sandbox`], which the CLI, the daemon and embedding programs use
+//!   (`examples/embed.rs`).
 //! - [`audit_tools`]: audit logs read back for review — OCSF export, the HTML report,
 //!   `policy suggest`.
 //! - [`serve`]: the daemon behind `egress-sandbox serve` (local API) and its client.

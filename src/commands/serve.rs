@@ -29,8 +29,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 _ = terminate.recv() => {}
             }
         };
+        // The daemon outlives upgrades and rebuilds of its binary: it keeps its own.
         let sandbox = super::run::connect_sandbox()
             .await
+            .and_then(|sandbox| sandbox.keep_binary())
             .context("cannot serve")?;
         serve(sandbox, options, stop, |options| {
             // The line scripts and tests wait for: the socket accepts connections now.

@@ -17,6 +17,7 @@ const MAX_UPSTREAM_CA_BYTES: u64 = 1024 * 1024;
 
 /// Why the run's credentials cannot be served. Never holds a secret's value.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CredentialError {
     #[error("the credential for {host} needs the secret {name}: give it with --secret {name}")]
     MissingSecret { name: String, host: String },

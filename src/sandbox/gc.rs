@@ -76,6 +76,7 @@ impl std::fmt::Display for SkipReason {
 
 /// What `gc` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GcReport {
     pub removed: Vec<Swept>,
     pub skipped: Vec<Skipped>,

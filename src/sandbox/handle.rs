@@ -9,7 +9,7 @@
 //!
 //! The library prints nothing: output and audit records go to the [`OutputSinks`] of each
 //! run, progress of long steps (building the base image) to the callback given to
-//! [`Sandbox::on_progress`] and to `tracing`.
+//! [`Sandbox::on_progress`], else to `tracing` (info level).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -69,6 +69,9 @@ struct Inner {
     proxy_binary: PathBuf,
     owner: Owner,
     progress: Option<Arc<ProgressFn>>,
+    /// The private link (or copy) of the binary [`Sandbox::keep_binary`] made; removed with
+    /// the last clone of the handle.
+    kept_binary: Option<Arc<tempfile::TempDir>>,
     /// The proxy image once made or found: later runs use it as long as it exists, without
     /// reading the binary again (which may since have been replaced on disk).
     proxy_image: Arc<Mutex<Option<String>>>,
@@ -113,6 +116,7 @@ impl Sandbox {
                 proxy_binary,
                 owner,
                 progress: None,
+                kept_binary: None,
                 proxy_image: Arc::default(),
             }),
         })
@@ -126,6 +130,26 @@ impl Sandbox {
         Sandbox {
             inner: Arc::new(inner),
         }
+    }
+
+    /// Keeps the proxy binary as it is now, for a handle that lives long (a daemon): a
+    /// private hard link to it (a copy when the cache directory is on another file
+    /// system) under the cache directory, which the proxy image and every sandbox's gate
+    /// then use. Replacing or deleting the binary on disk (an upgrade, a rebuild) changes
+    /// nothing for this handle. Removed when the last clone of the handle is dropped.
+    pub fn keep_binary(self) -> Result<Sandbox, RunError> {
+        let mut inner = Arc::unwrap_or_clone(self.inner);
+        let (dir, kept) = keep(&inner.proxy_binary).map_err(|source| RunError::ProxyBinary {
+            path: inner.proxy_binary.clone(),
+            source,
+        })?;
+        tracing::debug!(kept = %kept.display(), "proxy binary kept");
+        inner.proxy_binary = kept;
+        inner.kept_binary = Some(Arc::new(dir));
+        // An image found for the old path stays right: it holds the same bytes.
+        Ok(Sandbox {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The engine this handle talks to.
@@ -184,13 +208,16 @@ impl Sandbox {
 
     /// The default sandbox image (built on first use, with progress).
     pub(crate) async fn base_image(&self) -> Result<String, ImageError> {
-        let progress = self.inner.progress.clone();
-        images::ensure_base_image_with(self.engine(), move |step| {
-            if let Some(report) = &progress {
-                report(step);
+        match self.inner.progress.clone() {
+            Some(report) => {
+                images::ensure_base_image_with(self.engine(), move |step| {
+                    tracing::debug!("{step}");
+                    report(step);
+                })
+                .await
             }
-        })
-        .await
+            None => images::ensure_base_image(self.engine()).await,
+        }
     }
 }
 
@@ -205,4 +232,44 @@ fn resolve_binary(given: &Path) -> Result<PathBuf, RunError> {
         return Err(refused(std::io::Error::other("not a file")));
     }
     Ok(path)
+}
+
+/// Directories of kept binaries under the cache directory: `kept-binary-<pid>-<random>`.
+const KEPT_PREFIX: &str = "kept-binary-";
+
+/// Links (else copies) `binary` into a new private directory under the cache directory,
+/// after removing the directories of processes that are gone (a killed daemon's).
+fn keep(binary: &Path) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
+    let cache = images::cache_dir();
+    std::fs::create_dir_all(&cache)?;
+    remove_kept_of_gone_processes(&cache);
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{KEPT_PREFIX}{}-", std::process::id()))
+        .tempdir_in(&cache)?;
+    let kept = dir.path().join("egress-sandbox");
+    if let Err(error) = std::fs::hard_link(binary, &kept) {
+        tracing::debug!(%error, "cannot link the proxy binary; copying it");
+        std::fs::copy(binary, &kept)?;
+    }
+    Ok((dir, kept))
+}
+
+fn remove_kept_of_gone_processes(cache: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(KEPT_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }

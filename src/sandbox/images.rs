@@ -152,21 +152,18 @@ pub async fn hand_out_proxy_image(engine: &Engine, tag: &str) -> Result<bool, Im
 }
 
 /// The default sandbox image; returns its tag ([`BASE_IMAGE`]). The first call on a machine
-/// builds it (a few minutes, progress to `tracing` only); concurrent callers wait for that
-/// build.
+/// builds it (a few minutes, progress to `tracing` at info level); concurrent callers wait
+/// for that build.
 pub async fn ensure_base_image(engine: &Engine) -> Result<String, ImageError> {
-    ensure_base_image_with(engine, |_| {}).await
+    ensure_base_image_with(engine, |step| tracing::info!("{step}")).await
 }
 
-/// As [`ensure_base_image`], with each step of a build also handed to `progress`.
+/// As [`ensure_base_image`], with each step of a build handed to `progress` instead.
 pub async fn ensure_base_image_with(
     engine: &Engine,
     progress: impl Fn(&Progress) + Send + Sync + 'static,
 ) -> Result<String, ImageError> {
-    let progress: base::Report = std::sync::Arc::new(move |step: Progress| {
-        tracing::info!("{step}");
-        progress(&step);
-    });
+    let progress: base::Report = std::sync::Arc::new(move |step: Progress| progress(&step));
     base::ensure(engine.docker(), &cache_dir(), progress).await
 }
 
@@ -253,4 +250,41 @@ async fn lock_exclusive(
     })
     .await
     .map_err(|join| ImageError::io("the lock task failed")(io::Error::other(join)))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CLI prints each step as `egress-sandbox: {step}`: the lines users saw before
+    /// progress became a callback.
+    #[test]
+    fn progress_reads_as_the_lines_the_cli_prints() {
+        let lines = [
+            Progress::WaitingForBaseImage,
+            Progress::BuildingBaseImage {
+                image: BASE_IMAGE.into(),
+                mirror: "http://deb.debian.org/debian".into(),
+                log: "/root/.cache/egress-sandbox/base-image-build.log".into(),
+            },
+            Progress::BaseImageStage("importing into Docker".into()),
+            Progress::BaseImageReady {
+                image: BASE_IMAGE.into(),
+                elapsed: std::time::Duration::from_secs(125),
+            },
+        ]
+        .map(|step| format!("egress-sandbox: {step}"));
+        assert_eq!(
+            lines,
+            [
+                "egress-sandbox: waiting for another egress-sandbox process to finish building the base image".to_string(),
+                format!(
+                    "egress-sandbox: building the base image {BASE_IMAGE} (first use, ~2-8 min) from \
+                     http://deb.debian.org/debian; log: /root/.cache/egress-sandbox/base-image-build.log"
+                ),
+                "egress-sandbox: building the base image: importing into Docker".to_string(),
+                format!("egress-sandbox: base image {BASE_IMAGE} ready after 2m05s"),
+            ]
+        );
+    }
 }

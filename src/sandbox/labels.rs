@@ -100,6 +100,7 @@ pub struct Owner {
 
 /// What an owner label says, as `gc` reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OwnerLabel {
     /// The current format, with a host identity.
     Owner(Owner),

@@ -1,56 +1,66 @@
 //! The run lifecycle on Docker: a throwaway sandbox container whose only way out is a proxy
 //! container, on a network of its own, removed again on every path.
 //!
+//! The public API is the [`Sandbox`] handle, [`RunSpec`] (built and checked by
+//! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] for what a run sends back, and
+//! [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …; Docker's
+//! failures are [`DockerError`]). Modules that build Docker requests are crate-private, so
+//! no Docker client type is part of the API.
+//!
 //! # Layout
 //!
 //! - [`spec`]: what a run is asked to do ([`spec::RunSpec`]), checked completely before
 //!   Docker is touched (policies merged, limits against policy ceilings, mounts, env).
 //! - [`docker`]: the one place that talks to the engine ([`docker::Engine`]).
-//! - [`images`]: the proxy image (built from this very binary) and the base sandbox image.
-//! - [`network`]: the per-run internal network (own /29, no host address) and the shared
+//! - [`images`]: the proxy image (built from the handle's static egress-sandbox binary)
+//!   and the base sandbox image.
+//! - `network`: the per-run internal network (own /29, no host address) and the shared
 //!   egress network.
-//! - [`container`]: the proxy and sandbox containers as create requests, hardened.
+//! - `container`: the proxy and sandbox containers as create requests, hardened.
 //! - [`events`]: what a caller following a run live receives ([`events::RunEvent`]).
 //! - [`output`]: live relay of the command's output with one byte cap.
-//! - [`audit_trail`]: the proxy's ready line and audit records, read through attach.
-//! - [`task_files`]: files handed to a run, written under /task by the gate.
+//! - `audit_trail`: the proxy's ready line and audit records, read through attach.
+//! - `task_files`: files handed to a run, written under /task by the gate.
 //! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
 //!   records written and dropped) behind the outcome, report, summary and `audit summary`.
-//! - [`teardown`]: owns every object of a run and removes it on every path.
+//! - `teardown`: owns every object of a run and removes it on every path.
 //! - `slot`: a run's set-up in two parts, the slot (spec-independent) and its claim,
 //!   shared by cold runs and the daemon's warm pool.
 //! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
 //!   daemon, embedders): it names its proxy binary and connects to the engine once.
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
 //!   [`run::RunOutcome`].
-//! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files).
+//! - `gate_signal`: what opens the sandbox's gate (and hands it the task files).
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
 
-pub mod audit_trail;
-pub mod container;
-pub mod credentials;
+pub(crate) mod audit_trail;
+pub(crate) mod container;
+pub(crate) mod credentials;
 pub mod docker;
 pub mod events;
-pub mod gate_signal;
+pub(crate) mod gate_signal;
 pub mod gc;
 pub mod handle;
 pub mod images;
 pub mod labels;
-pub mod network;
+pub(crate) mod network;
 pub mod output;
 pub mod run;
 pub(crate) mod slot;
 pub mod spec;
 pub mod tally;
-pub mod task_files;
-pub mod teardown;
-pub mod trust;
+pub(crate) mod task_files;
+pub(crate) mod teardown;
+pub(crate) mod trust;
 
+pub use credentials::CredentialError;
 pub use docker::{DockerError, Engine, EngineError};
 pub use events::RunEvent;
 pub use handle::Sandbox;
 pub use images::{ImageError, Progress};
+pub use network::NetworkError;
 pub use output::{OutputSinks, OutputStats};
 pub use run::{Interruption, RunError, RunOutcome, RunStatus};
 pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};
+pub use trust::TrustError;

@@ -10,7 +10,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::docker::LogOutput;
 
-/// Where the command's output goes, and what it reads on its stdin.
+/// Where the command's output goes, and what it reads on its stdin. Made with
+/// [`stdio`](Self::stdio) or [`new`](Self::new), then [`with_events`](Self::with_events) /
+/// [`with_stdin`](Self::with_stdin).
+#[non_exhaustive]
 pub struct OutputSinks {
     pub stdout: Box<dyn AsyncWrite + Send + Unpin>,
     pub stderr: Box<dyn AsyncWrite + Send + Unpin>,
@@ -70,6 +73,7 @@ impl OutputSinks {
 
 /// What the command wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct OutputStats {
     /// Bytes the command wrote to stdout, including any dropped past the cap.
     pub stdout_bytes: u64,
@@ -169,7 +173,7 @@ impl Sink {
 
 /// How the sandbox's output stream ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamEnd {
+pub(crate) enum StreamEnd {
     /// The engine closed it after the container's stdout and stderr closed. The sandbox's
     /// init (`--init`, PID 1) holds both until it exits, and its exit kills every other
     /// process of the container: the command is over.
@@ -179,7 +183,11 @@ pub enum StreamEnd {
 }
 
 /// Relays `frames` into `sinks` until the stream ends.
-pub async fn relay<S>(mut frames: S, sinks: OutputSinks, limit: u64) -> (OutputStats, StreamEnd)
+pub(crate) async fn relay<S>(
+    mut frames: S,
+    sinks: OutputSinks,
+    limit: u64,
+) -> (OutputStats, StreamEnd)
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
 {

@@ -30,8 +30,8 @@
 //! working directory. Every object is registered with the run's `Teardown` before it is
 //! created and removed before the run returns, on every path.
 //!
-//! Embedders (an agent framework, say) run specs through a
-//! [`Sandbox`](super::Sandbox) handle, as the `run` command and the daemon do.
+//! Embedders (an agent framework, say) run specs through a [`Sandbox`] handle, as the
+//! `run` command and the daemon do.
 
 use std::future::Future;
 use std::path::PathBuf;

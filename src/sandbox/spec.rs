@@ -5,8 +5,8 @@
 //! every mount, variable and pin. A spec that builds is one the run can carry out; anything
 //! wrong is a [`SpecError`] (exit 125) and nothing has been created.
 //!
-//! The checks live with what they check: [`limits`], [`mounts`], [`env`], [`policies`] and
-//! the [`subnet_pool`]. Command-line strings (`30s`, `512m`, `SRC:DST:rw`) are parsed by the
+//! The checks live with what they check: `limits`, `mounts`, `env`, `policies` and the
+//! `subnet_pool` (submodules). Command-line strings (`30s`, `512m`, `SRC:DST:rw`) are parsed by the
 //! CLI (`commands::run_flags`); this module takes typed values.
 
 mod env;

@@ -26,6 +26,7 @@ pub const MAX_HOST_BYTES: usize = egress_proxy::audit::MAX_RAW_HOST_BYTES;
 
 /// Attempts by decision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct AttemptCounts {
     pub allowed: u64,
     pub blocked: u64,
@@ -46,6 +47,7 @@ impl AttemptCounts {
 
 /// Refused attempts of one host, port and reason (kinds merged; port `None` for DNS).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RefusalGroup {
     /// As the audit record carries it (escaped at the source by the proxy); shown to a
     /// person only through [`describe`](Self::describe) or `text::visible`.
@@ -90,6 +92,7 @@ pub struct Refusals {
 
 /// How many records the proxy wrote for the run, and how many attempts it only counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct AuditCounts {
     /// Lines written for the run before its `end` record (attempts and the `limit` record).
     pub written: u64,

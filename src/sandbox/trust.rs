@@ -44,6 +44,7 @@ const MAX_IMAGE_BUNDLE: u64 = 16 << 20;
 
 /// Why the sandbox's trust bundle could not be made.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TrustError {
     #[error("cannot create the sandbox's CA bundle file: {0}")]
     Create(#[source] std::io::Error),
@@ -78,6 +79,8 @@ impl TrustBundle {
         Ok(TrustBundle { _dir: dir, file })
     }
 
+    /// The bundle file on the host (the tests read it back).
+    #[cfg(test)]
     pub fn host_path(&self) -> &Path {
         &self.file
     }

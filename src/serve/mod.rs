@@ -361,13 +361,21 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
     };
     if let Some(image) = checked.spec.image.clone() {
         // `run` answers a missing image with 125 before creating anything: so does this.
-        if let Err(error) =
-            crate::sandbox::images::require_local_image(shared.sandbox.engine(), &image).await
-        {
-            return json_response(
-                StatusCode::BAD_REQUEST,
-                &BadRequest::new("image", error.to_string()),
-            );
+        match crate::sandbox::images::require_local_image(shared.sandbox.engine(), &image).await {
+            Ok(()) => {}
+            Err(error @ crate::sandbox::ImageError::Missing { .. }) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &BadRequest::new("image", error.to_string()),
+                );
+            }
+            // The engine did not answer: not the request's fault.
+            Err(error) => {
+                return json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &BadRequest::new("", error.to_string()),
+                );
+            }
         }
     }
     let lines = run_task::start(shared, checked.spec, checked.stdin);

@@ -149,3 +149,44 @@ fn a_handle_refuses_a_proxy_binary_that_does_not_exist_before_touching_docker() 
         "{error}"
     );
 }
+
+#[test]
+fn a_handle_that_keeps_its_binary_runs_on_after_the_binary_is_replaced_on_disk() {
+    // The program's own binary at a path of its own, as an installed daemon would have it.
+    let install = tempfile::tempdir().expect("temporary directory");
+    let installed = install.path().join("egress-sandbox");
+    let built = env!("CARGO_BIN_EXE_egress-sandbox");
+    if std::fs::hard_link(built, &installed).is_err() {
+        std::fs::copy(built, &installed).expect("copy of the binary");
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let sandbox = Sandbox::connect(&installed)
+            .await
+            .expect("the handle connects")
+            .keep_binary()
+            .expect("the binary is kept");
+        let kept = sandbox.proxy_binary().to_path_buf();
+        assert_ne!(kept, installed);
+
+        // An upgrade replaces the file: what is at the path now is no egress-sandbox at all.
+        std::fs::remove_file(&installed).unwrap();
+        std::fs::write(&installed, "#!/bin/sh\nexit 99\n").unwrap();
+
+        let stdout = Captured::default();
+        let spec = RunSpec::builder(["echo", "still running"])
+            .build()
+            .expect("the spec builds");
+        let outcome = sandbox
+            .run(spec, OutputSinks::new(stdout.clone(), Captured::default()))
+            .await
+            .expect("the run is set up with the kept binary");
+        assert_eq!((outcome.status, outcome.exit_code), (RunStatus::Exited, 0));
+        assert_eq!(stdout.text(), "still running\n");
+        assert_nothing_left(&outcome.run_id, std::process::id());
+
+        assert!(kept.exists());
+        drop(sandbox);
+        assert!(!kept.exists(), "the kept binary is removed with the handle");
+    });
+}

@@ -13,6 +13,7 @@ const MAX_PROGRAM_HEADERS: u16 = 512;
 
 /// How the kernel would start the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ElfLinkage {
     /// No `PT_INTERP`: runs in an empty image.
     Static,
