@@ -7,7 +7,8 @@
 //! slot, which is claimed as a cold run claims its own; anything set at create time that
 //! differs (`slot::unfit`), or no slot ready, takes the cold path, with the same result.
 //!
-//! Each slot serves one run: taking one starts the preparation of its replacement at once.
+//! Each slot serves one run: its replacement is prepared as soon as that run is answered
+//! (or 2 s after the claim, for a longer run).
 //! A slot whose proxy or sandbox stops on its own is discarded (its objects removed) and
 //! replaced, never handed out. On shutdown every ready slot and every slot being prepared
 //! is removed. Slots carry the daemon's owner labels, so `gc` and the next daemon's
@@ -24,6 +25,11 @@ use super::Tracker;
 use crate::sandbox::slot::{Slot, SlotObjects, unfit};
 use crate::sandbox::{RunSpec, Sandbox};
 
+/// A claimed slot's replacement is started when its run is answered, or after this long
+/// if that comes later: preparing a slot (a network, two containers) while the claimed
+/// run's command ends slows the engine's report of that end (measured: `true` answered in
+/// ~1.8 s instead of ~0.25 s), so a short run is answered first.
+const REFILL_AFTER: Duration = Duration::from_secs(2);
 /// After a failed preparation, the next one waits this long (then up to the maximum).
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -35,6 +41,11 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Starts a claimed slot's replacement when dropped (if it has not started yet).
+pub(crate) struct Refill {
+    _answered: tokio::sync::oneshot::Sender<()>,
 }
 
 /// A ready slot, watched for a death of its own.
@@ -102,9 +113,10 @@ impl Pool {
         self.ready_gauge.set(state.ready.len() as i64);
     }
 
-    /// A ready slot for `spec`, if one fits it; its replacement is started. `None`: the
-    /// run takes the cold path.
-    pub(crate) fn take(self: &Arc<Self>, spec: &RunSpec) -> Option<(SlotObjects, Slot)> {
+    /// A ready slot for `spec`, if one fits it, and the start of its replacement: when the
+    /// [`Refill`] is dropped (the run answered) or [`REFILL_AFTER`], whichever is first.
+    /// `None`: the run takes the cold path.
+    pub(crate) fn take(self: &Arc<Self>, spec: &RunSpec) -> Option<(SlotObjects, Slot, Refill)> {
         if self.size == 0 || self.stopping() {
             return None;
         }
@@ -123,8 +135,27 @@ impl Pool {
             return None;
         };
         tracing::debug!(run = %objects.names.id, "claiming a warm slot");
-        self.fill(Duration::ZERO);
-        Some((objects, slot))
+        let (answered, wait) = tokio::sync::oneshot::channel::<()>();
+        let guard = self.tasks.enter();
+        let pool = self.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let mut stopping = pool.stopping.subscribe();
+            tokio::select! {
+                _ = tokio::time::timeout(REFILL_AFTER, wait) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+            if !pool.stopping() {
+                pool.fill(Duration::ZERO);
+            }
+        });
+        Some((
+            objects,
+            slot,
+            Refill {
+                _answered: answered,
+            },
+        ))
     }
 
     /// Prepares one slot in the background (after `delay`) and adds it to the ready ones.

@@ -154,7 +154,10 @@ async fn run(
             }
         }
     };
-    let warm = shared.pool.take(&spec);
+    let (warm, refill) = match shared.pool.take(&spec) {
+        Some((objects, slot, refill)) => (Some((objects, slot)), Some(refill)),
+        None => (None, None),
+    };
     shared.metrics.run_start(warm.is_some());
     let (result, leftovers) =
         crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
@@ -188,6 +191,8 @@ async fn run(
             })));
         }
     }
+    // Answered: the claimed slot's replacement may start now.
+    drop(refill);
     leftovers
 }
 
