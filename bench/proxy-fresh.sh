@@ -4,15 +4,21 @@
 #   ttfb:     REQUESTS curl processes per door (plain HTTP through the proxy, and a CONNECT
 #             tunnel), time to first byte, median; "added" = minus the direct median.
 #             The four setups take turns request by request, so load swings hit all alike.
-#   tunnel:   one MIB MiB download with curl through a CONNECT tunnel (median of 3).
+#   tunnel:   one MIB MiB download with curl through a CONNECT tunnel (median of 3 rounds,
+#             the setups taking turns).
 #   load:     ab (apache2-utils), no keep-alive, plain HTTP, AB_REQUESTS requests at 100 and at
-#             1,000 concurrent clients: req/s, p99, max, failures, and the kernel's listen
-#             overflow counters (nstat, whole machine) around each run.
+#             1,000 concurrent clients, AB_ROUNDS rounds with the setups taking turns (each
+#             round in another order): median req/s, p99, max, failures, and the kernel's
+#             listen overflow counters (nstat, whole machine) around each run.
+# Each proxy's CPU time (user + system, its own and its children's, from /proc) is read
+# around every phase: CPU per request and per MiB hardly depend on what else the machine
+# runs, unlike wall-clock figures on a shared machine.
 # for: direct (no proxy), egress-sandbox proxy (release), tinyproxy, Squid (Debian packages,
 # private configs in a temp dir, foreground, no system service or config touched).
 # Each figure is printed with the 1-minute load average taken when it was measured.
 #
-# Usage: bench/proxy-fresh.sh [REQUESTS] [MIB] [AB_REQUESTS]     (defaults: 300 256 10000)
+# Usage: bench/proxy-fresh.sh [REQUESTS] [MIB] [AB_REQUESTS] [AB_ROUNDS]
+#        (defaults: 300 256 10000 3)
 # Needs: curl nginx ab tinyproxy squid nstat ss python3
 #   (apt-get install nginx-light apache2-utils tinyproxy squid)
 set -euo pipefail
@@ -20,6 +26,7 @@ set -euo pipefail
 REQUESTS=${1:-300}
 MIB=${2:-256}
 AB_REQUESTS=${3:-10000}
+AB_ROUNDS=${4:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TMP=$(mktemp -d /tmp/egress-bench-fresh.XXXXXX)
 chmod 777 "$TMP" # Squid and nginx workers drop privileges and must write their files here
@@ -48,6 +55,23 @@ wait_port() { # ADDRESS PORT
 }
 
 load() { cut -d' ' -f1 /proc/loadavg; }
+
+# CPU time, in clock ticks, of PID and every process below it: utime + stime of the living,
+# cutime + cstime of the children it reaped (tinyproxy forks workers). 0 for direct.
+cpu_ticks() { # PID
+    [ -n "${1:-}" ] || { echo 0; return; }
+    local total=0 pid child fields
+    for pid in "$1" $(pgrep -P "$1" 2>/dev/null); do
+        if [ "$pid" != "$1" ]; then
+            total=$((total + $(cpu_ticks "$pid")))
+            continue
+        fi
+        fields=$(cut -d')' -f2- "/proc/$pid/stat" 2>/dev/null) || continue
+        # after "pid (comm)": field 3 is the state, so utime..cstime are words 12..15
+        total=$((total + $(echo "$fields" | awk '{print $12 + $13 + $14 + $15}')))
+    done
+    echo "$total"
+}
 record() { printf '%s\n' "$*" >>"$RESULTS"; } # KIND SETUP FIELD=VALUE...
 
 # EGRESS_SANDBOX_BIN=path skips the build (e.g. to try the script with a debug binary).
@@ -144,6 +168,9 @@ wait_port 127.0.0.1 "$SQUID"
 
 declare -A PROXY=([direct]="" [ours]="127.0.0.1:$OURS" [tinyproxy]="127.0.0.1:$TINY" [squid]="127.0.0.1:$SQUID")
 SETUPS=(direct ours tinyproxy squid)
+# The process whose CPU time counts for a setup (direct: none).
+declare -A PROXY_PID=([direct]="" [ours]="${PIDS[1]}" [tinyproxy]="${PIDS[2]}" [squid]="${PIDS[3]}")
+record clock ticks "per_s=$(getconf CLK_TCK)"
 
 echo "listen backlogs (ss Send-Q):" >&2
 for name in ours tinyproxy squid; do
@@ -162,6 +189,8 @@ curl_ttfb() { # URL [PROXY] [-p]
 
 echo "time to first byte: $REQUESTS fresh connections per setup and door..." >&2
 LOAD_START=$(load)
+declare -A CPU_BEFORE
+for name in "${SETUPS[@]}"; do CPU_BEFORE[$name]=$(cpu_ticks "${PROXY_PID[$name]}"); done
 for _ in $(seq 1 "$REQUESTS"); do
     for name in "${SETUPS[@]}"; do
         curl_ttfb "$SMALL" "${PROXY[$name]}" >>"$TMP/ttfb-plain-$name"
@@ -174,37 +203,53 @@ for name in "${SETUPS[@]}"; do
         [ -f "$TMP/ttfb-$door-$name" ] || continue
         record ttfb "$name" "door=$door" "file=$TMP/ttfb-$door-$name" "load=$LOAD_START-$(load)"
     done
+    record ttfb_cpu "$name" "ticks=$(($(cpu_ticks "${PROXY_PID[$name]}") - CPU_BEFORE[$name]))" \
+        "requests=$((2 * REQUESTS))"
 done
 
-echo "tunnel throughput: $MIB MiB, 3 runs per setup..." >&2
-for _ in 1 2 3; do
-    for name in "${SETUPS[@]}"; do
+# Each round starts at another setup, so no setup always runs right after the same one.
+round_order() { # ROUND
+    local i n=${#SETUPS[@]}
+    for i in $(seq 0 $((n - 1))); do echo "${SETUPS[$(((i + $1) % n))]}"; done
+}
+
+echo "tunnel throughput: $MIB MiB, 3 rounds..." >&2
+for round in 0 1 2; do
+    for name in $(round_order "$round"); do
         [ "$name" = direct ] && tunnel=() || tunnel=(-p -x "http://${PROXY[$name]}")
+        before=$(cpu_ticks "${PROXY_PID[$name]}")
         bps=$(curl -s -o /dev/null --max-time 300 "${tunnel[@]}" -w '%{speed_download}' "$BIG")
-        record tunnel "$name" "bytes_per_s=$bps" "load=$(load)"
+        record tunnel "$name" "bytes_per_s=$bps" "ticks=$(($(cpu_ticks "${PROXY_PID[$name]}") - before))" \
+            "load=$(load)"
     done
 done
 
 listen_overflows() { nstat -saz TcpExtListenOverflows | awk '$1 == "TcpExtListenOverflows" {print $2}'; }
 
-echo "load: ab, no keep-alive, $AB_REQUESTS requests at 100 and 1,000 clients..." >&2
-for clients in 100 1000; do
-    for name in "${SETUPS[@]}"; do
-        args=(-n "$((AB_REQUESTS > clients ? AB_REQUESTS : clients))" -c "$clients" -s 60 -r)
-        [ -n "${PROXY[$name]}" ] && args+=(-X "${PROXY[$name]}")
-        before=$(listen_overflows)
-        la=$(load)
-        ab "${args[@]}" "$SMALL" >"$TMP/ab-$name-$clients" 2>&1 || true
-        after=$(listen_overflows)
-        record ab "$name" "clients=$clients" "file=$TMP/ab-$name-$clients" \
-            "overflows=$((after - before))" "load=$la-$(load)"
+echo "load: ab, no keep-alive, $AB_REQUESTS requests at 100 and 1,000 clients, $AB_ROUNDS rounds..." >&2
+for round in $(seq 1 "$AB_ROUNDS"); do
+    for clients in 100 1000; do
+        for name in $(round_order "$round"); do
+            requests=$((AB_REQUESTS > clients ? AB_REQUESTS : clients))
+            args=(-n "$requests" -c "$clients" -s 60 -r)
+            [ -n "${PROXY[$name]}" ] && args+=(-X "${PROXY[$name]}")
+            out="$TMP/ab-$name-$clients-$round"
+            before=$(listen_overflows)
+            cpu=$(cpu_ticks "${PROXY_PID[$name]}")
+            la=$(load)
+            ab "${args[@]}" "$SMALL" >"$out" 2>&1 || true
+            after=$(listen_overflows)
+            record ab "$name" "clients=$clients" "file=$out" "requests=$requests" \
+                "ticks=$(($(cpu_ticks "${PROXY_PID[$name]}") - cpu))" \
+                "overflows=$((after - before))" "load=$la-$(load)"
+        done
     done
 done
 
-python3 - "$RESULTS" "$REQUESTS" "$MIB" "$AB_REQUESTS" <<'EOF'
+python3 - "$RESULTS" "$REQUESTS" "$MIB" "$AB_REQUESTS" "$AB_ROUNDS" <<'EOF'
 import re, statistics, sys
 
-results, requests, mib, ab_requests = sys.argv[1], *sys.argv[2:]
+results, requests, mib, ab_requests, ab_rounds = sys.argv[1], *sys.argv[2:]
 rows = []
 for line in open(results):
     kind, setup, *fields = line.split()
@@ -215,6 +260,7 @@ def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 names = {"direct": "direct", "ours": "egress-sandbox", "tinyproxy": "tinyproxy", "squid": "Squid"}
+tick_us = 1e6 / float(next(f["per_s"] for k, _, f in rows if k == "clock"))
 backlog = {s: f["value"] for k, s, f in rows if k == "backlog"}
 print("listen backlog:", ", ".join(f"{names[s]} {b}" for s, b in backlog.items()))
 
@@ -233,21 +279,27 @@ for (setup, door) in [k for k in ttfb if len(k) == 2]:
     added = ttfb[setup, door] - base
     print(f"{names[setup]:16}{door:>9}{ttfb[setup, door]:>9.3f}{ttfb[setup, door, 'p90']:>9.3f}"
           f"{added:>9.3f}{ttfb[setup, door, 'load']:>14}")
+cpu = {s: int(f["ticks"]) * tick_us / int(f["requests"]) for k, s, f in rows if k == "ttfb_cpu" and s != "direct"}
+print("proxy CPU per fresh request (plain and CONNECT alike), us: "
+      + ", ".join(f"{names[s]} {c:.0f}" for s, c in cpu.items()))
 
 print(f"\nTunnel throughput, {mib} MiB through CONNECT (median of 3), MiB/s")
-tunnel = {}
+runs = {}
 for kind, setup, f in rows:
     if kind == "tunnel":
-        tunnel.setdefault(setup, []).append((float(f["bytes_per_s"]) / 2**20, f["load"]))
-for setup, runs in tunnel.items():
-    med = statistics.median(r for r, _ in runs)
-    tunnel[setup] = med
-    loads = ",".join(l for _, l in runs)
-    print(f"{names[setup]:16}{med:>9.0f} MiB/s  x direct {med / tunnel['direct']:.2f}   load {loads}")
+        runs.setdefault(setup, []).append((float(f["bytes_per_s"]) / 2**20, int(f["ticks"]), f["load"]))
+tunnel = {s: statistics.median(r for r, _, _ in v) for s, v in runs.items()}
+for setup, v in runs.items():
+    loads = ",".join(l for _, _, l in v)
+    cpu = "" if setup == "direct" else \
+        f"   proxy CPU {sum(t for _, t, _ in v) * tick_us / 1000 / (3 * int(mib)):.2f} ms/MiB"
+    print(f"{names[setup]:16}{tunnel[setup]:>9.0f} MiB/s  x direct {tunnel[setup] / tunnel['direct']:.2f}"
+          f"{cpu}   load {loads}")
 
-print(f"\nUnder load: ab, no keep-alive, plain HTTP, {ab_requests} requests")
-print(f"{'':16}{'clients':>8}{'req/s':>9}{'p99 ms':>8}{'max ms':>8}{'failed':>8}{'non-2xx':>8}{'overflows':>10}{'load':>13}")
-ab = {}
+print(f"\nUnder load: ab, no keep-alive, plain HTTP, {ab_requests} requests, median of {ab_rounds} rounds")
+print(f"{'':16}{'clients':>8}{'req/s':>9}{'p99 ms':>8}{'max ms':>8}{'failed':>8}{'non-2xx':>8}"
+      f"{'overflows':>10}{'cpu us/req':>11}  loads")
+ab_runs = {}
 for kind, setup, f in rows:
     if kind != "ab":
         continue
@@ -260,12 +312,21 @@ for kind, setup, f in rows:
              max=float(grab(r"^\s+100%\s+(\d+)")),
              failed=int(grab(r"^Failed requests:\s+(\d+)", "-1")),
              non2xx=int(grab(r"^Non-2xx responses:\s+(\d+)", "0")),
-             overflows=int(f["overflows"]), load=f["load"])
+             overflows=int(f["overflows"]),
+             cpu=int(f["ticks"]) * tick_us / int(f["requests"]),
+             load=f["load"])
     if r["failed"] < 0:
         print(f"{names[setup]}: ab did not finish: {text.strip().splitlines()[-1:]}")
-    ab[setup, int(f["clients"])] = r
-    print(f"{names[setup]:16}{f['clients']:>8}{r['rps']:>9.0f}{r['p99']:>8.0f}{r['max']:>8.0f}"
-          f"{r['failed']:>8}{r['non2xx']:>8}{r['overflows']:>10}{r['load']:>13}")
+    ab_runs.setdefault((setup, int(f["clients"])), []).append(r)
+ab = {}
+for (setup, clients), v in sorted(ab_runs.items(), key=lambda kv: (kv[0][1], list(names).index(kv[0][0]))):
+    med = lambda key: statistics.median(r[key] for r in v)
+    ab[setup, clients] = r = dict(rps=med("rps"), p99=med("p99"), max=max(r["max"] for r in v),
+                                  failed=sum(r["failed"] for r in v), non2xx=sum(r["non2xx"] for r in v),
+                                  overflows=sum(r["overflows"] for r in v), cpu=med("cpu"))
+    cpu = "-" if setup == "direct" else f"{r['cpu']:.0f}"
+    print(f"{names[setup]:16}{clients:>8}{r['rps']:>9.0f}{r['p99']:>8.0f}{r['max']:>8.0f}"
+          f"{r['failed']:>8}{r['non2xx']:>8}{r['overflows']:>10}{cpu:>11}  {' '.join(x['load'] for x in v)}")
 
 def verdict(ok):
     return "met" if ok else "NOT met"
@@ -280,5 +341,6 @@ print(f"  tunnel ours/Squid  = {t / tunnel['squid']:.2f}  (>= 1.4: {verdict(t / 
 o, s = ab["ours", 1000], ab["squid", 1000]
 print(f"  1,000 clients p99 ours/Squid = {o['p99']:.0f}/{s['p99']:.0f} ms = {o['p99'] / s['p99']:.2f}  (<= 1: {verdict(o['p99'] <= s['p99'])})")
 print(f"  1,000 clients req/s ours/Squid = {o['rps']:.0f}/{s['rps']:.0f} = {o['rps'] / s['rps']:.2f}  (>= 1.5: {verdict(o['rps'] >= 1.5 * s['rps'])})")
+print(f"  (1,000 clients, proxy CPU per request ours/Squid = {o['cpu']:.0f}/{s['cpu']:.0f} us = {o['cpu'] / s['cpu']:.2f})")
 print("  (figures on a shared machine are noisy: read them with the load next to them)")
 EOF

@@ -228,7 +228,7 @@ impl Tunnel {
         relay(
             &mut client,
             &mut upstream,
-            limits.relay_buffer_bytes,
+            &self.shared.pipes,
             &mut moved,
             &mut self.shutdown,
         )

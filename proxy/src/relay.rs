@@ -5,7 +5,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::shutdown::Shutdown;
-use crate::splice::{self, Pipe};
+use crate::splice::{self, PipePool};
 
 /// Bytes moved so far: `up` = client → upstream, `down` = upstream → client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,32 +16,46 @@ pub struct Transferred {
 
 /// Relays until both directions have ended (a side's EOF is passed on as a half-close), one
 /// side fails, or shutdown. The counts are kept in `moved` as they happen, so a tunnel cut
-/// short still reports what went through. Uses splice(2) when two pipes can be had, else a
-/// user-space copy with `buffer_bytes` per direction.
+/// short still reports what went through. Uses splice(2) with two pipes from `pipes` (given
+/// back when the tunnel ends, if empty), else a user-space copy with a buffer of the pool's
+/// capacity per direction.
 pub async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
-    buffer_bytes: usize,
+    pipes: &PipePool,
     moved: &mut Transferred,
     shutdown: &mut Shutdown,
 ) {
     let Transferred { up, down } = moved;
-    let result = match (Pipe::new(buffer_bytes), Pipe::new(buffer_bytes)) {
-        (Ok(up_pipe), Ok(down_pipe)) => {
+    let pair = match (pipes.take(), pipes.take()) {
+        (Ok(up_pipe), Ok(down_pipe)) => Ok((up_pipe, down_pipe)),
+        (Err(error), other) | (other, Err(error)) => {
+            if let Ok(pipe) = other {
+                pipes.put(pipe);
+            }
+            Err(error)
+        }
+    };
+    let result = match pair {
+        Ok((mut up_pipe, mut down_pipe)) => {
             let (client, upstream) = (&*client, &*upstream);
             let both = async {
                 tokio::try_join!(
-                    splice::pump(client, upstream, &up_pipe, up),
-                    splice::pump(upstream, client, &down_pipe, down),
+                    splice::pump(client, upstream, &mut up_pipe, up),
+                    splice::pump(upstream, client, &mut down_pipe, down),
                 )
             };
-            tokio::select! {
+            let result = tokio::select! {
                 result = both => result.map(|_| ()),
                 () = shutdown.wait() => Ok(()),
-            }
+            };
+            pipes.put(up_pipe);
+            pipes.put(down_pipe);
+            result
         }
-        (Err(error), _) | (_, Err(error)) => {
+        Err(error) => {
             tracing::debug!(%error, "no pipes for splice; copying through user space");
+            let buffer_bytes = pipes.capacity();
             let (mut client_read, mut client_write) = client.split();
             let (mut upstream_read, mut upstream_write) = upstream.split();
             let both = async {
@@ -81,5 +95,93 @@ where
         }
         writer.write_all(&buffer[..n]).await?;
         *count += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    /// Two connected loopback sockets.
+    async fn socket_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let connect = TcpStream::connect(listener.local_addr().unwrap());
+        let (connected, accepted) = tokio::join!(connect, listener.accept());
+        (connected.unwrap(), accepted.unwrap().0)
+    }
+
+    /// One tunnel: the client sends `request` and half-closes; the upstream reads it to the
+    /// end, then answers `response` and closes. Returns what each side got and the counts.
+    async fn tunnel(
+        pipes: &PipePool,
+        request: &[u8],
+        response: &[u8],
+    ) -> (Vec<u8>, Vec<u8>, Transferred) {
+        let (mut client, mut proxy_client) = socket_pair().await;
+        let (mut proxy_upstream, mut upstream) = socket_pair().await;
+        let (_trigger, mut shutdown) = Shutdown::new();
+        let mut moved = Transferred::default();
+        let client_side = async {
+            client.write_all(request).await.unwrap();
+            client.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            got
+        };
+        let upstream_side = async {
+            let mut got = Vec::new();
+            // The client's half-close arrives as EOF while the way back is still open.
+            upstream.read_to_end(&mut got).await.unwrap();
+            upstream.write_all(response).await.unwrap();
+            upstream.shutdown().await.unwrap();
+            got
+        };
+        let relayed = relay(
+            &mut proxy_client,
+            &mut proxy_upstream,
+            pipes,
+            &mut moved,
+            &mut shutdown,
+        );
+        let ((), at_client, at_upstream) = tokio::join!(relayed, client_side, upstream_side);
+        (at_upstream, at_client, moved)
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_relays_both_ways_exactly_through_half_close_and_counts() {
+        let pipes = PipePool::new(4, 64 * 1024);
+        let request: Vec<u8> = (0..700_000u32).map(|i| (i % 253) as u8).collect();
+        let response: Vec<u8> = (0..2_500_000u32).map(|i| (i % 241) as u8).collect();
+        let (at_upstream, at_client, moved) = tunnel(&pipes, &request, &response).await;
+        assert!(
+            at_upstream == request,
+            "upstream got {} of {} bytes",
+            at_upstream.len(),
+            request.len()
+        );
+        assert!(
+            at_client == response,
+            "client got {} of {} bytes",
+            at_client.len(),
+            response.len()
+        );
+        assert_eq!(
+            moved,
+            Transferred {
+                up: request.len() as u64,
+                down: response.len() as u64
+            }
+        );
+        // Both pipes came back empty, and the next tunnel runs on them.
+        assert_eq!(pipes.idle(), 2);
+        let (at_upstream, at_client, moved) = tunnel(&pipes, b"second", b"answer").await;
+        assert_eq!(
+            (at_upstream.as_slice(), at_client.as_slice()),
+            (&b"second"[..], &b"answer"[..])
+        );
+        assert_eq!(moved, Transferred { up: 6, down: 6 });
+        assert_eq!(pipes.idle(), 2);
     }
 }

@@ -15,6 +15,11 @@ use crate::floor::Floor;
 use crate::gate::Gate;
 use crate::pool::UpstreamPool;
 use crate::resolve::Resolver;
+use crate::splice::PipePool;
+
+/// Empty pipes kept for later tunnels (a tunnel takes two). A kept pipe holds no data, only
+/// its two descriptors.
+const IDLE_PIPES: usize = 64;
 
 /// What every door shares, one per proxy.
 pub(crate) struct Shared {
@@ -23,6 +28,8 @@ pub(crate) struct Shared {
     /// The address the DNS responder answers allowed names with, if it runs.
     pub dns_answer: Option<Ipv4Addr>,
     pub pool: UpstreamPool,
+    /// Empty splice pipes of closed tunnels, for the next tunnels.
+    pub pipes: PipePool,
     /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
     pub inspect: Option<crate::inspect::Inspector>,
     /// DNS queries per second per client, shared by the UDP and TCP responders.
@@ -61,6 +68,7 @@ impl Shared {
                 config.limits.max_idle_upstreams,
                 config.limits.upstream_idle_timeout,
             ),
+            pipes: PipePool::new(IDLE_PIPES, config.limits.relay_buffer_bytes),
             limits: config.limits,
             dns_answer,
             inspect,

@@ -155,7 +155,7 @@ async fn serve_tls(
     relay(
         &mut client_stream,
         &mut upstream,
-        limits.relay_buffer_bytes,
+        &shared.pipes,
         &mut moved,
         &mut shutdown,
     )
