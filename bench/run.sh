@@ -25,6 +25,7 @@ fi
 # Warm-up outside the measurement: builds the proxy (and, if needed, base) image.
 "$BIN" run "${image_flag[@]}" -- true >/dev/null 2>&1
 
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 hyperfine --warmup 2 --runs "$RUNS" --export-json "$out/times.json" \
@@ -38,3 +39,4 @@ docker = results["docker run --rm --network none"]["median"]
 ours = results["egress-sandbox run"]["median"]
 print(f"median: docker run {docker:.3f}s, egress-sandbox run {ours:.3f}s, ratio {ours / docker:.2f}x (target <= 2.5x)")
 PY
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

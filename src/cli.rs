@@ -54,6 +54,14 @@ pub struct ServeArgs {
     /// Also serve GET /metrics (Prometheus text) on this TCP address.
     #[arg(long = "metrics-listen", value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Warm slots kept ready: a run network, its proxy waiting for its policy and a
+    /// sandbox waiting for its command (0: every run is set up when it comes).
+    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
+    pub pool: usize,
+    /// The network the proxies reach the outside through, for the pool's slots and
+    /// requests that name none [default: egress-sandbox-egress].
+    #[arg(long = "egress-network", value_name = "NAME")]
+    pub egress_network: Option<String>,
 }
 
 #[derive(Debug, Args)]

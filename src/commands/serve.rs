@@ -12,6 +12,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = ServeOptions::new(args.socket.unwrap_or_else(default_socket));
     options.socket_group = args.socket_group;
     options.metrics_listen = args.metrics_listen;
+    options.pool = args.pool;
+    options.egress_network = args.egress_network;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

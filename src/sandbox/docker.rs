@@ -12,7 +12,7 @@ use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Network,
-    NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest, NetworkInspect,
+    NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -265,23 +265,6 @@ impl Engine {
         self.docker.connect_network(network, request).await
     }
 
-    /// Disconnects a container from a network; a container or network already gone counts
-    /// as disconnected.
-    pub(crate) async fn disconnect_network(
-        &self,
-        network: &str,
-        container: &str,
-    ) -> Result<(), BollardError> {
-        let request = NetworkDisconnectRequest {
-            container: container.to_string(),
-            force: Some(true),
-        };
-        match self.docker.disconnect_network(network, request).await {
-            Err(error) if is_not_found(&error) => Ok(()),
-            result => result,
-        }
-    }
-
     /// Removes a network; one that is already gone counts as removed. Endpoints of containers
     /// removed a moment ago can linger briefly, so "active endpoints" is retried.
     pub(crate) async fn remove_network(&self, name: &str) -> Result<(), BollardError> {
@@ -428,6 +411,25 @@ impl Engine {
             Err(error) if is_conflict(&error) => Ok(()),
             other => other,
         }
+    }
+
+    /// Sets the limits Docker changes on a live container (no swap on top of memory).
+    pub async fn update_limits(
+        &self,
+        container: &str,
+        memory: u64,
+        nano_cpus: i64,
+        pids: u64,
+    ) -> Result<(), BollardError> {
+        let memory = i64::try_from(memory).unwrap_or(i64::MAX);
+        let body = bollard::models::ContainerUpdateBody {
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            nano_cpus: Some(nano_cpus),
+            pids_limit: Some(i64::try_from(pids).unwrap_or(i64::MAX)),
+            ..Default::default()
+        };
+        self.docker.update_container(container, body).await
     }
 
     /// Containers (running or not) matching `filters`.

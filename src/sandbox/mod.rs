@@ -24,6 +24,8 @@
 //! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
 //!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - `teardown`: owns every object of a run and removes it on every path.
+//! - `slot`: a run's set-up in two parts, the slot (spec-independent) and its claim,
+//!   shared by cold runs and the daemon's warm pool.
 //! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
 //!   daemon, embedders): it names its proxy binary and connects to the engine once.
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
@@ -45,6 +47,7 @@ pub mod labels;
 pub(crate) mod network;
 pub mod output;
 pub mod run;
+pub(crate) mod slot;
 pub mod spec;
 pub mod tally;
 pub(crate) mod task_files;

@@ -1,14 +1,17 @@
 //! The run lifecycle: set up, run, tear down — as a library call.
 //!
 //! ```text
+//!  slot (slot.rs; a pool prepares it ahead, a cold run now):
 //! connect, check --runtime ─┬─ proxy image ───────────────┐
 //!                           ├─ sandbox image ─────────────┤
-//!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start → handoff (stdin) → connect egress, ready ─┐
-//!                           └─ run network ───────────────┘ └─ create sandbox → attach ─────────────────────────────────────────────────┴─ start sandbox
+//!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start ──────────────┐
+//!                           └─ run network ───────────────┘ ├─ create sandbox → attach → start (gated) ────┤
+//!                                                           └─ (inspected hosts) the image's CA bundle ────┤
+//!  claim (slot.rs):  docker update (limits, if changed) ─┬─ handoff (stdin) ─ ready ─┬─ fill the trust bundle
+//!                    connect egress (if not yet) ────────┘                           └─ gate signal: argv, env, workdir, files
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt │ proxy died ─ kill
-//!    command over (output ends) ─┬─ stop proxy (flushes records) → remove proxy
-//!                                ├─ disconnect proxy from the run network ─┐
-//!                                └─ sandbox stopped → remove sandbox ──────┴─ remove network
+//!    command over (output ends) ─ stop proxy (its output ends with the `end` record) ─ outcome
+//!    then (Leftovers::remove; the daemon after its answer): remove both containers ─ remove network
 //! ```
 //!
 //! The proxy's arguments carry only its listeners and `--floor-extra` (the egress gateways
@@ -23,8 +26,9 @@
 //! Steps that do not depend on each other overlap: done one after another, a run costs
 //! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
 //! started alongside the proxy, its command held back by a gate until the proxy is ready
-//! (`commands::sandbox_gate`). Every object is registered with the `Teardown` before it
-//! is created and removed before the run returns, on every path.
+//! (`commands::sandbox_gate`), which also hands the command its argv, environment and
+//! working directory. Every object is registered with the run's `Teardown` before it is
+//! created and removed before the run returns, on every path.
 //!
 //! Embedders (an agent framework, say) run specs through a [`Sandbox`] handle, as the
 //! `run` command and the daemon do.
@@ -33,26 +37,22 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bollard::models::EndpointSettings;
 use serde::Serialize;
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
-use super::container::{HeldStart, gate_setup, proxy_body, proxy_handoff, sandbox_body};
-use super::docker::{DockerError, Engine, EngineError, OutputFrames, StdinWriter};
+use super::container::gate_setup;
+use super::docker::{DockerError, EngineError, StdinWriter};
 use super::events::{AuditTee, RunEvent};
 use super::gate_signal;
 use super::handle::Sandbox;
-use super::images::{self, ImageError};
-use super::labels::{RunNames, random_hostname};
-use super::network::{self, NetworkError, RunSubnet};
+use super::images::ImageError;
+use super::network::NetworkError;
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
+use super::slot::{PROXY_READY_TIMEOUT, Prepared, Slot, SlotObjects};
 use super::spec::RunSpec;
 use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
-use super::teardown::Teardown;
-use super::trust::{self, TrustBundle, TrustError};
+use super::trust::{TrustBundle, TrustError};
 
-/// How long the proxy may take from start to its ready line.
-const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// After SIGTERM the proxy closes tunnels, writes their records and exits (~1 s).
 const PROXY_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 /// After the sandbox stopped, its output stream ends; this bounds a stuck stream.
@@ -188,7 +188,9 @@ pub enum RunError {
     Trust(#[from] TrustError),
 }
 
-fn docker_step(step: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> RunError {
+pub(crate) fn docker_step(
+    step: impl Into<String>,
+) -> impl FnOnce(bollard::errors::Error) -> RunError {
     let step = step.into();
     move |source| RunError::Docker {
         step,
@@ -196,27 +198,66 @@ fn docker_step(step: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -
     }
 }
 
-/// Runs `spec` on `sandbox` to the end ([`Sandbox::run_until`]).
+/// Runs `spec` on `sandbox` to the end ([`Sandbox::run_until`]): set-up, run, removal.
 pub(super) async fn execute(
     sandbox: &Sandbox,
     spec: RunSpec,
     sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> Result<RunOutcome, RunError> {
-    let audit_file = match &spec.audit_log {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|source| RunError::AuditLog {
-                    path: path.clone(),
-                    source,
-                })?,
-        ),
-        None => None,
+    // Opened before Docker is touched: a bad path is refused with nothing created.
+    let audit_file = open_audit_log(&spec)?;
+    let (result, leftovers) = run_parts(sandbox, None, &spec, audit_file, sinks, interrupt).await;
+    let failures = match leftovers {
+        Some(leftovers) => leftovers.remove().await,
+        None => Vec::new(),
     };
-    let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
+    tracing::debug!("teardown done");
+    let mut outcome = result?;
+    outcome.teardown_errors = failures;
+    Ok(outcome)
+}
+
+fn open_audit_log(spec: &RunSpec) -> Result<Option<std::fs::File>, RunError> {
+    match &spec.audit_log {
+        Some(path) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(Some)
+            .map_err(|source| RunError::AuditLog {
+                path: path.clone(),
+                source,
+            }),
+        None => Ok(None),
+    }
+}
+
+/// A run's objects once its outcome is known: removing them is the caller's last step
+/// (`run` waits for it; the daemon answers first and removes them in the background).
+pub(crate) struct Leftovers {
+    objects: SlotObjects,
+    /// The set-up was cut short: a create request may have made an object we never
+    /// heard of, so removal also sweeps by the run's label.
+    sweep: bool,
+}
+
+impl Leftovers {
+    pub(crate) fn run_id(&self) -> &str {
+        &self.objects.names.id
+    }
+
+    /// Removes every object; what could not be removed, as messages.
+    pub(crate) async fn remove(self) -> Vec<String> {
+        let failures = self.objects.teardown.run(self.sweep).await;
+        drop(self.objects);
+        failures
+    }
+}
+
+/// The objects of a cold run of `spec`: checks what must hold before anything is created
+/// (the runtime; inspected hosts need a local engine), makes the trust bundle.
+async fn cold_objects(sandbox: &Sandbox, spec: &RunSpec) -> Result<SlotObjects, RunError> {
     let engine = sandbox.engine();
     // Checked before anything is created: an unknown runtime would fail only at the
     // sandbox's create, after the networks and the proxy exist.
@@ -243,30 +284,41 @@ pub(super) async fn execute(
             engine: engine.host().to_owned(),
         });
     };
-    let names = RunNames::generate();
-    sinks.emit(RunEvent::Id(names.id.clone()));
-    let teardown = Teardown::new(engine.clone(), &names.id);
+    Ok(SlotObjects::new(sandbox, trust))
+}
+
+/// Runs `spec` in `warm` (a pool's slot), or in a slot of its own set up now, up to its
+/// outcome; the objects are left for the caller to remove (`None`: none were made).
+pub(crate) async fn run_parts(
+    sandbox: &Sandbox,
+    warm: Option<(SlotObjects, Slot)>,
+    spec: &RunSpec,
+    audit_file: Option<std::fs::File>,
+    sinks: OutputSinks,
+    interrupt: impl Future<Output = Interruption>,
+) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
+    let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
+    let (objects, slot) = match warm {
+        Some((objects, slot)) => (objects, Some(slot)),
+        None => match cold_objects(sandbox, spec).await {
+            Ok(objects) => (objects, None),
+            Err(error) => return (Err(error), None),
+        },
+    };
+    sinks.emit(RunEvent::Id(objects.names.id.clone()));
     let run = Run {
         sandbox,
-        engine,
-        spec: &spec,
-        labels: sandbox.owner().labels(&names.id),
-        names: &names,
-        teardown: &teardown,
-        trust: trust.as_ref(),
+        objects: &objects,
+        spec,
     };
     tokio::pin!(interrupt);
-    let result = run.go(audit_log, sinks, &mut interrupt).await;
+    let result = run.go(slot, audit_log, sinks, &mut interrupt).await;
     // Only a set-up that was cut short (an error in one branch drops the others, or an
     // interrupt) can have a create request in flight whose object we never heard of.
-    let cut_short = result.as_ref().map_or(true, |outcome| {
+    let sweep = result.as_ref().map_or(true, |outcome| {
         outcome.duration.is_zero() && outcome.status == RunStatus::Interrupted
     });
-    let failures = teardown.run(cut_short).await;
-    tracing::debug!("teardown done");
-    let mut outcome = result?;
-    outcome.teardown_errors = failures;
-    Ok(outcome)
+    (result, Some(Leftovers { objects, sweep }))
 }
 
 /// Copies `input` (if any) to the sandbox's stdin, then closes it: the command sees EOF.
@@ -295,24 +347,8 @@ impl Drop for AbortOnDrop {
 
 struct Run<'a> {
     sandbox: &'a Sandbox,
-    engine: &'a Engine,
+    objects: &'a SlotObjects,
     spec: &'a RunSpec,
-    names: &'a RunNames,
-    labels: std::collections::HashMap<String, String>,
-    teardown: &'a Teardown,
-    /// The sandbox's CA bundle file, when some host is inspected.
-    trust: Option<&'a TrustBundle>,
-}
-
-/// Everything ready to start the command.
-struct Prepared {
-    image: String,
-    subnet: RunSubnet,
-    proxy: ProxyOutput,
-    sandbox_output: OutputFrames,
-    /// The started sandbox's stdin, where its gate waits for the go signal; `None` when
-    /// the sandbox is not gated and not started yet.
-    gate: Option<StdinWriter>,
 }
 
 enum End {
@@ -325,6 +361,7 @@ enum End {
 impl Run<'_> {
     async fn go<I>(
         &self,
+        warm: Option<Slot>,
         audit_log: Option<AuditSink>,
         sinks: OutputSinks,
         interrupt: &mut std::pin::Pin<&mut I>,
@@ -332,8 +369,17 @@ impl Run<'_> {
     where
         I: Future<Output = Interruption>,
     {
+        let objects = self.objects;
+        // One path for both: a cold run prepares a slot of its own shape, then claims it.
+        let set_up = async {
+            let slot = match warm {
+                Some(slot) => slot,
+                None => objects.prepare(self.sandbox, self.spec).await?,
+            };
+            objects.claim(slot, self.spec, audit_log).await
+        };
         let prepared = tokio::select! {
-            prepared = self.prepare(audit_log) => prepared?,
+            prepared = set_up => prepared?,
             signal = interrupt.as_mut() => return Ok(self.outcome_before_start(signal)),
         };
         let Prepared {
@@ -343,8 +389,9 @@ impl Run<'_> {
             sandbox_output,
             gate,
         } = prepared;
-        let engine = self.engine;
-        let sandbox = self.names.sandbox.as_str();
+        let engine = &objects.engine;
+        let names = &objects.names;
+        let sandbox = names.sandbox.as_str();
 
         let mut sinks = sinks;
         let input = sinks.stdin.take();
@@ -378,8 +425,6 @@ impl Run<'_> {
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
         let command_over = std::sync::Arc::new(tokio::sync::Notify::new());
-        // The engine reports the sandbox stopped: its endpoint on the run network is gone.
-        let sandbox_stopped = tokio::sync::Notify::new();
         let relay = tokio::spawn({
             let command_over = command_over.clone();
             let relayed = output::relay(sandbox_output, sinks, self.spec.limits.output);
@@ -417,7 +462,6 @@ impl Run<'_> {
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
             }
             command_over.notify_one();
-            sandbox_stopped.notify_one();
             let (status, exit_code) = match end {
                 End::Exited(code) if code == 137 && self.oom_killed().await => {
                     (RunStatus::Oom, 137)
@@ -438,62 +482,24 @@ impl Run<'_> {
                     OutputStats::default()
                 }
             };
-            match engine.remove_container(sandbox).await {
-                Ok(()) => self.teardown.forget_container(sandbox),
-                Err(error) => tracing::debug!(%error, "sandbox removal failed; teardown retries"),
-            }
             (status, exit_code, duration, output)
         };
-        // Once the command is over: stop the proxy so it writes its last records, then
-        // remove its container. Meanwhile the proxy leaves the run network (nothing is left
-        // on it to serve), so the network goes as soon as the sandbox is reported stopped
-        // instead of after the proxy's own exit (~0.1 s of engine bookkeeping).
+        // Once the command is over: stop the proxy so it writes its last records (its
+        // output ends with the `end` record). Removing the containers and the network is
+        // left to the caller (`Leftovers`): the outcome does not wait for it.
         let proxy_side = async {
             command_over.notified().await;
-            let network = self.names.network.as_str();
-            let proxy_name = self.names.proxy.as_str();
-            let remove_network = async {
-                if let Err(error) = engine.disconnect_network(network, proxy_name).await {
-                    tracing::debug!(%error, "cannot disconnect the proxy from the run network");
-                }
-                tracing::debug!("proxy disconnected from the run network");
-                sandbox_stopped.notified().await;
-                match engine.remove_network(network).await {
-                    Ok(()) => self.teardown.forget_network(),
-                    Err(error) => {
-                        tracing::debug!(%error, "network removal failed; teardown retries")
-                    }
-                }
-                tracing::debug!("run network removed");
-            };
-            let stop_then_remove_proxy = async {
-                stopping_proxy.store(true, std::sync::atomic::Ordering::SeqCst);
-                let tally = self.stop_proxy(proxy).await;
-                if let Err(_elapsed) =
-                    tokio::time::timeout(PROXY_STOP_TIMEOUT, engine.wait_container(proxy_name))
-                        .await
-                {
-                    tracing::debug!("the proxy container did not report its stop in time");
-                }
-                tracing::debug!("proxy container stopped");
-                match engine.remove_container(proxy_name).await {
-                    Ok(()) => self.teardown.forget_container(proxy_name),
-                    Err(error) => tracing::debug!(%error, "proxy removal failed; teardown retries"),
-                }
-                tracing::debug!("proxy container removed");
-                tally
-            };
-            let (tally, ()) = tokio::join!(stop_then_remove_proxy, remove_network);
-            tally
+            stopping_proxy.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.stop_proxy(proxy).await
         };
         let ((status, exit_code, duration, output), records) =
             tokio::join!(sandbox_side, proxy_side);
         drop(forward_input);
-        tracing::debug!("proxy stopped, containers and network removed");
+        tracing::debug!("proxy stopped: the outcome is known");
         let (tally, head) = (records.tally, records.head);
         let refusals = tally.refusals();
         Ok(RunOutcome {
-            run_id: self.names.id.clone(),
+            run_id: self.objects.names.id.clone(),
             status,
             exit_code,
             duration,
@@ -510,222 +516,17 @@ impl Run<'_> {
         })
     }
 
-    /// Images, networks, both containers; the proxy started and ready.
-    async fn prepare(&self, audit_log: Option<AuditSink>) -> Result<Prepared, RunError> {
-        let engine = self.engine;
-        let gated = engine.is_local();
-        if !gated && !self.spec.files.is_empty() {
-            return Err(RunError::FilesNeedLocalEngine);
-        }
-        let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
-            async { self.sandbox.proxy_image().await.map_err(RunError::from) },
-            async {
-                let image = match &self.spec.image {
-                    Some(image) => images::require_local_image(engine, image)
-                        .await
-                        .map(|()| image.clone())?,
-                    None => self.sandbox.base_image().await?,
-                };
-                let entrypoint = if gated {
-                    engine
-                        .image_entrypoint(&image)
-                        .await
-                        .map_err(docker_step(format!("inspect the image {image}")))?
-                } else {
-                    Vec::new()
-                };
-                Ok::<_, RunError>((image, entrypoint))
-            },
-            async {
-                let egress =
-                    network::egress_network(engine, self.spec.egress_network.as_deref()).await?;
-                let gateways = network::gateways(engine, &egress).await?;
-                // This host's addresses are the engine host's only when the engine is local.
-                let host_addresses = if gated {
-                    network::host_addresses().map_err(RunError::HostAddresses)?
-                } else {
-                    Vec::new()
-                };
-                let floor_extra = network::floor_extra(&gateways, &host_addresses);
-                Ok::<_, RunError>((egress, floor_extra))
-            },
-            async {
-                self.teardown.track_network(&self.names.network);
-                self.teardown
-                    .complete(network::create_run_network(
-                        engine.clone(),
-                        self.spec.subnet_pool,
-                        self.names.network.clone(),
-                        self.labels.clone(),
-                    ))
-                    .await
-                    .map_err(RunError::from)
-            },
-        )?;
-        tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
-        let held = gated.then(|| HeldStart {
-            binary: self.sandbox.proxy_binary().to_path_buf(),
-            image_entrypoint: entrypoint,
-        });
-        // The image's own CA bundle, read from a probe container while the proxy starts.
-        let image_bundle = async {
-            if self.trust.is_none() {
-                return Ok(Vec::new());
-            }
-            let probe = trust::probe_name(&self.names.sandbox);
-            let bundle =
-                trust::image_bundle(engine, self.teardown, &image, &probe, &self.labels).await?;
-            tracing::debug!(bytes = bundle.len(), "image CA bundle read");
-            Ok::<_, RunError>(bundle)
-        };
-        let ((proxy, ready), (sandbox_output, gate), image_bundle) = tokio::try_join!(
-            self.start_proxy(&proxy_image, &egress, subnet, &floor_extra, audit_log),
-            self.create_sandbox(&image, subnet, held.as_ref()),
-            image_bundle,
-        )?;
-        // The command is still held by its gate: it sees the full bundle from its start.
-        if let Some(trust) = self.trust {
-            trust.fill(&image_bundle, ready.ca.as_deref())?;
-            tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
-        }
-        Ok(Prepared {
-            image,
-            subnet,
-            proxy,
-            sandbox_output,
-            gate,
-        })
-    }
-
-    async fn start_proxy(
-        &self,
-        image: &str,
-        egress: &str,
-        subnet: RunSubnet,
-        floor_extra: &[std::net::IpAddr],
-        audit_log: Option<AuditSink>,
-    ) -> Result<(ProxyOutput, audit_trail::Ready), RunError> {
-        let engine = self.engine;
-        let name = self.names.proxy.as_str();
-        let body = proxy_body(
-            image,
-            &self.names.network,
-            subnet,
-            floor_extra,
-            &self.labels,
-        );
-        self.teardown.track_container(name);
-        self.teardown
-            .complete(
-                engine
-                    .clone()
-                    .create_container_owned(name.to_string(), body),
-            )
-            .await
-            .map_err(docker_step("create the proxy container"))?;
-        tracing::debug!("proxy created");
-        let (frames, mut stdin) = engine
-            .attach_with_stdin(name)
-            .await
-            .map_err(docker_step("attach to the proxy"))?;
-        let mut proxy = audit_trail::spawn_reader(frames, audit_log);
-        engine
-            .start_container(name)
-            .await
-            .map_err(docker_step("start the proxy"))?;
-        tracing::debug!("proxy started");
-        // The run's own configuration goes over stdin, never into arguments (visible to
-        // `docker inspect`); the proxy reads this one line before it binds anything.
-        {
-            use tokio::io::AsyncWriteExt;
-            let line = proxy_handoff(self.spec, &self.names.id).to_line();
-            stdin
-                .write_all(line.as_bytes())
-                .await
-                .and(stdin.shutdown().await)
-                .map_err(|source| RunError::Handoff { source })?;
-        }
-        tracing::debug!("handoff written to the proxy");
-        // Connected after the start rather than before: a start with one network is
-        // ~0.08 s cheaper, the connect to a running container ~0.03 s, and its ready line
-        // comes meanwhile. The gate opens only after both, so the command never runs
-        // before the proxy can reach the outside.
-        engine
-            .connect_network(egress, name, EndpointSettings::default())
-            .await
-            .map_err(docker_step("connect the proxy to the egress network"))?;
-        tracing::debug!("proxy connected to the egress network");
-        match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
-            Ok(Ok(Ok(ready))) => {
-                tracing::debug!("proxy ready");
-                Ok((proxy, ready))
-            }
-            Ok(Ok(Err(not_ready))) => Err(RunError::ProxyNotReady {
-                detail: not_ready.detail,
-            }),
-            Ok(Err(_)) => Err(RunError::ProxyNotReady {
-                detail: "its output ended".into(),
-            }),
-            Err(_) => Err(RunError::ProxyReadyTimeout),
-        }
-    }
-
-    /// Creates the sandbox and attaches to it; with a gate, also starts it (the command
-    /// waits behind the gate) and returns the gate's stdin.
-    async fn create_sandbox(
-        &self,
-        image: &str,
-        subnet: RunSubnet,
-        held: Option<&HeldStart>,
-    ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
-        let engine = self.engine;
-        let name = self.names.sandbox.as_str();
-        let mut body = sandbox_body(
-            self.spec,
-            image,
-            &self.names.network,
-            subnet,
-            &random_hostname(),
-            &self.labels,
-            held,
-        );
-        if let Some(trust) = self.trust {
-            trust.add_to(&mut body);
-        }
-        self.teardown.track_container(name);
-        self.teardown
-            .complete(
-                engine
-                    .clone()
-                    .create_container_owned(name.to_string(), body),
-            )
-            .await
-            .map_err(docker_step("create the sandbox container"))?;
-        if held.is_none() {
-            let output = engine
-                .attach_output(name)
-                .await
-                .map_err(docker_step("attach to the sandbox"))?;
-            return Ok((output, None));
-        }
-        let (output, stdin) = engine
-            .attach_with_stdin(name)
-            .await
-            .map_err(docker_step("attach to the sandbox"))?;
-        engine
-            .start_container(name)
-            .await
-            .map_err(docker_step("start the sandbox"))?;
-        tracing::debug!("sandbox started behind its gate");
-        Ok((output, Some(stdin)))
-    }
-
     /// Resolves when the proxy container stops on its own while the command runs (killed,
     /// crashed, out of memory). Without its proxy a run cannot record its attempts, so the
     /// caller kills the sandbox. Never resolves once `stopping` says the run stops the
     /// proxy itself, nor when the engine cannot be asked (that is no proof of a death).
     async fn proxy_died(&self, stopping: &std::sync::atomic::AtomicBool) {
-        match self.engine.wait_container(&self.names.proxy).await {
+        match self
+            .objects
+            .engine
+            .wait_container(&self.objects.names.proxy)
+            .await
+        {
             Ok(code) if !stopping.load(std::sync::atomic::Ordering::SeqCst) => {
                 tracing::warn!(
                     code,
@@ -745,8 +546,9 @@ impl Run<'_> {
             Ok(code) => code,
             Err(error) => {
                 tracing::warn!(%error, "waiting for the sandbox failed; inspecting it");
-                self.engine
-                    .inspect_container(&self.names.sandbox)
+                self.objects
+                    .engine
+                    .inspect_container(&self.objects.names.sandbox)
                     .await
                     .ok()
                     .and_then(|inspect| inspect.state?.exit_code)
@@ -756,7 +558,12 @@ impl Run<'_> {
     }
 
     async fn oom_killed(&self) -> bool {
-        match self.engine.inspect_container(&self.names.sandbox).await {
+        match self
+            .objects
+            .engine
+            .inspect_container(&self.objects.names.sandbox)
+            .await
+        {
             Ok(inspect) => inspect
                 .state
                 .and_then(|state| state.oom_killed)
@@ -770,8 +577,8 @@ impl Run<'_> {
 
     /// SIGTERM, then the rest of the audit records until the proxy's output ends.
     async fn stop_proxy(&self, mut proxy: ProxyOutput) -> audit_trail::ProxyRecords {
-        let name = self.names.proxy.as_str();
-        if let Err(error) = self.engine.kill_container(name, "SIGTERM").await {
+        let name = self.objects.names.proxy.as_str();
+        if let Err(error) = self.objects.engine.kill_container(name, "SIGTERM").await {
             tracing::debug!(%error, "cannot signal the proxy");
         }
         tracing::debug!("proxy signalled");
@@ -780,7 +587,7 @@ impl Run<'_> {
             return joined.unwrap_or_default();
         }
         tracing::warn!("the proxy did not stop in time; killing it");
-        let _ = self.engine.remove_container(name).await;
+        let _ = self.objects.engine.remove_container(name).await;
         match tokio::time::timeout(Duration::from_secs(2), &mut proxy.records).await {
             Ok(joined) => joined.unwrap_or_default(),
             Err(_) => {
@@ -792,7 +599,7 @@ impl Run<'_> {
 
     fn outcome_before_start(&self, signal: Interruption) -> RunOutcome {
         RunOutcome {
-            run_id: self.names.id.clone(),
+            run_id: self.objects.names.id.clone(),
             status: RunStatus::Interrupted,
             exit_code: signal.exit_code(),
             duration: Duration::ZERO,

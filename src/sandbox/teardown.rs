@@ -178,11 +178,6 @@ impl<D: DockerObjects> Teardown<D> {
             .retain(|known| known != name);
     }
 
-    /// The network has been removed already.
-    pub fn forget_network(&self) {
-        self.objects.lock().expect("teardown lock").network = None;
-    }
-
     /// Waits for pending creations, then removes everything registered and, with `sweep`,
     /// anything else labelled with this run. Returns what could not be removed, as
     /// messages for the user.

@@ -15,6 +15,11 @@ struct StatusLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabel {
+    path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AttemptLabels {
     decision: String,
     reason: String,
@@ -29,6 +34,8 @@ pub struct Metrics {
     setup_seconds: Histogram,
     active: Gauge,
     tearing_down: Gauge,
+    pool_ready: Gauge,
+    starts: Family<PathLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -74,11 +81,25 @@ impl Metrics {
         let tearing_down = Gauge::default();
         registry.register(
             "runs_tearing_down",
-            "Runs whose command is over and whose containers and network are being removed",
+            "Runs answered whose containers and network are being removed",
             tearing_down.clone(),
+        );
+        let pool_ready = Gauge::default();
+        registry.register(
+            "pool_slots_ready",
+            "Warm slots ready to be claimed (run network, proxy and gated sandbox started)",
+            pool_ready.clone(),
+        );
+        let starts = Family::<PathLabel, Counter>::default();
+        registry.register(
+            "run_starts",
+            "Runs accepted, by set-up path: warm (a pool slot) or cold",
+            starts.clone(),
         );
         Metrics {
             registry: Mutex::new(registry),
+            pool_ready,
+            starts,
             runs,
             attempts,
             run_seconds,
@@ -97,6 +118,18 @@ impl Metrics {
         if let Some(seconds) = run_seconds {
             self.run_seconds.observe(seconds);
         }
+    }
+
+    /// One accepted run, set up in a warm slot or cold.
+    pub fn run_start(&self, warm: bool) {
+        let path = if warm { "warm" } else { "cold" };
+        self.starts
+            .get_or_create(&PathLabel { path: path.into() })
+            .inc();
+    }
+
+    pub fn pool_ready(&self) -> &Gauge {
+        &self.pool_ready
     }
 
     pub fn setup_done(&self, seconds: f64) {

@@ -6,13 +6,17 @@
 //! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
 //! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
 //!
-//! Each run goes through the library's handle (`sandbox::Sandbox::run_until`), as
-//! `egress-sandbox run` does. On SIGTERM/SIGINT the daemon stops accepting, interrupts every run,
-//! waits until each has removed its objects, and removes its socket; at start it sweeps
-//! what a crashed daemon (or run) left.
+//! Each run goes through the library's lifecycle (`sandbox::Sandbox`), the same code as
+//! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else
+//! cold. The `exit` event goes out as soon as the outcome is known; the run's containers
+//! and network are removed after it, in the background. On SIGTERM/SIGINT the daemon stops
+//! accepting, interrupts every run, waits until each has removed its objects, removes every
+//! pool slot, and removes its socket; at start it sweeps what a crashed daemon (or run)
+//! left.
 
 pub mod client;
 pub mod metrics;
+mod pool;
 pub mod request;
 mod run_task;
 pub mod socket;
@@ -32,7 +36,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{Notify, watch};
 
-use crate::sandbox::{Interruption, Sandbox};
+use crate::sandbox::{Interruption, RunSpec, Sandbox};
 use metrics::Metrics;
 use request::{BadRequest, RunRequest};
 
@@ -50,7 +54,14 @@ pub struct ServeOptions {
     pub socket_group: Option<String>,
     /// Also serve `GET /metrics` on this TCP address.
     pub metrics_listen: Option<SocketAddr>,
+    /// Warm slots kept ready (0: every run is cold).
+    pub pool: usize,
+    /// The egress network of the pool's slots, and of requests that name none.
+    pub egress_network: Option<String>,
 }
+
+/// Warm slots kept ready by default.
+pub const DEFAULT_POOL: usize = 2;
 
 impl ServeOptions {
     pub fn new(socket: PathBuf) -> ServeOptions {
@@ -58,6 +69,8 @@ impl ServeOptions {
             socket,
             socket_group: None,
             metrics_listen: None,
+            pool: DEFAULT_POOL,
+            egress_network: None,
         }
     }
 }
@@ -122,6 +135,9 @@ struct Shared {
     /// Every run goes through this one handle (one engine client, one proxy binary).
     sandbox: Sandbox,
     metrics: Metrics,
+    pool: Arc<pool::Pool>,
+    /// The egress network of requests that name none (the pool's).
+    egress_network: Option<String>,
     runs: Mutex<HashMap<String, Cancel>>,
     /// Runs in flight: shutdown waits until each has torn down.
     tracker: Arc<Tracker>,
@@ -163,11 +179,33 @@ pub async fn serve(
         },
         Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
     }
+    let mut template = RunSpec::builder(["true"]);
+    if let Some(network) = &options.egress_network {
+        template = template.egress_network(network.clone());
+    }
+    let template = template.build().expect("the default run is a valid run");
+    let pool_size = if engine.is_local() {
+        options.pool
+    } else {
+        if options.pool > 0 {
+            tracing::warn!("the engine is remote: no warm pool (its gate needs a local engine)");
+        }
+        0
+    };
     let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
     let (shutdown, _) = watch::channel(false);
+    let metrics = Metrics::new();
+    let pool = pool::Pool::start(
+        sandbox.clone(),
+        template,
+        pool_size,
+        metrics.pool_ready().clone(),
+    );
     let shared = Arc::new(Shared {
         sandbox,
-        metrics: Metrics::new(),
+        metrics,
+        pool,
+        egress_network: options.egress_network.clone(),
         runs: Mutex::new(HashMap::new()),
         tracker: Arc::new(Tracker::default()),
         connections: Arc::new(Tracker::default()),
@@ -244,7 +282,7 @@ pub async fn serve(
     drop(listener);
     let _ = std::fs::remove_file(&options.socket);
     shared.shutdown.send_replace(true);
-    shared.tracker.wait_idle().await;
+    tokio::join!(shared.tracker.wait_idle(), shared.pool.shutdown());
     if tokio::time::timeout(DRAIN_CONNECTIONS, shared.connections.wait_idle())
         .await
         .is_err()
@@ -265,7 +303,7 @@ async fn handle(
             &serde_json::json!({
                 "ok": true,
                 "version": env!("CARGO_PKG_VERSION"),
-                "pool": {"ready": 0, "size": 0},
+                "pool": {"ready": shared.pool.ready(), "size": shared.pool.size()},
             }),
         ),
         (&Method::GET, "/metrics") => metrics_response(&shared),
@@ -309,6 +347,12 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         }
     };
     let checked = serde_json::from_slice::<RunRequest>(&body)
+        .map(|mut request| {
+            if request.egress_network.is_none() {
+                request.egress_network = shared.egress_network.clone();
+            }
+            request
+        })
         .map_err(|error| BadRequest::from_json_error(&error))
         .and_then(RunRequest::check);
     let checked = match checked {

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::Shared;
 use crate::report::{RunReport, summary_line};
+use crate::sandbox::run::Leftovers;
 use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
 
 /// An `audit` event: the record is the proxy's line, byte for byte.
@@ -94,13 +95,30 @@ pub(super) fn start(
     tokio::spawn(async move {
         let _guard = guard;
         shared.metrics.active().inc();
-        run(&shared, spec, stdin, lines).await;
+        let leftovers = run(&shared, spec, stdin, lines).await;
         shared.metrics.active().dec();
+        // Answered (the stream has ended): now the containers and the network go.
+        if let Some(leftovers) = leftovers {
+            shared.metrics.tearing_down().inc();
+            let run_id = leftovers.run_id().to_string();
+            for failure in leftovers.remove().await {
+                tracing::warn!(run = %run_id, "could not remove {failure}; `egress-sandbox gc` will");
+            }
+            tracing::debug!(run = %run_id, "run objects removed");
+            shared.metrics.tearing_down().dec();
+        }
     });
     body
 }
 
-async fn run(shared: &Arc<Shared>, spec: RunSpec, stdin: Vec<u8>, lines: UnboundedSender<Bytes>) {
+/// Runs to the outcome and answers with it; returns the objects left to remove (the
+/// stream has ended when it returns).
+async fn run(
+    shared: &Arc<Shared>,
+    spec: RunSpec,
+    stdin: Vec<u8>,
+    lines: UnboundedSender<Bytes>,
+) -> Option<Leftovers> {
     let accepted = Instant::now();
     let (events_tx, events) = unbounded_channel();
     let sinks = OutputSinks::new(
@@ -136,7 +154,13 @@ async fn run(shared: &Arc<Shared>, spec: RunSpec, stdin: Vec<u8>, lines: Unbound
             }
         }
     };
-    let result = shared.sandbox.run_until(spec, sinks, interrupt).await;
+    let (warm, refill) = match shared.pool.take(&spec) {
+        Some((objects, slot, refill)) => (Some((objects, slot)), Some(refill)),
+        None => (None, None),
+    };
+    shared.metrics.run_start(warm.is_some());
+    let (result, leftovers) =
+        crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
     // Every sender of run events is gone with the run: the follower has seen them all.
     let run_id = follower.await.ok().flatten();
     if let Some(id) = &run_id {
@@ -167,6 +191,9 @@ async fn run(shared: &Arc<Shared>, spec: RunSpec, stdin: Vec<u8>, lines: Unbound
             })));
         }
     }
+    // Answered: the claimed slot's replacement may start now.
+    drop(refill);
+    leftovers
 }
 
 /// Turns run events into `started` / `audit` lines, registers the run for DELETE, counts
@@ -180,7 +207,6 @@ async fn follow(
     accepted: Instant,
 ) -> Option<String> {
     let mut run_id = None;
-    let mut tearing_down = false;
     while let Some(event) = events.recv().await {
         match event {
             RunEvent::Id(id) => {
@@ -210,14 +236,8 @@ async fn follow(
                     None => tracing::warn!("an audit record is not JSON; not streamed"),
                 }
             }
-            RunEvent::Ended => {
-                tearing_down = true;
-                shared.metrics.tearing_down().inc();
-            }
+            RunEvent::Ended => {}
         }
-    }
-    if tearing_down {
-        shared.metrics.tearing_down().dec();
     }
     run_id
 }

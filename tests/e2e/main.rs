@@ -32,6 +32,7 @@ mod report_mode;
 mod seed;
 mod serve;
 mod serve_clients;
+mod serve_pool;
 mod setup_errors;
 mod stdio;
 mod teardown;

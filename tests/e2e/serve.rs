@@ -31,7 +31,25 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// A daemon without a warm pool: every run is cold.
     pub fn start() -> Daemon {
+        Daemon::start_with(&["--pool", "0"])
+    }
+
+    /// A daemon whose warm pool of `size` slots is on `network`, with every slot ready.
+    pub fn with_pool(size: usize, network: &TestNetwork) -> Daemon {
+        let daemon = Daemon::start_with(&[
+            "--pool",
+            &size.to_string(),
+            "--egress-network",
+            &network.name,
+        ]);
+        daemon.wait_pool_ready(size);
+        daemon
+    }
+
+    /// `serve --socket … ARGS`, once it says it serves.
+    pub fn start_with(args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temporary directory");
         // Searchable by everyone: only the socket's own mode may keep another user out.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -40,6 +58,7 @@ impl Daemon {
             .arg("serve")
             .arg("--socket")
             .arg(&socket)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -66,8 +85,37 @@ impl Daemon {
         self.child.id()
     }
 
-    fn client(&self) -> Client {
+    pub fn client(&self) -> Client {
         Client::new(&self.socket)
+    }
+
+    /// `GET /v1/health`'s pool: (ready, size).
+    pub fn pool(&self) -> (u64, u64) {
+        let (_, body) = runtime().block_on(self.client().get("/v1/health")).unwrap();
+        let health: Value = serde_json::from_slice(&body).unwrap();
+        (
+            health["pool"]["ready"].as_u64().unwrap(),
+            health["pool"]["size"].as_u64().unwrap(),
+        )
+    }
+
+    /// Waits (bounded) until `ready` slots are ready.
+    pub fn wait_pool_ready(&self, ready: usize) {
+        let deadline = Instant::now() + HANG_BOUND;
+        while self.pool().0 != ready as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "the pool did not get {ready} slots ready: {:?}",
+                self.pool()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `GET /metrics` as text.
+    pub fn metrics(&self) -> String {
+        let (_, body) = runtime().block_on(self.client().get("/metrics")).unwrap();
+        String::from_utf8(body.to_vec()).unwrap()
     }
 
     /// SIGTERM; the daemon must exit 0 within the bound, leaving nothing of its own.
@@ -116,7 +164,7 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success());
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -124,12 +172,12 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A finished API run: every event line, parsed.
-struct ApiRun {
-    events: Vec<Value>,
+pub struct ApiRun {
+    pub events: Vec<Value>,
 }
 
 impl ApiRun {
-    fn stream(&self, name: &str) -> String {
+    pub fn stream(&self, name: &str) -> String {
         let bytes: Vec<u8> = self
             .events
             .iter()
@@ -139,11 +187,11 @@ impl ApiRun {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    fn last(&self) -> &Value {
+    pub fn last(&self) -> &Value {
         self.events.last().expect("no events")
     }
 
-    fn report(&self) -> &Value {
+    pub fn report(&self) -> &Value {
         let last = self.last();
         assert_eq!(
             last["event"], "exit",
@@ -153,7 +201,7 @@ impl ApiRun {
         &last["report"]
     }
 
-    fn run_id(&self) -> String {
+    pub fn run_id(&self) -> String {
         self.events
             .iter()
             .find(|e| e["event"] == "started")
@@ -162,7 +210,7 @@ impl ApiRun {
             .to_string()
     }
 
-    fn audit(&self) -> Vec<&Value> {
+    pub fn audit(&self) -> Vec<&Value> {
         self.events
             .iter()
             .filter(|e| e["event"] == "audit")
@@ -171,8 +219,25 @@ impl ApiRun {
     }
 }
 
+/// The daemon answers before it removes a run's objects: waits (bounded) until run
+/// `run_id` has none left.
+pub fn assert_run_removed(run_id: &str) {
+    let deadline = Instant::now() + HANG_BOUND;
+    loop {
+        let left = leftovers(run_id);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run_id} left Docker objects behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Posts `request` and collects the stream to its end.
-fn post(daemon: &Daemon, request: Value) -> Result<ApiRun, ClientError> {
+pub fn post(daemon: &Daemon, request: Value) -> Result<ApiRun, ClientError> {
     let client = daemon.client();
     let mut events = Vec::new();
     runtime().block_on(async {
@@ -191,7 +256,7 @@ fn post(daemon: &Daemon, request: Value) -> Result<ApiRun, ClientError> {
     Ok(ApiRun { events })
 }
 
-fn with_network(network: &TestNetwork, mut request: Value) -> Value {
+pub fn with_network(network: &TestNetwork, mut request: Value) -> Value {
     request["egress_network"] = json!(network.name);
     request
 }
@@ -199,13 +264,16 @@ fn with_network(network: &TestNetwork, mut request: Value) -> Value {
 #[test]
 fn api_runs_stream_output_and_end_with_the_exit_codes_of_run() {
     let network = TestNetwork::create();
-    let daemon = Daemon::start();
+    // Warm slots on the runs' egress network: every run here is a claim (one slot each,
+    // replaced after it).
+    let daemon = Daemon::with_pool(1, &network);
     let health = runtime()
         .block_on(daemon.client().get("/v1/health"))
         .unwrap();
     let health: Value = serde_json::from_slice(&health.1).unwrap();
     assert_eq!(health["ok"], true);
 
+    daemon.wait_pool_ready(1);
     let ok = post(
         &daemon,
         with_network(
@@ -225,11 +293,13 @@ fn api_runs_stream_output_and_end_with_the_exit_codes_of_run() {
             .unwrap()
             .starts_with("egress-sandbox: exit 0 after ")
     );
-    assert_nothing_left(&ok.run_id(), daemon.pid());
+    assert_run_removed(&ok.run_id());
 
+    daemon.wait_pool_ready(1);
     let failed = post(&daemon, with_network(&network, json!({"argv": ["false"]}))).unwrap();
     assert_eq!(failed.report()["exit_code"], 1);
 
+    daemon.wait_pool_ready(1);
     let timeout = post(
         &daemon,
         with_network(&network, json!({"argv": ["sleep", "60"], "timeout": "1s"})),
@@ -239,6 +309,7 @@ fn api_runs_stream_output_and_end_with_the_exit_codes_of_run() {
     assert_eq!(timeout.report()["status"], "timeout");
 
     let bomb = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n";
+    daemon.wait_pool_ready(1);
     let oom = post(
         &daemon,
         with_network(
@@ -249,7 +320,7 @@ fn api_runs_stream_output_and_end_with_the_exit_codes_of_run() {
     .unwrap();
     assert_eq!(oom.report()["exit_code"], 137, "{:#?}", oom.events);
     assert_eq!(oom.report()["status"], "oom");
-    assert_nothing_left(&oom.run_id(), daemon.pid());
+    assert_run_removed(&oom.run_id());
 
     let metrics = runtime().block_on(daemon.client().get("/metrics")).unwrap();
     let metrics = String::from_utf8(metrics.1.to_vec()).unwrap();
@@ -259,6 +330,7 @@ fn api_runs_stream_output_and_end_with_the_exit_codes_of_run() {
         r#"egress_sandbox_runs_total{status="oom"} 1"#,
         "egress_sandbox_run_duration_seconds_count 4",
         "egress_sandbox_setup_duration_seconds_count 4",
+        r#"egress_sandbox_run_starts_total{path="warm"} 4"#,
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
@@ -316,7 +388,7 @@ except Exception as error:
         ),
         "{metrics}"
     );
-    assert_nothing_left(&run.run_id(), daemon.pid());
+    assert_run_removed(&run.run_id());
     daemon.stop();
 }
 
@@ -369,7 +441,12 @@ fn start_long_run(daemon: &Daemon, network: &TestNetwork) -> (String, mpsc::Rece
             |line| {
                 let event: Value = serde_json::from_slice(line).unwrap();
                 if event["event"] == "output" {
-                    let _ = id_tx.send(());
+                    let run_id = events
+                        .iter()
+                        .find(|e: &&Value| e["event"] == "started")
+                        .and_then(|e| e["run"].as_str())
+                        .map(str::to_owned);
+                    let _ = id_tx.send(run_id);
                 }
                 let last = event["event"] == "exit" || event["event"] == "error";
                 events.push(event);
@@ -378,12 +455,15 @@ fn start_long_run(daemon: &Daemon, network: &TestNetwork) -> (String, mpsc::Rece
         ));
         let _ = done_tx.send(events);
     });
-    id_rx
+    let run_id = id_rx
         .recv_timeout(HANG_BOUND)
-        .expect("the command did not start");
-    let (_, runs) = objects_owned_by(daemon.pid());
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    (runs[0].clone(), done)
+        .expect("the command did not start")
+        .expect("a started event before the output");
+    assert!(
+        !leftovers(&run_id).is_empty(),
+        "run {run_id} has no objects"
+    );
+    (run_id, done)
 }
 
 #[test]
@@ -401,7 +481,7 @@ fn delete_cancels_a_run_which_ends_interrupted_with_nothing_left() {
     assert_eq!(last["event"], "exit", "{events:#?}");
     assert_eq!(last["report"]["status"], "interrupted");
     assert_eq!(last["report"]["exit_code"], 130);
-    assert_nothing_left(&run_id, daemon.pid());
+    assert_run_removed(&run_id);
     let unknown = runtime().block_on(daemon.client().cancel("r-00000000", false));
     assert!(matches!(unknown, Err(ClientError::Refused { status, .. }) if status.as_u16() == 404));
     daemon.stop();
@@ -416,19 +496,26 @@ fn closing_the_stream_cancels_the_run_and_removes_its_objects() {
         &network,
         json!({"argv": ["sh", "-c", "echo up; sleep 60"], "timeout": "90s"}),
     );
+    let mut run_id = None;
     runtime().block_on(async {
         let _ = client
             .run_raw(serde_json::to_vec(&request).unwrap().into(), |line| {
                 let event: Value = serde_json::from_slice(line).unwrap();
+                if event["event"] == "started" {
+                    run_id = event["run"].as_str().map(str::to_owned);
+                }
                 // Stop reading (and drop the connection) once the command runs.
                 Ok(event["event"] == "output")
             })
             .await;
     });
-    let (_, runs) = objects_owned_by(daemon.pid());
-    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run_id = run_id.expect("a started event");
+    assert!(
+        !leftovers(&run_id).is_empty(),
+        "run {run_id} has no objects"
+    );
     let deadline = Instant::now() + HANG_BOUND;
-    while !leftovers(&runs[0]).is_empty() {
+    while !leftovers(&run_id).is_empty() {
         assert!(
             Instant::now() < deadline,
             "the run went on after its stream closed"
@@ -575,6 +662,17 @@ fn run_with_server_matches_a_cold_run_byte_for_byte() {
 
 #[test]
 fn eight_concurrent_api_runs_each_reach_only_their_own_allowlist() {
+    eight_concurrent_runs(None);
+}
+
+/// As above, with a warm pool on the runs' egress network: the first runs are claims of
+/// warm slots, the others cold or claims of slots prepared meanwhile.
+#[test]
+fn eight_concurrent_runs_with_a_warm_pool_each_reach_only_their_own_allowlist() {
+    eight_concurrent_runs(Some(2));
+}
+
+fn eight_concurrent_runs(pool: Option<usize>) {
     use crate::support::{Upstream, gateway_policy, random_hex};
     const RUNS: usize = 8;
     const FETCH_ALL: &str = r#"
@@ -588,7 +686,10 @@ for index, url in enumerate(sys.argv[1:]):
         print(f"{index} REFUSED", flush=True)
 "#;
     let network = TestNetwork::create();
-    let daemon = Daemon::start();
+    let daemon = match pool {
+        Some(size) => Daemon::with_pool(size, &network),
+        None => Daemon::start(),
+    };
     let names: Vec<String> = (0..RUNS).map(|i| format!("upstream-{i}.test")).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let upstreams: Vec<Upstream> = (0..RUNS)
@@ -649,7 +750,15 @@ for index, url in enumerate(sys.argv[1:]):
                 assert_eq!(line, format!("{j} REFUSED"), "run {i} reached upstream {j}");
             }
         }
-        assert_nothing_left(&run.run_id(), daemon.pid());
+        assert_run_removed(&run.run_id());
+    }
+    if pool.is_some() {
+        assert!(
+            daemon
+                .metrics()
+                .contains(r#"egress_sandbox_run_starts_total{path="warm"}"#),
+            "no run was warm"
+        );
     }
     daemon.stop();
 }

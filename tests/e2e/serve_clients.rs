@@ -7,8 +7,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::serve::Daemon;
-use crate::support::{TestNetwork, assert_nothing_left};
+use crate::serve::{Daemon, assert_run_removed};
+use crate::support::TestNetwork;
 
 const PYTHON_SCENARIO: &str = r#"
 import json, sys, threading
@@ -70,7 +70,7 @@ fn clients_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clients"))
 }
 
-fn check(outcome: &Value, expected_stdout: &str, daemon: &Daemon) {
+fn check(outcome: &Value, expected_stdout: &str) {
     assert_eq!(outcome["exit_code"], 3, "{outcome:#}");
     assert_eq!(outcome["status"], "exited");
     assert_eq!(outcome["stdout"], expected_stdout, "{outcome:#}");
@@ -91,7 +91,7 @@ fn check(outcome: &Value, expected_stdout: &str, daemon: &Daemon) {
     assert_eq!(outcome["cancelled"][0], "interrupted", "{outcome:#}");
     assert_eq!(outcome["cancelled"][1], 130);
     for run in [&outcome["run_id"], &outcome["cancelled"][2]] {
-        assert_nothing_left(run.as_str().unwrap(), daemon.pid());
+        assert_run_removed(run.as_str().unwrap());
     }
 }
 
@@ -118,7 +118,7 @@ fn the_python_client_runs_streams_refuses_and_cancels() {
         .arg(&network.name)
         .output()
         .expect("python3 runs");
-    check(&scenario_output(output), "print(42) hi piped\n", &daemon);
+    check(&scenario_output(output), "print(42) hi piped\n");
     daemon.stop();
 }
 
@@ -135,10 +135,6 @@ fn the_node_client_runs_streams_refuses_and_cancels() {
         .arg(&network.name)
         .output()
         .expect("node runs");
-    check(
-        &scenario_output(output),
-        "console.log(42) hi piped\n",
-        &daemon,
-    );
+    check(&scenario_output(output), "console.log(42) hi piped\n");
     daemon.stop();
 }

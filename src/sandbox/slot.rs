@@ -1,0 +1,424 @@
+//! A run's set-up in two parts, shared by cold runs and `serve`'s warm pool:
+//!
+//! - **the slot** ([`SlotObjects::prepare`]): images, the run network, the proxy created,
+//!   attached, started and waiting for its handoff on stdin (it binds nothing before it),
+//!   and the sandbox created — on a local engine also started, its command held by the gate.
+//!   What it is made of depends only on the run's create-time shape: image, tmp size,
+//!   mounts, runtime, egress network, subnet pool, the trust bundle. A pool prepares slots
+//!   of the default shape ahead of time (and connects their proxy to the egress network,
+//!   [`SlotObjects::connect_egress`]); a cold run prepares one of its own shape.
+//! - **the claim** ([`SlotObjects::claim`]): the live limits (memory, cpus, pids) set with
+//!   `docker update` when they differ from the slot's, the handoff written to the proxy
+//!   (connecting it to the egress network meanwhile if not yet), its ready line awaited,
+//!   the trust bundle filled. Then the run's command goes through the gate
+//!   ([`gate_setup`](super::container::gate_setup)).
+//!
+//! A slot serves one run: its objects are that run's, named by its run id, labelled with
+//! its owner, registered with its [`Teardown`] before they exist.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bollard::models::EndpointSettings;
+
+use super::audit_trail::{self, AuditSink, ProxyOutput};
+use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
+use super::docker::{Engine, OutputFrames, StdinWriter};
+use super::handle::Sandbox;
+use super::images;
+use super::labels::{RunNames, random_hostname};
+use super::network::{self, EGRESS_NETWORK, RunSubnet};
+use super::run::{RunError, docker_step};
+use super::spec::RunSpec;
+use super::task_files::TASK_DIR;
+use super::teardown::Teardown;
+use super::trust::{self, TrustBundle};
+
+/// How long the proxy may take from its handoff to its ready line.
+pub(crate) const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The limits Docker changes on a live container (`docker update`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LiveLimits {
+    pub memory: u64,
+    pub nano_cpus: i64,
+    pub pids: u64,
+}
+
+impl LiveLimits {
+    pub(crate) fn of(spec: &RunSpec) -> LiveLimits {
+        LiveLimits {
+            memory: spec.limits.memory,
+            nano_cpus: (spec.limits.cpus * 1e9).round() as i64,
+            pids: spec.limits.pids,
+        }
+    }
+}
+
+/// Why a run cannot use a slot prepared for `template` (it takes the cold path), or
+/// `None` when it can: everything set at create time must be the same.
+pub(crate) fn unfit(template: &RunSpec, spec: &RunSpec) -> Option<&'static str> {
+    let egress = |spec: &RunSpec| {
+        spec.egress_network
+            .clone()
+            .unwrap_or_else(|| EGRESS_NETWORK.to_string())
+    };
+    if spec.image != template.image {
+        Some("another image")
+    } else if !spec.mounts.is_empty() {
+        Some("mounts")
+    } else if spec.runtime != template.runtime {
+        Some("a runtime")
+    } else if spec.limits.tmp != template.limits.tmp {
+        Some("another tmp size")
+    } else if egress(spec) != egress(template) {
+        Some("another egress network")
+    } else if spec.subnet_pool != template.subnet_pool {
+        Some("another subnet pool")
+    } else if !spec.policy_set.inspected_hosts().is_empty() {
+        // The sandbox's CA bundle is a bind mount, made at create.
+        Some("inspected hosts (the CA bundle mount)")
+    } else if !matches!(
+        spec.workdir.as_deref(),
+        None | Some("/" | "/tmp" | TASK_DIR)
+    ) {
+        // Docker creates a missing working directory at create; a slot has only these.
+        Some("a working directory made at create")
+    } else {
+        None
+    }
+}
+
+/// One run's objects, from before they exist until they are removed.
+pub(crate) struct SlotObjects {
+    pub(crate) engine: Engine,
+    pub(crate) names: RunNames,
+    pub(crate) labels: HashMap<String, String>,
+    pub(crate) teardown: Teardown,
+    /// The sandbox's CA bundle file, when some host is inspected.
+    pub(crate) trust: Option<TrustBundle>,
+}
+
+/// A slot ready to be claimed: the proxy waits for its handoff, the sandbox (gated) for
+/// its command.
+pub(crate) struct Slot {
+    image: String,
+    pub(crate) subnet: RunSubnet,
+    egress: String,
+    egress_connected: bool,
+    limits: LiveLimits,
+    proxy_frames: OutputFrames,
+    proxy_stdin: StdinWriter,
+    sandbox_output: OutputFrames,
+    /// The started sandbox's stdin, where its gate waits; `None`: not gated, not started.
+    gate: Option<StdinWriter>,
+    /// The image's own CA bundle, when the trust bundle is to be filled at the claim.
+    image_bundle: Vec<u8>,
+}
+
+/// A claimed slot: everything ready to let the command go.
+pub(crate) struct Prepared {
+    pub image: String,
+    pub subnet: RunSubnet,
+    pub proxy: ProxyOutput,
+    pub sandbox_output: OutputFrames,
+    pub gate: Option<StdinWriter>,
+}
+
+impl SlotObjects {
+    /// Fresh names and labels for one run of `sandbox`'s owner; nothing exists yet.
+    pub(crate) fn new(sandbox: &Sandbox, trust: Option<TrustBundle>) -> SlotObjects {
+        let names = RunNames::generate();
+        let engine = sandbox.engine();
+        SlotObjects {
+            engine: engine.clone(),
+            labels: sandbox.owner().labels(&names.id),
+            teardown: Teardown::new(engine.clone(), &names.id),
+            names,
+            trust,
+        }
+    }
+
+    /// Images, networks, both containers, for runs shaped like `template`. The proxy is
+    /// started and waits for its handoff; on a local engine the sandbox is started too,
+    /// behind its gate.
+    pub(crate) async fn prepare(
+        &self,
+        sandbox: &Sandbox,
+        template: &RunSpec,
+    ) -> Result<Slot, RunError> {
+        let engine = &self.engine;
+        let gated = engine.is_local();
+        if !gated && !template.files.is_empty() {
+            return Err(RunError::FilesNeedLocalEngine);
+        }
+        let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
+            async { sandbox.proxy_image().await.map_err(RunError::from) },
+            async {
+                let image = match &template.image {
+                    Some(image) => images::require_local_image(engine, image)
+                        .await
+                        .map(|()| image.clone())?,
+                    None => sandbox.base_image().await?,
+                };
+                let entrypoint = if gated {
+                    engine
+                        .image_entrypoint(&image)
+                        .await
+                        .map_err(docker_step(format!("inspect the image {image}")))?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, RunError>((image, entrypoint))
+            },
+            async {
+                let egress =
+                    network::egress_network(engine, template.egress_network.as_deref()).await?;
+                let gateways = network::gateways(engine, &egress).await?;
+                // This host's addresses are the engine host's only when the engine is local.
+                let host_addresses = if gated {
+                    network::host_addresses().map_err(RunError::HostAddresses)?
+                } else {
+                    Vec::new()
+                };
+                let floor_extra = network::floor_extra(&gateways, &host_addresses);
+                Ok::<_, RunError>((egress, floor_extra))
+            },
+            async {
+                self.teardown.track_network(&self.names.network);
+                self.teardown
+                    .complete(network::create_run_network(
+                        engine.clone(),
+                        template.subnet_pool,
+                        self.names.network.clone(),
+                        self.labels.clone(),
+                    ))
+                    .await
+                    .map_err(RunError::from)
+            },
+        )?;
+        tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
+        let held = gated.then(|| HeldStart {
+            binary: sandbox.proxy_binary().to_path_buf(),
+            image_entrypoint: entrypoint,
+        });
+        // The image's own CA bundle, read from a probe container while the proxy starts.
+        let image_bundle = async {
+            if self.trust.is_none() {
+                return Ok(Vec::new());
+            }
+            let probe = trust::probe_name(&self.names.sandbox);
+            let bundle =
+                trust::image_bundle(engine, &self.teardown, &image, &probe, &self.labels).await?;
+            tracing::debug!(bytes = bundle.len(), "image CA bundle read");
+            Ok::<_, RunError>(bundle)
+        };
+        let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(
+            self.start_proxy(&proxy_image, subnet, &floor_extra),
+            self.create_sandbox(template, &image, subnet, held.as_ref()),
+            image_bundle,
+        )?;
+        Ok(Slot {
+            image,
+            subnet,
+            egress,
+            egress_connected: false,
+            limits: LiveLimits::of(template),
+            proxy_frames,
+            proxy_stdin,
+            sandbox_output,
+            gate,
+            image_bundle,
+        })
+    }
+
+    /// Connects the slot's proxy to the egress network ahead of its claim. Safe before the
+    /// handoff: the proxy binds nothing until it has read it, and the sandbox's only way
+    /// anywhere is the proxy.
+    pub(crate) async fn connect_egress(&self, slot: &mut Slot) -> Result<(), RunError> {
+        self.connect_proxy(&slot.egress).await?;
+        slot.egress_connected = true;
+        Ok(())
+    }
+
+    async fn connect_proxy(&self, egress: &str) -> Result<(), RunError> {
+        self.engine
+            .connect_network(egress, &self.names.proxy, EndpointSettings::default())
+            .await
+            .map_err(docker_step("connect the proxy to the egress network"))?;
+        tracing::debug!("proxy connected to the egress network");
+        Ok(())
+    }
+
+    /// Hands `spec` to the slot: live limits, the proxy's handoff and ready line, the
+    /// trust bundle. The command is still held (gate) or not started.
+    pub(crate) async fn claim(
+        &self,
+        slot: Slot,
+        spec: &RunSpec,
+        audit_log: Option<AuditSink>,
+    ) -> Result<Prepared, RunError> {
+        let engine = &self.engine;
+        let limits = LiveLimits::of(spec);
+        let slot_limits = slot.limits;
+        let egress_connected = slot.egress_connected;
+        let egress = slot.egress.clone();
+        let update = async {
+            if limits != slot_limits {
+                engine
+                    .update_limits(
+                        &self.names.sandbox,
+                        limits.memory,
+                        limits.nano_cpus,
+                        limits.pids,
+                    )
+                    .await
+                    .map_err(docker_step("update the sandbox's limits"))?;
+                tracing::debug!(?limits, "sandbox limits updated");
+            }
+            Ok::<_, RunError>(())
+        };
+        let mut proxy = audit_trail::spawn_reader(slot.proxy_frames, audit_log);
+        let mut stdin = slot.proxy_stdin;
+        let handoff = async {
+            // The run's own configuration goes over stdin, never into arguments (visible
+            // to `docker inspect`); the proxy reads this one line before it binds anything.
+            use tokio::io::AsyncWriteExt;
+            let line = proxy_handoff(spec, &self.names.id).to_line();
+            stdin
+                .write_all(line.as_bytes())
+                .await
+                .and(stdin.shutdown().await)
+                .map_err(|source| RunError::Handoff { source })?;
+            tracing::debug!("handoff written to the proxy");
+            Ok::<_, RunError>(())
+        };
+        // Connected after the start rather than before: a start with one network is
+        // cheaper, and the proxy's ready line comes meanwhile. The gate opens only after
+        // both, so the command never runs before the proxy can reach the outside.
+        let connect = async {
+            if !egress_connected {
+                self.connect_proxy(&egress).await?;
+            }
+            Ok::<_, RunError>(())
+        };
+        tokio::try_join!(update, handoff, connect)?;
+        let ready = match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
+            Ok(Ok(Ok(ready))) => ready,
+            Ok(Ok(Err(not_ready))) => {
+                return Err(RunError::ProxyNotReady {
+                    detail: not_ready.detail,
+                });
+            }
+            Ok(Err(_)) => {
+                return Err(RunError::ProxyNotReady {
+                    detail: "its output ended".into(),
+                });
+            }
+            Err(_) => return Err(RunError::ProxyReadyTimeout),
+        };
+        tracing::debug!("proxy ready");
+        // The command is still held by its gate: it sees the full bundle from its start.
+        if let Some(trust) = &self.trust {
+            trust.fill(&slot.image_bundle, ready.ca.as_deref())?;
+            tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
+        }
+        Ok(Prepared {
+            image: slot.image,
+            subnet: slot.subnet,
+            proxy,
+            sandbox_output: slot.sandbox_output,
+            gate: slot.gate,
+        })
+    }
+
+    /// Creates, attaches to and starts the proxy; it waits for its handoff on stdin.
+    async fn start_proxy(
+        &self,
+        image: &str,
+        subnet: RunSubnet,
+        floor_extra: &[IpAddr],
+    ) -> Result<(OutputFrames, StdinWriter), RunError> {
+        let engine = &self.engine;
+        let name = self.names.proxy.as_str();
+        let body = proxy_body(
+            image,
+            &self.names.network,
+            subnet,
+            floor_extra,
+            &self.labels,
+        );
+        self.teardown.track_container(name);
+        self.teardown
+            .complete(
+                engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
+            .await
+            .map_err(docker_step("create the proxy container"))?;
+        tracing::debug!("proxy created");
+        let attached = engine
+            .attach_with_stdin(name)
+            .await
+            .map_err(docker_step("attach to the proxy"))?;
+        engine
+            .start_container(name)
+            .await
+            .map_err(docker_step("start the proxy"))?;
+        tracing::debug!("proxy started");
+        Ok(attached)
+    }
+
+    /// Creates the sandbox and attaches to it; with a gate, also starts it (the command
+    /// waits behind the gate) and returns the gate's stdin.
+    async fn create_sandbox(
+        &self,
+        template: &RunSpec,
+        image: &str,
+        subnet: RunSubnet,
+        held: Option<&HeldStart>,
+    ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
+        let engine = &self.engine;
+        let name = self.names.sandbox.as_str();
+        let mut body = sandbox_body(
+            template,
+            image,
+            &self.names.network,
+            subnet,
+            &random_hostname(),
+            &self.labels,
+            held,
+        );
+        if let Some(trust) = &self.trust {
+            trust.add_to(&mut body);
+        }
+        self.teardown.track_container(name);
+        self.teardown
+            .complete(
+                engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
+            .await
+            .map_err(docker_step("create the sandbox container"))?;
+        if held.is_none() {
+            let output = engine
+                .attach_output(name)
+                .await
+                .map_err(docker_step("attach to the sandbox"))?;
+            return Ok((output, None));
+        }
+        let (output, stdin) = engine
+            .attach_with_stdin(name)
+            .await
+            .map_err(docker_step("attach to the sandbox"))?;
+        engine
+            .start_container(name)
+            .await
+            .map_err(docker_step("start the sandbox"))?;
+        tracing::debug!("sandbox started behind its gate");
+        Ok((output, Some(stdin)))
+    }
+}

@@ -1,0 +1,237 @@
+//! `serve --pool N`: runs claimed from warm slots give what a cold run gives (argv, env,
+//! workdir, files, stdin, exit codes, blocked attempts, audit records); limits set at the
+//! claim are the ones in force; a request a slot cannot honour goes cold and works; slots
+//! are replaced after each run; a slot that died is never handed out; SIGTERM leaves no
+//! slot behind.
+//!
+//! Each test starts its own daemon whose pool is on the test's own egress network.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::serve::{ApiRun, Daemon, assert_run_removed, post, with_network};
+use crate::support::{TestNetwork, docker_ok, leftovers, objects_owned_by};
+
+const HANG_BOUND: Duration = Duration::from_secs(120);
+
+/// The run ids of the daemon's objects: with no run in flight, its ready slots.
+fn slot_ids(daemon: &Daemon) -> BTreeSet<String> {
+    objects_owned_by(daemon.pid()).1.into_iter().collect()
+}
+
+fn counter(daemon: &Daemon, path: &str) -> u64 {
+    let needle = format!("egress_sandbox_run_starts_total{{path=\"{path}\"}} ");
+    daemon
+        .metrics()
+        .lines()
+        .find_map(|line| line.strip_prefix(&needle).map(str::to_owned))
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+/// What a run amounts to, with what differs between any two runs left out.
+fn essence(run: &ApiRun) -> Value {
+    let records: Vec<Value> = run
+        .audit()
+        .into_iter()
+        .filter(|record| record.get("decision").is_some())
+        .map(|record| {
+            json!([
+                record["host"],
+                record["port"],
+                record["decision"],
+                record["reason"]
+            ])
+        })
+        .collect();
+    let report = run.report();
+    json!({
+        "stdout": run.stream("stdout"),
+        "stderr": run.stream("stderr"),
+        "exit_code": report["exit_code"],
+        "status": report["status"],
+        "attempts": report["attempts"],
+        "blocked": report["blocked"],
+        "records": records,
+        "chain_closed": run.audit().iter().any(|record| record["kind"] == "end"),
+    })
+}
+
+const PROGRAM: &str = r#"
+import os, sys, urllib.request
+print(open("main.py").read().strip(), open("pkg/data.txt").read(), os.getcwd())
+print(sorted(k for k in os.environ if k not in ("HOSTNAME",)))
+print(os.environ["GREETING"], os.environ["PYTHONUNBUFFERED"], os.environ["HTTPS_PROXY"].startswith("http://10."))
+print(sys.stdin.read().strip(), sys.argv[1:])
+print("err line", file=sys.stderr)
+try:
+    urllib.request.urlopen("https://blocked.example.org", timeout=10)
+except Exception:
+    print("REFUSED")
+sys.exit(3)
+"#;
+
+fn program_request(network: &TestNetwork) -> Value {
+    with_network(
+        network,
+        json!({
+            "argv": ["python3", "-c", PROGRAM, "one", "two words"],
+            "files": {"main.py": STANDARD.encode("print(42)"), "pkg/data.txt": STANDARD.encode("x")},
+            "stdin": STANDARD.encode("from stdin\n"),
+            "env": [["GREETING", "hello"], ["GREETING", "hello again"]],
+            "allow": ["api.example.com"],
+        }),
+    )
+}
+
+#[test]
+fn a_warm_run_gives_what_a_cold_run_gives() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(1, &network);
+    let slots = slot_ids(&daemon);
+    assert_eq!(slots.len(), 1, "{slots:?}");
+
+    let warm = post(&daemon, program_request(&network)).unwrap();
+    // Served by the slot that was ready before the request came.
+    assert!(
+        slots.contains(&warm.run_id()),
+        "{} not in {slots:?}",
+        warm.run_id()
+    );
+    assert_eq!(counter(&daemon, "warm"), 1);
+    assert_eq!(counter(&daemon, "cold"), 0);
+
+    // The same request, made to take the cold path: another /tmp size.
+    let mut cold_request = program_request(&network);
+    cold_request["tmp"] = json!("32MiB");
+    let cold = post(&daemon, cold_request).unwrap();
+    assert!(!slots.contains(&cold.run_id()));
+    assert_eq!(counter(&daemon, "cold"), 1);
+
+    assert_eq!(essence(&warm), essence(&cold), "{:#?}", warm.events);
+    assert_eq!(warm.report()["exit_code"], 3);
+    let stdout = warm.stream("stdout");
+    assert!(
+        stdout.starts_with("print(42) x /task\n"),
+        "{stdout}\n{:#?}",
+        warm.events
+    );
+    assert!(
+        stdout.contains("hello again 1 True\nfrom stdin ['one', 'two words']\nREFUSED\n"),
+        "{stdout}"
+    );
+    assert_eq!(warm.report()["attempts"]["blocked"], 1);
+    assert_run_removed(&warm.run_id());
+    assert_run_removed(&cold.run_id());
+    daemon.stop();
+}
+
+/// The limits a request asks for are set on the live sandbox at the claim.
+#[test]
+fn limits_set_at_the_claim_are_the_ones_in_force() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(1, &network);
+    let slots = slot_ids(&daemon);
+    // cgroup v1 or v2, whichever the engine uses.
+    let script = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max; \
+                  cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max";
+    let run = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({"argv": ["sh", "-c", script], "memory": "100MiB", "pids": 37}),
+        ),
+    )
+    .unwrap();
+    assert!(slots.contains(&run.run_id()), "the run was not warm");
+    assert_eq!(run.report()["exit_code"], 0, "{:#?}", run.events);
+    assert_eq!(
+        run.stream("stdout"),
+        format!("{}\n37\n", 100 << 20),
+        "{:#?}",
+        run.events
+    );
+    // And a memory bomb under a limit set at the claim is killed for memory.
+    daemon.wait_pool_ready(1);
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n";
+    let oom = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({"argv": ["python3", "-c", bomb], "memory": "48MiB", "timeout": "60s"}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(oom.report()["status"], "oom", "{:#?}", oom.events);
+    assert_eq!(oom.report()["exit_code"], 137);
+    assert_eq!(counter(&daemon, "warm"), 2);
+    daemon.stop();
+}
+
+/// Each slot serves one run; the pool makes a new one right away, and a slot whose proxy
+/// died is removed and replaced, never handed out.
+#[test]
+fn slots_are_replaced_after_runs_and_a_dead_slot_is_never_handed_out() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(2, &network);
+    let before = slot_ids(&daemon);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let run = post(&daemon, with_network(&network, json!({"argv": ["true"]}))).unwrap();
+    assert_eq!(run.report()["exit_code"], 0);
+    assert!(before.contains(&run.run_id()));
+    assert_run_removed(&run.run_id());
+    daemon.wait_pool_ready(2);
+    let after = slot_ids(&daemon);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(!after.contains(&run.run_id()), "a slot was used twice");
+    assert_eq!(before.intersection(&after).count(), 1);
+
+    // Kill one slot's proxy: that slot goes, a fresh one takes its place.
+    let victim = after.iter().next().unwrap().clone();
+    docker_ok(&["kill", &format!("egress-run-{victim}-proxy")]);
+    let deadline = Instant::now() + HANG_BOUND;
+    loop {
+        let now = slot_ids(&daemon);
+        if !now.contains(&victim) && daemon.pool().0 == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead slot was not replaced: {now:?} {:?}",
+            daemon.pool()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(leftovers(&victim).is_empty());
+    for _ in 0..2 {
+        let run = post(
+            &daemon,
+            with_network(&network, json!({"argv": ["echo", "ok"]})),
+        )
+        .unwrap();
+        assert_ne!(run.run_id(), victim);
+        assert_eq!(run.stream("stdout"), "ok\n", "{:#?}", run.events);
+    }
+    assert_eq!(counter(&daemon, "warm"), 3);
+    daemon.stop();
+}
+
+/// SIGTERM removes every slot as well as every run's objects.
+#[test]
+fn sigterm_removes_every_slot() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(3, &network);
+    let slots = slot_ids(&daemon);
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    let pid = daemon.pid();
+    // `stop` asserts that nothing owned by the daemon is left.
+    daemon.stop();
+    for slot in &slots {
+        assert!(leftovers(slot).is_empty(), "slot {slot} left");
+    }
+    let (left, _) = objects_owned_by(pid);
+    assert!(left.is_empty(), "{left:?}");
+}
