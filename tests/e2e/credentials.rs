@@ -7,19 +7,13 @@
 //! is a plain tunnel; `http://` to the credential host is upgraded to TLS. The same through
 //! `serve` (`run --server`, and the API's `secrets`).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
 
 use egress_sandbox::serve::client::{Client, ClientError};
 use serde_json::json;
 
-use crate::support::run::binary;
-use crate::support::{
-    GoSignal, Run, TestNetwork, Upstream, docker_ok, gateway_policy, objects_owned_by, random_hex,
-};
+use crate::serve::Daemon;
+use crate::support::{GoSignal, Run, TestNetwork, Upstream, docker_ok, gateway_policy, random_hex};
 
 const HOST: &str = "api.cred.test";
 /// Matches any secret these tests make (`sk-e2e-` + 16 hex digits) without being one, so a
@@ -336,80 +330,6 @@ echo "upgraded: $(curl -sS --max-time 20 {bearer} http://{HOST}/upgraded)"
     run.assert_nothing_left();
 }
 
-/// A `serve` daemon on a private socket whose stderr (at `-vv`) is kept for inspection.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    stderr: Arc<Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("api.sock");
-        let mut child = binary()
-            .args(["-vv", "serve", "--socket"])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start egress-sandbox serve");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (ready_tx, ready) = mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().unwrap());
-        let kept = stderr.clone();
-        let reader = std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                if line.starts_with("egress-sandbox: serving on ") {
-                    let _ = ready_tx.send(());
-                }
-                let mut kept = kept.lock().unwrap();
-                kept.push_str(&line);
-                kept.push('\n');
-            }
-        });
-        if ready.recv_timeout(Duration::from_secs(60)).is_err() {
-            let _ = child.kill();
-            panic!("the daemon did not start serving");
-        }
-        Daemon {
-            child,
-            socket,
-            stderr,
-            reader: Some(reader),
-            _dir: dir,
-        }
-    }
-
-    /// Stops the daemon (SIGTERM) and returns its whole stderr.
-    fn stop(mut self) -> String {
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the daemon exited {status}");
-        if let Some(reader) = self.reader.take() {
-            reader.join().unwrap();
-        }
-        let (left, _) = objects_owned_by(self.child.id());
-        left.remove();
-        assert!(left.is_empty(), "the daemon left objects: {left:?}");
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn serve_takes_secrets_like_a_cold_run() {
     let network = TestNetwork::create();
@@ -419,7 +339,7 @@ fn serve_takes_secrets_like_a_cold_run() {
     let (_ca_dir, ca_file) = pem_file(&ca_pem);
     let mut yaml = gateway_policy("creds", network.gateway, &[443], &[(HOST, 443)]);
     yaml += &format!("credentials:\n  - host: {HOST}\n    secret: API_KEY\n");
-    let daemon = Daemon::start();
+    let daemon = Daemon::start_verbose();
 
     // `run --server` reads --secret and --upstream-ca here and sends them to the daemon.
     let run = Run::new(&network)

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -28,6 +28,9 @@ pub struct Daemon {
     child: Child,
     pub socket: PathBuf,
     dir: TempDir,
+    /// Everything the daemon wrote to stderr so far (also echoed to the test's stderr).
+    stderr: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
@@ -48,13 +51,24 @@ impl Daemon {
         daemon
     }
 
+    /// A daemon without a pool that logs at `-vv`, for tests that read its whole log.
+    pub fn start_verbose() -> Daemon {
+        Daemon::start_with_global(&["-vv"], &["--pool", "0"])
+    }
+
     /// `serve --socket … ARGS`, once it says it serves.
     pub fn start_with(args: &[&str]) -> Daemon {
+        Daemon::start_with_global(&[], args)
+    }
+
+    /// `GLOBAL serve --socket … ARGS`, once it says it serves.
+    fn start_with_global(global: &[&str], args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("temporary directory");
         // Searchable by everyone: only the socket's own mode may keep another user out.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.path().join("api.sock");
         let mut child = binary()
+            .args(global)
             .arg("serve")
             .arg("--socket")
             .arg(&socket)
@@ -65,20 +79,31 @@ impl Daemon {
             .spawn()
             .expect("start egress-sandbox serve");
         let (ready_tx, ready) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let kept = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
                 if line.starts_with("egress-sandbox: serving on ") {
                     let _ = ready_tx.send(());
                 }
                 eprintln!("daemon: {line}");
+                let mut kept = kept.lock().unwrap();
+                kept.push_str(&line);
+                kept.push('\n');
             }
         });
         if ready.recv_timeout(START_BOUND).is_err() {
             let _ = child.kill();
             panic!("the daemon did not start serving within {START_BOUND:?}");
         }
-        Daemon { child, socket, dir }
+        Daemon {
+            child,
+            socket,
+            dir,
+            stderr,
+            reader: Some(reader),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -119,7 +144,8 @@ impl Daemon {
     }
 
     /// SIGTERM; the daemon must exit 0 within the bound, leaving nothing of its own.
-    pub fn stop(mut self) {
+    /// Returns everything it wrote to stderr.
+    pub fn stop(mut self) -> String {
         signal(self.pid(), "TERM");
         let deadline = Instant::now() + HANG_BOUND;
         let status = loop {
@@ -137,6 +163,10 @@ impl Daemon {
         let (left, _) = objects_owned_by(self.child.id());
         left.remove();
         assert!(left.is_empty(), "the daemon left objects: {left:?}");
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        self.stderr.lock().unwrap().clone()
     }
 }
 
