@@ -143,6 +143,12 @@ impl Daemon {
         String::from_utf8(body.to_vec()).unwrap()
     }
 
+    /// SIGKILL: the daemon dies on the spot and removes nothing.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL the daemon");
+        self.child.wait().expect("reap the daemon");
+    }
+
     /// SIGTERM; the daemon must exit 0 within the bound, leaving nothing of its own.
     /// Returns everything it wrote to stderr.
     pub fn stop(mut self) -> String {

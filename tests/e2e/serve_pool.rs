@@ -2,7 +2,7 @@
 //! workdir, files, stdin, exit codes, blocked attempts, audit records); limits set at the
 //! claim are the ones in force; a request a slot cannot honour goes cold and works; slots
 //! are replaced after each run; a slot that died is never handed out; SIGTERM leaves no
-//! slot behind.
+//! slot behind, and `gc` removes the slots of a daemon that was killed.
 //!
 //! Each test starts its own daemon whose pool is on the test's own egress network.
 
@@ -234,4 +234,40 @@ fn sigterm_removes_every_slot() {
     }
     let (left, _) = objects_owned_by(pid);
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A daemon killed with SIGKILL cannot remove its slots; they carry its owner stamp like any
+/// run's objects, so `gc` proves the owner dead and removes them.
+#[test]
+fn a_killed_daemons_slots_are_removed_by_gc() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(2, &network);
+    let slots = slot_ids(&daemon);
+    assert_eq!(slots.len(), 2, "{slots:?}");
+    let pid = daemon.pid();
+    daemon.kill();
+    for slot in &slots {
+        let left = leftovers(slot);
+        assert!(
+            !left.containers.is_empty() && !left.networks.is_empty(),
+            "slot {slot} should remain until gc: {left:?}"
+        );
+    }
+    let gc = crate::support::run::binary()
+        .arg("gc")
+        .output()
+        .expect("run egress-sandbox gc");
+    assert!(
+        gc.status.success(),
+        "gc failed ({}): {}",
+        gc.status,
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    for slot in &slots {
+        let left = leftovers(slot);
+        assert!(left.is_empty(), "gc left slot {slot}: {left:?}");
+    }
+    let (left, _) = objects_owned_by(pid);
+    left.remove();
+    assert!(left.is_empty(), "gc left the daemon's objects: {left:?}");
 }
