@@ -12,6 +12,11 @@ use super::{DockerObjects, Teardown};
 #[derive(Default)]
 struct FakeState {
     existing: HashSet<String>,
+    /// Networks the engine refuses to remove while any container exists (an endpoint it
+    /// still counts), as a real engine does while a container is not quite stopped.
+    busy_networks: HashSet<String>,
+    /// Network removals refused because containers still existed.
+    refused_network_removals: usize,
     in_flight: HashSet<String>,
     /// Names a removal was asked for while their creation was still under way: such a
     /// removal comes too early, the object appears after it.
@@ -61,6 +66,12 @@ impl FakeEngine {
 
 impl DockerObjects for FakeEngine {
     async fn remove_container(&self, name: &str) -> Result<(), String> {
+        // With a busy network, removals take a turn first, so the network's early attempt
+        // comes while the containers still exist.
+        let busy = !self.state.lock().unwrap().busy_networks.is_empty();
+        if busy {
+            tokio::task::yield_now().await;
+        }
         let mut state = self.state.lock().unwrap();
         if state.in_flight.contains(name) {
             state.removed_in_flight.push(name.to_string());
@@ -70,6 +81,15 @@ impl DockerObjects for FakeEngine {
     }
 
     async fn remove_network(&self, name: &str) -> Result<(), String> {
+        {
+            let state = self.state.lock().unwrap();
+            let containers_left = state.existing.iter().any(|object| object != name);
+            if state.busy_networks.contains(name) && containers_left {
+                drop(state);
+                self.state.lock().unwrap().refused_network_removals += 1;
+                return Err(format!("network {name} has active endpoints"));
+            }
+        }
         self.remove_container(name).await
     }
 
@@ -148,4 +168,30 @@ async fn removing_what_never_came_to_exist_is_success() {
     teardown.track_network("never-created-either");
     assert!(teardown.run(true).await.is_empty());
     assert_eq!(fake.left(), (Vec::new(), Vec::new()));
+}
+
+#[tokio::test]
+async fn a_network_the_engine_still_counts_endpoints_on_goes_after_the_containers() {
+    let fake = FakeEngine::default();
+    let network = "egress-run-r-00000004";
+    let containers = [
+        "egress-run-r-00000004-proxy",
+        "egress-run-r-00000004-sandbox",
+    ];
+    {
+        let mut state = fake.state.lock().unwrap();
+        state.existing.insert(network.to_string());
+        state.existing.extend(containers.map(String::from));
+        state.busy_networks.insert(network.to_string());
+    }
+    let teardown = Teardown::new(fake.clone(), "r-00000004");
+    teardown.track_network(network);
+    for container in containers {
+        teardown.track_container(container);
+    }
+    let failures = teardown.run(false).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(fake.left(), (Vec::new(), Vec::new()));
+    // The network was tried alongside the containers, refused, and removed after them.
+    assert_eq!(fake.state.lock().unwrap().refused_network_removals, 1);
 }
