@@ -79,6 +79,8 @@ pub mod shutdown;
 pub mod sni;
 pub mod splice;
 pub mod target;
+#[cfg(test)]
+mod test_sockets;
 pub mod text;
 pub mod transparent;
 pub mod units;

@@ -101,16 +101,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_sockets::socket_pair;
     use tokio::io::AsyncWriteExt;
-    use tokio::net::TcpListener;
-
-    /// Two connected loopback sockets.
-    async fn socket_pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let connect = TcpStream::connect(listener.local_addr().unwrap());
-        let (connected, accepted) = tokio::join!(connect, listener.accept());
-        (connected.unwrap(), accepted.unwrap().0)
-    }
 
     /// One tunnel: the client sends `request` and half-closes; the upstream reads it to the
     /// end, then answers `response` and closes. Returns what each side got and the counts.

@@ -167,16 +167,8 @@ async fn drain(to: &TcpStream, pipe: &mut Pipe, count: &mut u64) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_sockets::socket_pair;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
-
-    /// Two connected loopback sockets.
-    async fn socket_pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let connect = TcpStream::connect(listener.local_addr().unwrap());
-        let (connected, accepted) = tokio::join!(connect, listener.accept());
-        (connected.unwrap(), accepted.unwrap().0)
-    }
 
     /// What the kernel says the pipe holds.
     fn in_pipe(pipe: &Pipe) -> u64 {

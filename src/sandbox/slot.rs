@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use bollard::models::EndpointSettings;
+use bollard::models::{ContainerCreateBody, EndpointSettings};
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
 use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
@@ -349,15 +349,8 @@ impl SlotObjects {
             floor_extra,
             &self.labels,
         );
-        self.teardown.track_container(name);
-        self.teardown
-            .complete(
-                engine
-                    .clone()
-                    .create_container_owned(name.to_string(), body),
-            )
-            .await
-            .map_err(docker_step("create the proxy container"))?;
+        self.create_tracked(name, body, "create the proxy container")
+            .await?;
         tracing::debug!("proxy created");
         let attached = engine
             .attach_with_stdin(name)
@@ -369,6 +362,26 @@ impl SlotObjects {
             .map_err(docker_step("start the proxy"))?;
         tracing::debug!("proxy started");
         Ok(attached)
+    }
+
+    /// Creates container `name`, registered with the teardown before the request goes out
+    /// and completed even if this future is dropped (see `Teardown::complete`).
+    async fn create_tracked(
+        &self,
+        name: &str,
+        body: ContainerCreateBody,
+        step: &str,
+    ) -> Result<(), RunError> {
+        self.teardown.track_container(name);
+        self.teardown
+            .complete(
+                self.engine
+                    .clone()
+                    .create_container_owned(name.to_string(), body),
+            )
+            .await
+            .map_err(docker_step(step))?;
+        Ok(())
     }
 
     /// Creates the sandbox and attaches to it; with a gate, also starts it (the command
@@ -394,15 +407,8 @@ impl SlotObjects {
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
         }
-        self.teardown.track_container(name);
-        self.teardown
-            .complete(
-                engine
-                    .clone()
-                    .create_container_owned(name.to_string(), body),
-            )
-            .await
-            .map_err(docker_step("create the sandbox container"))?;
+        self.create_tracked(name, body, "create the sandbox container")
+            .await?;
         if held.is_none() {
             let output = engine
                 .attach_output(name)
