@@ -86,7 +86,7 @@ impl Gate {
         let decision = self.policy.decide(target, port);
         attempt.set_decision(&decision);
         if decision.verdict == Verdict::Block {
-            return Err(self.refusal(attempt, String::new()));
+            return Err(Refusal::of(attempt, String::new()));
         }
         Ok(decision)
     }
@@ -102,7 +102,7 @@ impl Gate {
         let tls = self.policy.tls();
         if tls.sni == SniCheck::Strict && tls.ports.contains(&port) {
             attempt.set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
-            return Err(self.refusal(
+            return Err(Refusal::of(
                 attempt,
                 format!("port {port} is reserved for TLS, and this request is plain HTTP"),
             ));
@@ -137,7 +137,7 @@ impl Gate {
                 Err(error) => {
                     tracing::debug!(%error, "resolution failed");
                     attempt.set_outcome(Outcome::Failed, Reason::ResolveFailed, None);
-                    return Err(self.refusal(attempt, error.to_string()));
+                    return Err(Refusal::of(attempt, error.to_string()));
                 }
             },
         };
@@ -172,7 +172,7 @@ impl Gate {
             attempt.addr = None;
             // Which address stays out of the answer (it is in the debug log): the sandbox
             // has no business learning where an allowed name points inside a network.
-            return Err(self.refusal(attempt, "the name resolves to such an address"));
+            return Err(Refusal::of(attempt, "the name resolves to such an address"));
         }
         Ok(passed)
     }
@@ -213,18 +213,6 @@ impl Gate {
             }
         }
         attempt.set_outcome(Outcome::Failed, failure.0, None);
-        Err(self.refusal(attempt, failure.1))
-    }
-
-    fn refusal(&self, attempt: &Attempt, detail: impl Into<String>) -> Refusal {
-        Refusal {
-            outcome: attempt.decision,
-            reason: attempt.reason,
-            host: match attempt.port {
-                Some(port) => format!("{}:{port}", attempt.host),
-                None => attempt.host.clone(),
-            },
-            detail: detail.into(),
-        }
+        Err(Refusal::of(attempt, failure.1))
     }
 }

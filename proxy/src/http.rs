@@ -19,14 +19,14 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind};
 use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
-use crate::shared::{ConnectionSlot, Door, Shared};
+use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
 use crate::shutdown::Shutdown;
 use crate::target::Target;
 
@@ -77,13 +77,7 @@ pub(crate) async fn serve(
             Ok::<_, Infallible>(connection.handle(request).await)
         }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.head_timeout)
-        .max_header_size(limits.max_head_bytes)
-        .max_buf_size(limits.max_head_bytes.max(8192))
-        .half_close(false);
+    let builder = client_http1(&limits);
     let served = builder
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();

@@ -29,7 +29,7 @@ use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -40,7 +40,7 @@ use crate::ca::{CaError, RunCa};
 use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Secret};
-use crate::shared::{ConnectionSlot, Shared};
+use crate::shared::{ConnectionSlot, Shared, client_http1};
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 use crate::upstream::{UpstreamCaError, client_config, connect_tls};
@@ -195,7 +195,7 @@ pub(crate) fn tripwire(
             attempt.host = target.to_string();
             attempt.port = Some(port);
             attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-            Err(refusal(
+            Err(Refusal::of(
                 attempt,
                 format!(
                     "the request carries the placeholder of {name}, which belongs to another host"
@@ -212,18 +212,6 @@ async fn refuse_with(
 ) -> Response<ProxyBody> {
     let refusal = build(&mut attempt);
     refuse(attempt, &refusal).await
-}
-
-fn refusal(attempt: &Attempt, detail: String) -> Refusal {
-    Refusal {
-        outcome: attempt.decision,
-        reason: attempt.reason,
-        host: match attempt.port {
-            Some(port) => format!("{}:{port}", attempt.host),
-            None => attempt.host.clone(),
-        },
-        detail,
-    }
 }
 
 /// How a plain HTTP request to an inspected target goes upstream.
@@ -401,13 +389,7 @@ pub(crate) async fn serve_tunnel<S>(
         let connection = connection.clone();
         async move { Ok::<_, std::convert::Infallible>(connection.handle(request).await) }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.head_timeout)
-        .max_header_size(limits.max_head_bytes)
-        .max_buf_size(limits.max_head_bytes.max(8192))
-        .half_close(false);
+    let builder = client_http1(&limits);
     let served = builder.serve_connection(TokioIo::new(client_tls), service);
     tokio::pin!(served);
     let result = tokio::select! {
@@ -464,7 +446,7 @@ impl InspectedConnection {
             let sender = match &mut *state {
                 UpstreamState::Failed(reason, detail) => {
                     attempt.set_outcome(Outcome::Failed, *reason, None);
-                    return refuse_with(attempt, |a| refusal(a, detail.clone())).await;
+                    return refuse_with(attempt, |a| Refusal::of(a, detail.clone())).await;
                 }
                 UpstreamState::Ready(sender) => sender,
             };
@@ -488,7 +470,7 @@ impl InspectedConnection {
         }
         attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
         refuse_with(attempt, |a| {
-            refusal(a, "the upstream closed every connection".to_owned())
+            Refusal::of(a, "the upstream closed every connection".to_owned())
         })
         .await
     }
@@ -563,7 +545,7 @@ fn judge(
     let host_decision = policy.decide(&target, port);
     if host_decision.verdict == Verdict::Block {
         attempt.set_decision(&host_decision);
-        return Err(refusal(attempt, String::new()));
+        return Err(Refusal::of(attempt, String::new()));
     }
     let decision = policy.decide_request(&target, port, parts.method.as_str(), path);
     attempt.set_decision(&decision);
@@ -574,13 +556,13 @@ fn judge(
             }
             _ => "",
         };
-        return Err(refusal(attempt, detail.to_owned()));
+        return Err(Refusal::of(attempt, detail.to_owned()));
     }
     if let Some(name) =
         inspector.misused_placeholder(parts, credential.as_ref().map(|c| c.secret.as_str()))
     {
         attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-        return Err(refusal(
+        return Err(Refusal::of(
             attempt,
             format!("the request carries the placeholder of {name}, which belongs to another host"),
         ));
@@ -606,7 +588,7 @@ fn judge(
             }
             None => {
                 attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
-                return Err(refusal(
+                return Err(Refusal::of(
                     attempt,
                     format!(
                         "the secret {} is not a valid header value",
@@ -647,11 +629,11 @@ fn answered(
 fn upstream_tls_failure(attempt: &mut Attempt, error: &std::io::Error) -> Refusal {
     tracing::debug!(%error, "upstream TLS failed");
     attempt.set_outcome(Outcome::Failed, Reason::UpstreamTls, None);
-    refusal(attempt, format!("TLS with the upstream failed: {error}"))
+    Refusal::of(attempt, format!("TLS with the upstream failed: {error}"))
 }
 
 fn upstream_failure(attempt: &mut Attempt, error: &hyper::Error) -> Refusal {
     tracing::debug!(%error, "inspected upstream request failed");
     attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
-    refusal(attempt, format!("the upstream failed: {error}"))
+    Refusal::of(attempt, format!("the upstream failed: {error}"))
 }

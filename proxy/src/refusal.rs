@@ -25,6 +25,20 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// The refusal of `attempt` as its outcome and reason stand, naming what the client
+    /// asked for (`host:port`, or the host alone when no port applies).
+    pub(crate) fn of(attempt: &Attempt, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            outcome: attempt.decision,
+            reason: attempt.reason,
+            host: match attempt.port {
+                Some(port) => format!("{}:{port}", attempt.host),
+                None => attempt.host.clone(),
+            },
+            detail: detail.into(),
+        }
+    }
+
     /// The HTTP status a door answers with: 403 for policy refusals, 400 for malformed or
     /// unsupported requests, 502/504 when an allowed upstream cannot be reached.
     pub fn status(&self) -> u16 {

@@ -102,3 +102,16 @@ pub(crate) enum Door {
     /// A transparent listener on this port: the target is the `Host` header.
     Transparent { port: u16 },
 }
+
+/// The HTTP/1 server side of a client connection, as every door that reads requests from
+/// the sandbox serves it: the head's time and size bounds, no half-close.
+pub(crate) fn client_http1(limits: &ProxyLimits) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.head_timeout)
+        .max_header_size(limits.max_head_bytes)
+        .max_buf_size(limits.max_head_bytes.max(8192))
+        .half_close(false);
+    builder
+}
