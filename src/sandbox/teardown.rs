@@ -19,6 +19,7 @@ use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::Either;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -212,16 +213,22 @@ async fn remove_all<D: DockerObjects>(
     );
     // After a run that went to its end both containers are stopped, and a stopped container
     // holds no endpoint: the network can go while they are being removed (~0.1 s less for a
-    // cold `run`). If the engine still counts an endpoint (a container not quite stopped),
-    // that attempt fails and the network goes again after the containers. A set-up cut
-    // short may still be starting a container: then only after.
-    let early_network = async {
-        match &objects.network {
-            Some(network) if !sweep => engine.remove_network(network).await.is_ok(),
-            _ => false,
+    // cold `run`). While the engine still counts an endpoint (a container not quite
+    // stopped) that removal keeps retrying; once the containers are gone it is abandoned
+    // and tried again at once, rather than at its next retry. A set-up cut short may still
+    // be starting a container: then the network goes only after them.
+    let (removed, network_gone) = match &objects.network {
+        Some(network) if !sweep => {
+            let early_network = std::pin::pin!(engine.remove_network(network));
+            match futures_util::future::select(std::pin::pin!(removals), early_network).await {
+                Either::Left((removed, _abandoned)) => (removed, false),
+                Either::Right((network_result, removals)) => {
+                    (removals.await, network_result.is_ok())
+                }
+            }
         }
+        _ => (removals.await, false),
     };
-    let (removed, network_gone) = futures_util::future::join(removals, early_network).await;
     for (name, result) in removed {
         if let Err(error) = result {
             failures.push(format!("container {name}: {error}"));

@@ -17,6 +17,9 @@ struct FakeState {
     busy_networks: HashSet<String>,
     /// Network removals refused because containers still existed.
     refused_network_removals: usize,
+    /// Set: a refused network removal waits this long and tries again, as the real
+    /// engine handle does, instead of failing.
+    network_retry_after: Option<std::time::Duration>,
     in_flight: HashSet<String>,
     /// Names a removal was asked for while their creation was still under way: such a
     /// removal comes too early, the object appears after it.
@@ -81,13 +84,19 @@ impl DockerObjects for FakeEngine {
     }
 
     async fn remove_network(&self, name: &str) -> Result<(), String> {
-        {
-            let state = self.state.lock().unwrap();
-            let containers_left = state.existing.iter().any(|object| object != name);
-            if state.busy_networks.contains(name) && containers_left {
-                drop(state);
-                self.state.lock().unwrap().refused_network_removals += 1;
-                return Err(format!("network {name} has active endpoints"));
+        loop {
+            let retry_after = {
+                let mut state = self.state.lock().unwrap();
+                let containers_left = state.existing.iter().any(|object| object != name);
+                if !(state.busy_networks.contains(name) && containers_left) {
+                    break;
+                }
+                state.refused_network_removals += 1;
+                state.network_retry_after
+            };
+            match retry_after {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => return Err(format!("network {name} has active endpoints")),
             }
         }
         self.remove_container(name).await
@@ -170,28 +179,49 @@ async fn removing_what_never_came_to_exist_is_success() {
     assert_eq!(fake.left(), (Vec::new(), Vec::new()));
 }
 
+/// A run's network the engine counts endpoints on until its containers are gone, with
+/// both containers tracked by a fresh teardown.
+fn busy_run(fake: &FakeEngine, run_id: &str) -> Teardown<FakeEngine> {
+    let network = format!("egress-run-{run_id}");
+    let containers = [format!("{network}-proxy"), format!("{network}-sandbox")];
+    {
+        let mut state = fake.state.lock().unwrap();
+        state.existing.insert(network.clone());
+        state.existing.extend(containers.iter().cloned());
+        state.busy_networks.insert(network.clone());
+    }
+    let teardown = Teardown::new(fake.clone(), run_id);
+    teardown.track_network(&network);
+    for container in &containers {
+        teardown.track_container(container);
+    }
+    teardown
+}
+
 #[tokio::test]
 async fn a_network_the_engine_still_counts_endpoints_on_goes_after_the_containers() {
     let fake = FakeEngine::default();
-    let network = "egress-run-r-00000004";
-    let containers = [
-        "egress-run-r-00000004-proxy",
-        "egress-run-r-00000004-sandbox",
-    ];
-    {
-        let mut state = fake.state.lock().unwrap();
-        state.existing.insert(network.to_string());
-        state.existing.extend(containers.map(String::from));
-        state.busy_networks.insert(network.to_string());
-    }
-    let teardown = Teardown::new(fake.clone(), "r-00000004");
-    teardown.track_network(network);
-    for container in containers {
-        teardown.track_container(container);
-    }
+    let teardown = busy_run(&fake, "r-00000004");
     let failures = teardown.run(false).await;
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(fake.left(), (Vec::new(), Vec::new()));
     // The network was tried alongside the containers, refused, and removed after them.
+    assert_eq!(fake.state.lock().unwrap().refused_network_removals, 1);
+}
+
+/// The early network removal retries while the containers still hold endpoints; once they
+/// are gone it is abandoned and tried again at once, not at its next retry (on the real
+/// engine a retry comes every 50 ms, and a cold run waited for it).
+#[tokio::test]
+async fn the_network_goes_as_soon_as_the_containers_are_gone() {
+    let fake = FakeEngine::default();
+    fake.state.lock().unwrap().network_retry_after = Some(std::time::Duration::from_secs(3600));
+    let teardown = busy_run(&fake, "r-00000005");
+    // Waiting for the retry would take an hour; the bound only catches that.
+    let failures = tokio::time::timeout(std::time::Duration::from_secs(30), teardown.run(false))
+        .await
+        .expect("the network removal waited for its next retry");
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(fake.left(), (Vec::new(), Vec::new()));
     assert_eq!(fake.state.lock().unwrap().refused_network_removals, 1);
 }
