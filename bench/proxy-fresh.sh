@@ -4,6 +4,11 @@
 #   ttfb:     REQUESTS curl processes per door (plain HTTP through the proxy, and a CONNECT
 #             tunnel), time to first byte, median; "added" = minus the direct median.
 #             The four setups take turns request by request, so load swings hit all alike.
+#             For reference, what one hop costs at best on this machine: HAProxy (one
+#             thread, event-driven C) as a reverse proxy with its upstream connections kept
+#             alive (the plain door's work without the forward-proxy request form) and as a
+#             bare TCP forwarder (a tunnel without the CONNECT exchange). Not a peer: it
+#             judges nothing and logs nothing; it takes the same turns.
 #   tunnel:   one MIB MiB download with curl through a CONNECT tunnel (median of 3 rounds,
 #             the setups taking turns).
 #   load:     ab (apache2-utils), no keep-alive, plain HTTP, AB_REQUESTS requests at 100 and at
@@ -19,8 +24,8 @@
 #
 # Usage: bench/proxy-fresh.sh [REQUESTS] [MIB] [AB_REQUESTS] [AB_ROUNDS]
 #        (defaults: 300 256 10000 3)
-# Needs: curl nginx ab tinyproxy squid nstat ss python3
-#   (apt-get install nginx-light apache2-utils tinyproxy squid)
+# Needs: curl nginx ab tinyproxy squid haproxy nstat ss python3
+#   (apt-get install nginx-light apache2-utils tinyproxy squid haproxy)
 set -euo pipefail
 
 REQUESTS=${1:-300}
@@ -166,6 +171,37 @@ squid -N -f "$TMP/squid.conf" 2>"$TMP/squid.err" &
 PIDS+=($!)
 wait_port 127.0.0.1 "$SQUID"
 
+# --- HAProxy, the reference hop: private config, foreground, one thread ---------------------
+HAPROXY_HTTP=$(free_port 127.0.0.1)
+HAPROXY_TCP=$(free_port 127.0.0.1)
+cat >"$TMP/haproxy.cfg" <<EOF
+global
+    nbthread 1
+defaults
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+frontend reference_http
+    mode http
+    bind 127.0.0.1:$HAPROXY_HTTP
+    default_backend upstream_http
+backend upstream_http
+    mode http
+    http-reuse always
+    server nginx $UP:$UP_PORT
+frontend reference_tcp
+    mode tcp
+    bind 127.0.0.1:$HAPROXY_TCP
+    default_backend upstream_tcp
+backend upstream_tcp
+    mode tcp
+    server nginx $UP:$UP_PORT
+EOF
+haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.out" 2>&1 &
+PIDS+=($!)
+wait_port 127.0.0.1 "$HAPROXY_HTTP"
+wait_port 127.0.0.1 "$HAPROXY_TCP"
+
 declare -A PROXY=([direct]="" [ours]="127.0.0.1:$OURS" [tinyproxy]="127.0.0.1:$TINY" [squid]="127.0.0.1:$SQUID")
 SETUPS=(direct ours tinyproxy squid)
 # The process whose CPU time counts for a setup (direct: none).
@@ -192,17 +228,21 @@ LOAD_START=$(load)
 declare -A CPU_BEFORE
 for name in "${SETUPS[@]}"; do CPU_BEFORE[$name]=$(cpu_ticks "${PROXY_PID[$name]}"); done
 for _ in $(seq 1 "$REQUESTS"); do
+    # The reference hop: the same request as a reverse proxy's, and through a TCP forwarder.
+    curl_ttfb "http://127.0.0.1:$HAPROXY_HTTP/small" >>"$TMP/ttfb-plain-haproxy"
+    curl_ttfb "http://127.0.0.1:$HAPROXY_TCP/small" >>"$TMP/ttfb-connect-haproxy"
     for name in "${SETUPS[@]}"; do
         curl_ttfb "$SMALL" "${PROXY[$name]}" >>"$TMP/ttfb-plain-$name"
         [ "$name" = direct ] && continue # direct has no tunnel: its plain figure is the base
         curl_ttfb "$SMALL" "${PROXY[$name]}" -p >>"$TMP/ttfb-connect-$name"
     done
 done
-for name in "${SETUPS[@]}"; do
+for name in "${SETUPS[@]}" haproxy; do
     for door in plain connect; do
         [ -f "$TMP/ttfb-$door-$name" ] || continue
         record ttfb "$name" "door=$door" "file=$TMP/ttfb-$door-$name" "load=$LOAD_START-$(load)"
     done
+    [ "$name" = haproxy ] && continue # the reference: its CPU is not compared
     record ttfb_cpu "$name" "ticks=$(($(cpu_ticks "${PROXY_PID[$name]}") - CPU_BEFORE[$name]))" \
         "requests=$((2 * REQUESTS))"
 done
@@ -259,7 +299,8 @@ def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
-names = {"direct": "direct", "ours": "egress-sandbox", "tinyproxy": "tinyproxy", "squid": "Squid"}
+names = {"direct": "direct", "ours": "egress-sandbox", "tinyproxy": "tinyproxy", "squid": "Squid",
+         "haproxy": "HAProxy (ref.)"}
 tick_us = 1e6 / float(next(f["per_s"] for k, _, f in rows if k == "clock"))
 backlog = {s: f["value"] for k, s, f in rows if k == "backlog"}
 print("listen backlog:", ", ".join(f"{names[s]} {b}" for s, b in backlog.items()))
@@ -335,6 +376,9 @@ for door in ("plain", "connect"):
     ours, tiny = ttfb["ours", door] - base, ttfb["tinyproxy", door] - base
     ratio = ours / tiny if tiny > 0 else float("inf")
     print(f"  added TTFB {door:7} ours/tinyproxy = {ours:.3f}/{tiny:.3f} ms = {ratio:.2f}  (<= 0.33: {verdict(ratio <= 1/3)})")
+    ref = ttfb["haproxy", door] - base
+    print(f"    (reference: one HAProxy hop adds {ref:.3f} ms = {ref / tiny:.2f} of tinyproxy's;"
+          f" ours = {ours / ref:.2f} of it)")
 t = tunnel["ours"]
 print(f"  tunnel ours/direct = {t / tunnel['direct']:.2f}  (>= 0.75: {verdict(t / tunnel['direct'] >= 0.75)})")
 print(f"  tunnel ours/Squid  = {t / tunnel['squid']:.2f}  (>= 1.4: {verdict(t / tunnel['squid'] >= 1.4)})")
