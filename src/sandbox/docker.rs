@@ -199,12 +199,17 @@ impl Engine {
 
     /// The entrypoint an image declares (empty if none), so a command can be put behind
     /// our own entrypoint without losing it.
-    pub(crate) async fn image_entrypoint(&self, image: &str) -> Result<Vec<String>, BollardError> {
+    /// What a run needs to know of `image`: its id (content-addressed: the same id is the
+    /// same files) and its own entrypoint, which the gate goes in front of.
+    pub(crate) async fn image_facts(&self, image: &str) -> Result<ImageFacts, BollardError> {
         let inspect = self.docker.inspect_image(image).await?;
-        Ok(inspect
-            .config
-            .and_then(|config| config.entrypoint)
-            .unwrap_or_default())
+        Ok(ImageFacts {
+            id: inspect.id.unwrap_or_default(),
+            entrypoint: inspect
+                .config
+                .and_then(|config| config.entrypoint)
+                .unwrap_or_default(),
+        })
     }
 
     /// The OCI runtimes the engine offers (`docker info`), sorted.
@@ -446,4 +451,11 @@ impl Engine {
             .await
             .map_err(EngineError::api("list containers"))
     }
+}
+
+/// See [`Engine::image_facts`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ImageFacts {
+    pub id: String,
+    pub entrypoint: Vec<String>,
 }

@@ -75,7 +75,18 @@ struct Inner {
     /// The proxy image once made or found: later runs use it as long as it exists, without
     /// reading the binary again (which may since have been replaced on disk).
     proxy_image: Arc<Mutex<Option<String>>>,
+    /// Images' own CA bundles, by image id, once read: later runs of the same image need
+    /// no probe container (a daemon's warm slots each mount a bundle).
+    image_bundles: Arc<Mutex<ImageBundles>>,
 }
+
+/// Image CA bundles by image id. An id names the image's content, so an entry never goes
+/// stale; the map is only bounded.
+#[derive(Default)]
+struct ImageBundles(std::collections::HashMap<String, Arc<[u8]>>);
+
+/// Images whose bundle a handle keeps; one more starts the map afresh.
+const IMAGE_BUNDLES_KEPT: usize = 16;
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +129,7 @@ impl Sandbox {
                 progress: None,
                 kept_binary: None,
                 proxy_image: Arc::default(),
+                image_bundles: Arc::default(),
             }),
         })
     }
@@ -202,6 +214,27 @@ impl Sandbox {
         // A panic elsewhere cannot leave a half-written Option behind.
         self.inner
             .proxy_image
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The CA bundle of the image with id `image_id`, if read before by this handle.
+    pub(crate) fn kept_image_bundle(&self, image_id: &str) -> Option<Arc<[u8]>> {
+        self.image_bundles().0.get(image_id).cloned()
+    }
+
+    /// Keeps the CA bundle read from the image with id `image_id` for later runs.
+    pub(crate) fn keep_image_bundle(&self, image_id: &str, bundle: Arc<[u8]>) {
+        let mut kept = self.image_bundles();
+        if kept.0.len() >= IMAGE_BUNDLES_KEPT && !kept.0.contains_key(image_id) {
+            kept.0.clear();
+        }
+        kept.0.insert(image_id.to_owned(), bundle);
+    }
+
+    fn image_bundles(&self) -> std::sync::MutexGuard<'_, ImageBundles> {
+        self.inner
+            .image_bundles
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

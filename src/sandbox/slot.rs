@@ -18,13 +18,14 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, EndpointSettings};
 
 use super::audit_trail::{self, AuditSink, ProxyOutput};
 use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
-use super::docker::{Engine, OutputFrames, StdinWriter};
+use super::docker::{Engine, ImageFacts, OutputFrames, StdinWriter};
 use super::handle::Sandbox;
 use super::images;
 use super::labels::{RunNames, random_hostname};
@@ -57,8 +58,14 @@ impl LiveLimits {
 }
 
 /// Why a run cannot use a slot prepared for `template` (it takes the cold path), or
-/// `None` when it can: everything set at create time must be the same.
-pub(crate) fn unfit(template: &RunSpec, spec: &RunSpec) -> Option<&'static str> {
+/// `None` when it can: everything set at create time must be the same. `trust_mounted`:
+/// the slot's sandbox has a trust bundle mounted (filled at the claim), which a policy
+/// that inspects a host needs.
+pub(crate) fn unfit(
+    template: &RunSpec,
+    spec: &RunSpec,
+    trust_mounted: bool,
+) -> Option<&'static str> {
     let egress = |spec: &RunSpec| {
         spec.egress_network
             .clone()
@@ -76,7 +83,7 @@ pub(crate) fn unfit(template: &RunSpec, spec: &RunSpec) -> Option<&'static str> 
         Some("another egress network")
     } else if spec.subnet_pool != template.subnet_pool {
         Some("another subnet pool")
-    } else if !spec.policy_set.inspected_hosts().is_empty() {
+    } else if !trust_mounted && !spec.policy_set.inspected_hosts().is_empty() {
         // The sandbox's CA bundle is a bind mount, made at create.
         Some("inspected hosts (the CA bundle mount)")
     } else if !matches!(
@@ -114,7 +121,7 @@ pub(crate) struct Slot {
     /// The started sandbox's stdin, where its gate waits; `None`: not gated, not started.
     gate: Option<StdinWriter>,
     /// The image's own CA bundle, when the trust bundle is to be filled at the claim.
-    image_bundle: Vec<u8>,
+    image_bundle: Arc<[u8]>,
 }
 
 /// A claimed slot: everything ready to let the command go.
@@ -153,7 +160,7 @@ impl SlotObjects {
         if !gated && !template.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
-        let (proxy_image, (image, entrypoint), (egress, floor_extra), subnet) = tokio::try_join!(
+        let (proxy_image, (image, facts), (egress, floor_extra), subnet) = tokio::try_join!(
             async { sandbox.proxy_image().await.map_err(RunError::from) },
             async {
                 let image = match &template.image {
@@ -162,15 +169,15 @@ impl SlotObjects {
                         .map(|()| image.clone())?,
                     None => sandbox.base_image().await?,
                 };
-                let entrypoint = if gated {
+                let facts = if gated {
                     engine
-                        .image_entrypoint(&image)
+                        .image_facts(&image)
                         .await
                         .map_err(docker_step(format!("inspect the image {image}")))?
                 } else {
-                    Vec::new()
+                    ImageFacts::default()
                 };
-                Ok::<_, RunError>((image, entrypoint))
+                Ok::<_, RunError>((image, facts))
             },
             async {
                 let egress =
@@ -201,17 +208,28 @@ impl SlotObjects {
         tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
         let held = gated.then(|| HeldStart {
             binary: sandbox.proxy_binary().to_path_buf(),
-            image_entrypoint: entrypoint,
+            image_entrypoint: facts.entrypoint,
         });
-        // The image's own CA bundle, read from a probe container while the proxy starts.
+        // The image's own CA bundle: read from a probe container while the proxy starts,
+        // unless this handle read it for the same image before. (A trust bundle implies a
+        // local engine, so the image was inspected and its id is known.)
         let image_bundle = async {
             if self.trust.is_none() {
-                return Ok(Vec::new());
+                return Ok(Arc::from(&[][..]));
+            }
+            if let Some(bundle) = sandbox.kept_image_bundle(&facts.id) {
+                tracing::debug!(bytes = bundle.len(), "image CA bundle known");
+                return Ok(bundle);
             }
             let probe = trust::probe_name(&self.names.sandbox);
-            let bundle =
-                trust::image_bundle(engine, &self.teardown, &image, &probe, &self.labels).await?;
+            let bundle: Arc<[u8]> =
+                trust::image_bundle(engine, &self.teardown, &image, &probe, &self.labels)
+                    .await?
+                    .into();
             tracing::debug!(bytes = bundle.len(), "image CA bundle read");
+            if !facts.id.is_empty() {
+                sandbox.keep_image_bundle(&facts.id, bundle.clone());
+            }
             Ok::<_, RunError>(bundle)
         };
         let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(

@@ -2,10 +2,12 @@
 //!
 //! A slot is one run's objects up to its handoff (`sandbox::slot`): its run network, its
 //! proxy started, connected to the egress network and waiting for its handoff, its sandbox
-//! started behind the gate — all of the default shape (the base image, default tmp size,
-//! no mounts, the daemon's egress network). A request that fits takes the oldest ready
-//! slot, which is claimed as a cold run claims its own; anything set at create time that
-//! differs (`slot::unfit`), or no slot ready, takes the cold path, with the same result.
+//! started behind the gate with an empty trust bundle mounted (filled at the claim, so a
+//! policy that inspects hosts is served warm too) — all of the default shape (the base
+//! image, default tmp size, no mounts, the daemon's egress network). A request that fits
+//! takes the oldest ready slot, which is claimed as a cold run claims its own; anything set
+//! at create time that differs (`slot::unfit`), or no slot ready, takes the cold path, with
+//! the same result.
 //!
 //! Each slot serves one run: its replacement is prepared as soon as that run is answered
 //! (or 2 s after the claim, for a longer run).
@@ -23,6 +25,7 @@ use tokio::sync::watch;
 
 use super::Tracker;
 use crate::sandbox::slot::{Slot, SlotObjects, unfit};
+use crate::sandbox::trust::TrustBundle;
 use crate::sandbox::{RunSpec, Sandbox};
 
 /// A claimed slot's replacement is started when its run is answered, or after this long
@@ -105,6 +108,23 @@ impl Pool {
         self.state.lock().expect("pool lock").ready.len()
     }
 
+    /// Whether slots carry a trust bundle: on a local engine (a host file is mounted) they
+    /// all do, so a policy that inspects a host can be served warm too.
+    fn trust_mounted(&self) -> bool {
+        self.sandbox.engine().is_local()
+    }
+
+    /// A new slot's trust bundle file. A slot that cannot have one serves only runs that
+    /// inspect nothing (the others take the cold path, which reports the error).
+    fn slot_trust(&self) -> Option<TrustBundle> {
+        if !self.trust_mounted() {
+            return None;
+        }
+        TrustBundle::create()
+            .inspect_err(|error| tracing::warn!(%error, "a warm slot without a trust bundle"))
+            .ok()
+    }
+
     fn stopping(&self) -> bool {
         *self.stopping.borrow()
     }
@@ -120,13 +140,19 @@ impl Pool {
         if self.size == 0 || self.stopping() {
             return None;
         }
-        if let Some(reason) = unfit(&self.template, spec) {
+        if let Some(reason) = unfit(&self.template, spec, self.trust_mounted()) {
             tracing::debug!(reason, "the request takes the cold path");
             return None;
         }
+        let inspects = !spec.policy_set.inspected_hosts().is_empty();
         let warm = {
             let mut state = self.state.lock().expect("pool lock");
-            let warm = state.ready.pop_front();
+            // A slot whose trust bundle could not be made serves only runs that need none.
+            let fits = |warm: &Warm| !inspects || warm.objects.trust.is_some();
+            let warm = match state.ready.iter().position(fits) {
+                Some(index) => state.ready.remove(index),
+                None => None,
+            };
             self.set_gauge(&state);
             warm
         };
@@ -171,7 +197,7 @@ impl Pool {
             {
                 return;
             }
-            let objects = SlotObjects::new(&pool.sandbox, None);
+            let objects = SlotObjects::new(&pool.sandbox, pool.slot_trust());
             let prepare = async {
                 let mut slot = objects.prepare(&pool.sandbox, &pool.template).await?;
                 objects.connect_egress(&mut slot).await?;

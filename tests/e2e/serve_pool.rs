@@ -1,6 +1,7 @@
 //! `serve --pool N`: runs claimed from warm slots give what a cold run gives (argv, env,
 //! workdir, files, stdin, exit codes, blocked attempts, audit records); limits set at the
-//! claim are the ones in force; a request a slot cannot honour goes cold and works; slots
+//! claim are the ones in force; a policy that inspects a host (a credential) is served warm,
+//! its slot's trust bundle filled at the claim; a request a slot cannot honour goes cold and works; slots
 //! are replaced after each run; a slot that died is never handed out; SIGTERM leaves no
 //! slot behind, and `gc` removes the slots of a daemon that was killed.
 //!
@@ -14,7 +15,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::serve::{ApiRun, Daemon, assert_run_removed, post, with_network};
-use crate::support::{TestNetwork, docker_ok, leftovers, objects_owned_by};
+use crate::support::{
+    TestNetwork, Upstream, docker_ok, gateway_policy, leftovers, objects_owned_by, random_hex,
+};
 
 const HANG_BOUND: Duration = Duration::from_secs(120);
 
@@ -126,6 +129,72 @@ fn a_warm_run_gives_what_a_cold_run_gives() {
     assert_eq!(warm.report()["attempts"]["blocked"], 1);
     assert_run_removed(&warm.run_id());
     assert_run_removed(&cold.run_id());
+    daemon.stop();
+}
+
+/// A credential is served warm: the slot's sandbox has the trust bundle mounted from its
+/// create, and the claim fills it (the image's bundle, then the run CA) before the command
+/// goes. curl trusts the run CA with no flags, the upstream gets the key and the sandbox
+/// only the placeholder. A warm run that inspects nothing sees the image's own bundle at
+/// the system path, byte for byte what a cold run sees.
+#[test]
+fn a_credential_run_is_served_warm() {
+    let network = TestNetwork::create();
+    let host = "api.warm-cred.test";
+    let (upstream, ca_pem) =
+        Upstream::https_with_test_ca((network.gateway, 443), &[host], "served warm\n");
+    let secret = format!("sk-e2e-{}", random_hex());
+    let mut yaml = gateway_policy("warm-cred", network.gateway, &[443], &[(host, 443)]);
+    yaml += &format!("credentials:\n  - host: {host}\n    secret: API_KEY\n");
+    let daemon = Daemon::with_pool(1, &network);
+    let slots = slot_ids(&daemon);
+
+    let program = format!(
+        r#"echo "key: $API_KEY"; curl -sS --max-time 20 -H "Authorization: Bearer $API_KEY" https://{host}/warm"#
+    );
+    let run = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({
+                "argv": ["sh", "-c", program],
+                "policies": [yaml],
+                "secrets": {"API_KEY": secret},
+                "upstream_ca": [ca_pem],
+                "resolve": {host: network.gateway.to_string()},
+            }),
+        ),
+    )
+    .unwrap();
+    assert!(
+        slots.contains(&run.run_id()),
+        "{} was not a warm slot: {slots:?}",
+        run.run_id()
+    );
+    assert_eq!((counter(&daemon, "warm"), counter(&daemon, "cold")), (1, 0));
+    assert_eq!(run.report()["exit_code"], 0, "{:#?}", run.events);
+    let stdout = run.stream("stdout");
+    assert!(
+        stdout.contains("key: egress-sandbox-placeholder-"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("served warm"), "{stdout}");
+    assert!(!stdout.contains(&secret));
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(requests[0].head.contains(&format!("Bearer {secret}")));
+    assert_run_removed(&run.run_id());
+
+    // Inspecting nothing, warm and cold: the system bundle is the image's own.
+    let bundle_digest = json!({"argv": ["sha256sum", "/etc/ssl/certs/ca-certificates.crt"]});
+    daemon.wait_pool_ready(1);
+    let warm = post(&daemon, with_network(&network, bundle_digest.clone())).unwrap();
+    let mut cold_request = with_network(&network, bundle_digest);
+    cold_request["tmp"] = json!("32MiB");
+    let cold = post(&daemon, cold_request).unwrap();
+    assert_eq!((counter(&daemon, "warm"), counter(&daemon, "cold")), (2, 1));
+    assert_eq!(warm.report()["exit_code"], 0, "{:#?}", warm.events);
+    assert_eq!(warm.stream("stdout"), cold.stream("stdout"));
     daemon.stop();
 }
 
