@@ -810,16 +810,17 @@ fn resident_kb(pid: u32) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
-/// 300 runs back to back through one daemon, then SIGTERM: nothing is left, and the
-/// daemon's memory does not grow with the runs it served (≤ 10 MB from run 50 to 300).
-/// Minutes long: `cargo nextest run --test e2e --run-ignored only serve::soak`.
+/// 300 runs back to back through one daemon with the default warm pool (2 slots), then
+/// SIGTERM: nothing is left, and the daemon's memory does not grow with the runs it served
+/// (≤ 10 MB from run 50 to 300). Back to back, runs are warm when a slot is ready, else
+/// cold. Minutes long: `cargo nextest run --test e2e --run-ignored only serve::soak`.
 #[test]
 #[ignore = "soak: 300 runs, several minutes"]
 fn soak_300_runs_leave_nothing_and_memory_flat() {
     const RUNS: usize = 300;
     const BASELINE_AT: usize = 50;
     let network = TestNetwork::create();
-    let daemon = Daemon::start();
+    let daemon = Daemon::with_pool(2, &network);
     let mut baseline = 0;
     for index in 1..=RUNS {
         let run = post(&daemon, with_network(&network, json!({"argv": ["true"]}))).unwrap();
@@ -834,8 +835,13 @@ fn soak_300_runs_leave_nothing_and_memory_flat() {
         }
     }
     let end = resident_kb(daemon.pid());
+    let metrics = daemon.metrics();
+    let starts: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("egress_sandbox_run_starts_total{"))
+        .collect();
     eprintln!(
-        "soak: daemon RSS {baseline} kB after run {BASELINE_AT}, {end} kB after run {RUNS} ({:+} kB)",
+        "soak: daemon RSS {baseline} kB after run {BASELINE_AT}, {end} kB after run {RUNS} ({:+} kB); {starts:?}",
         end as i64 - baseline as i64
     );
     assert!(
