@@ -120,14 +120,17 @@ impl ClientConnection {
     async fn handle(&self, request: Request<Incoming>) -> Response<ProxyBody> {
         if request.method() == Method::CONNECT {
             return match self.door {
+                // Boxed, as the inspected path below: each request's future is built and
+                // moved into place by hyper, and these rarer paths would make every plain
+                // request's several times larger.
                 Door::Explicit => {
-                    crate::connect::handle(
+                    Box::pin(crate::connect::handle(
                         request,
                         &self.shared,
                         self.client,
                         self.shutdown.clone(),
                         self.slot.clone(),
-                    )
+                    ))
                     .await
                 }
                 Door::Transparent { .. } => {
@@ -164,7 +167,13 @@ impl ClientConnection {
             return refuse(attempt, &refusal).await;
         }
         if let Some(plan) = crate::inspect::plain_plan(&self.shared, &target, port) {
-            return crate::inspect::forward_plain(&self.shared, request, plan, attempt).await;
+            return Box::pin(crate::inspect::forward_plain(
+                &self.shared,
+                request,
+                plan,
+                attempt,
+            ))
+            .await;
         }
         let (parts, body) = request.into_parts();
         if let Err(refusal) =

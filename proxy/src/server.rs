@@ -319,8 +319,13 @@ async fn serve_connection(
 ) {
     match door {
         Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown, slot).await,
+        // Boxed: its state (the TLS door) is ten times the explicit door's, and every
+        // accepted connection's task would otherwise be that large (copied in at spawn).
         Door::Transparent { port } => {
-            crate::transparent::serve(stream, client, port, shared, shutdown, slot).await;
+            Box::pin(crate::transparent::serve(
+                stream, client, port, shared, shutdown, slot,
+            ))
+            .await;
         }
     }
 }
