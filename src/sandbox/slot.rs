@@ -446,3 +446,44 @@ impl SlotObjects {
         Ok((output, Some(stdin)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn credential_run() -> RunSpec {
+        RunSpec::builder(["true"])
+            .policy_yaml(
+                "cred.yaml",
+                "version: 1\nallow:\n  - host: api.example.com\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n",
+            )
+            .secret(
+                "API_KEY",
+                egress_proxy::secrets::SecretValue::new("sk-unit-test".into()),
+            )
+            .build()
+            .unwrap()
+    }
+
+    /// A run whose policy inspects a host needs the trust bundle mounted at create: a slot
+    /// with one fits it, a slot without one does not; a run that inspects nothing fits both.
+    #[test]
+    fn an_inspected_run_fits_only_a_slot_with_the_trust_bundle() {
+        let template = RunSpec::builder(["true"]).build().unwrap();
+        let inspected = credential_run();
+        assert_eq!(unfit(&template, &inspected, true), None);
+        assert_eq!(
+            unfit(&template, &inspected, false),
+            Some("inspected hosts (the CA bundle mount)")
+        );
+        let plain = RunSpec::builder(["true"])
+            .allow("api.example.com")
+            .build()
+            .unwrap();
+        assert_eq!(unfit(&template, &plain, true), None);
+        assert_eq!(unfit(&template, &plain, false), None);
+        // What is set at create still decides, bundle or not.
+        let other_image = RunSpec::builder(["true"]).image("other:1").build().unwrap();
+        assert_eq!(unfit(&template, &other_image, true), Some("another image"));
+    }
+}
