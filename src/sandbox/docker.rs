@@ -389,6 +389,27 @@ impl Engine {
             .await
     }
 
+    /// Whether the engine has logged an `oom` event for `container` in the last
+    /// `lookback`, waiting up to `wait` for one still on its way. The engine handles a
+    /// container's OOM and its exit as two events in no fixed order; when the exit comes
+    /// first, its `OOMKilled` stays false, but the `oom` event is still logged.
+    pub async fn saw_oom_event(&self, container: &str, lookback: Duration, wait: Duration) -> bool {
+        let since = std::time::SystemTime::now()
+            .checked_sub(lookback)
+            .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| since.as_secs());
+        let filters = HashMap::from([("container", vec![container]), ("event", vec!["oom"])]);
+        let options = bollard::query_parameters::EventsOptionsBuilder::new()
+            .since(&since.to_string())
+            .filters(&filters)
+            .build();
+        let mut events = self.docker.events(Some(options));
+        matches!(
+            tokio::time::timeout(wait, events.next()).await,
+            Ok(Some(Ok(_)))
+        )
+    }
+
     /// Sends `signal`; a container that is gone or not running needs no signal.
     pub(crate) async fn kill_container(
         &self,

@@ -57,6 +57,12 @@ use super::trust::{TrustBundle, TrustError};
 const PROXY_STOP_TIMEOUT: Duration = Duration::from_secs(3);
 /// After the sandbox stopped, its output stream ends; this bounds a stuck stream.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How far back the engine's `oom` events are read for a sandbox that exited 137 (its name
+/// is its run's alone, so any such event is this run's).
+const OOM_LOOKBACK: Duration = Duration::from_secs(3600);
+/// How long a 137 without the engine's `OOMKilled` waits for an `oom` event still on its
+/// way (only such exits wait: a program that kills itself with SIGKILL, say).
+const OOM_EVENT_WAIT: Duration = Duration::from_millis(500);
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -557,13 +563,13 @@ impl Run<'_> {
         }
     }
 
+    /// Whether the sandbox's 137 was the kernel's OOM killer: the engine's `OOMKilled`, or,
+    /// when the engine took the exit before the OOM (then that flag stays false), its `oom`
+    /// event for the sandbox (measured: CI once reported an OOM kill as a plain exit).
     async fn oom_killed(&self) -> bool {
-        match self
-            .objects
-            .engine
-            .inspect_container(&self.objects.names.sandbox)
-            .await
-        {
+        let engine = &self.objects.engine;
+        let sandbox = self.objects.names.sandbox.as_str();
+        let flagged = match engine.inspect_container(sandbox).await {
             Ok(inspect) => inspect
                 .state
                 .and_then(|state| state.oom_killed)
@@ -572,7 +578,11 @@ impl Run<'_> {
                 tracing::warn!(%error, "cannot inspect the sandbox for an OOM kill");
                 false
             }
-        }
+        };
+        flagged
+            || engine
+                .saw_oom_event(sandbox, OOM_LOOKBACK, OOM_EVENT_WAIT)
+                .await
     }
 
     /// SIGTERM, then the rest of the audit records until the proxy's output ends.

@@ -143,6 +143,67 @@ fn memory_bomb_exits_137_and_reports_oom() {
     run.assert_nothing_left();
 }
 
+/// The engine may take an OOM-killed sandbox's exit before its OOM (then `OOMKilled` stays
+/// false), so a run that ends 137 also asks for the engine's `oom` events of its sandbox:
+/// one is logged for an OOM kill, none for a process that kills itself with SIGKILL.
+#[test]
+fn an_oom_kill_is_in_the_engines_events_and_a_self_kill_is_not() {
+    let base = egress_sandbox::sandbox::images::BASE_IMAGE;
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n";
+    let oom = format!("egress-sandbox-e2e-oom-{}", random_hex());
+    let killed = format!("egress-sandbox-e2e-selfkill-{}", random_hex());
+    let (_, _, stderr) = crate::support::docker::docker(&[
+        "run",
+        "--rm",
+        "--name",
+        &oom,
+        "--init",
+        "--network",
+        "none",
+        "--memory",
+        "64m",
+        "--memory-swap",
+        "64m",
+        base,
+        "python3",
+        "-c",
+        bomb,
+    ]);
+    let (ok, _, _) = crate::support::docker::docker(&[
+        "run",
+        "--rm",
+        "--name",
+        &killed,
+        "--init",
+        "--network",
+        "none",
+        base,
+        "sh",
+        "-c",
+        "kill -9 $$",
+    ]);
+    assert!(!ok, "kill -9 $$ exited 0");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let engine = egress_sandbox::sandbox::Engine::connect().await.unwrap();
+        let lookback = Duration::from_secs(600);
+        assert!(
+            engine
+                .saw_oom_event(&oom, lookback, Duration::from_secs(20))
+                .await,
+            "no oom event for the memory bomb: {stderr}"
+        );
+        assert!(
+            !engine
+                .saw_oom_event(&killed, lookback, Duration::from_millis(500))
+                .await
+        );
+    });
+}
+
 /// Peak resident memory (VmHWM, kB) of process `pid`, if it is still running.
 fn peak_resident_kb(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
