@@ -197,8 +197,6 @@ impl Engine {
         self.host.starts_with("unix://")
     }
 
-    /// The entrypoint an image declares (empty if none), so a command can be put behind
-    /// our own entrypoint without losing it.
     /// What a run needs to know of `image`: its id (content-addressed: the same id is the
     /// same files) and its own entrypoint, which the gate goes in front of.
     pub(crate) async fn image_facts(&self, image: &str) -> Result<ImageFacts, BollardError> {

@@ -11,6 +11,7 @@
 //! run, progress of long steps (building the base image) to the callback given to
 //! [`Sandbox::on_progress`], else to `tracing` (info level).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -76,14 +77,10 @@ struct Inner {
     /// reading the binary again (which may since have been replaced on disk).
     proxy_image: Arc<Mutex<Option<String>>>,
     /// Images' own CA bundles, by image id, once read: later runs of the same image need
-    /// no probe container (a daemon's warm slots each mount a bundle).
-    image_bundles: Arc<Mutex<ImageBundles>>,
+    /// no probe container (a daemon's warm slots each mount a bundle). An id names the
+    /// image's content, so an entry never goes stale; the map is only bounded.
+    image_bundles: Arc<Mutex<HashMap<String, Arc<[u8]>>>>,
 }
-
-/// Image CA bundles by image id. An id names the image's content, so an entry never goes
-/// stale; the map is only bounded.
-#[derive(Default)]
-struct ImageBundles(std::collections::HashMap<String, Arc<[u8]>>);
 
 /// Images whose bundle a handle keeps; one more starts the map afresh.
 const IMAGE_BUNDLES_KEPT: usize = 16;
@@ -220,19 +217,19 @@ impl Sandbox {
 
     /// The CA bundle of the image with id `image_id`, if read before by this handle.
     pub(crate) fn kept_image_bundle(&self, image_id: &str) -> Option<Arc<[u8]>> {
-        self.image_bundles().0.get(image_id).cloned()
+        self.image_bundles().get(image_id).cloned()
     }
 
     /// Keeps the CA bundle read from the image with id `image_id` for later runs.
     pub(crate) fn keep_image_bundle(&self, image_id: &str, bundle: Arc<[u8]>) {
         let mut kept = self.image_bundles();
-        if kept.0.len() >= IMAGE_BUNDLES_KEPT && !kept.0.contains_key(image_id) {
-            kept.0.clear();
+        if kept.len() >= IMAGE_BUNDLES_KEPT && !kept.contains_key(image_id) {
+            kept.clear();
         }
-        kept.0.insert(image_id.to_owned(), bundle);
+        kept.insert(image_id.to_owned(), bundle);
     }
 
-    fn image_bundles(&self) -> std::sync::MutexGuard<'_, ImageBundles> {
+    fn image_bundles(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<[u8]>>> {
         self.inner
             .image_bundles
             .lock()

@@ -58,14 +58,9 @@ impl LiveLimits {
 }
 
 /// Why a run cannot use a slot prepared for `template` (it takes the cold path), or
-/// `None` when it can: everything set at create time must be the same. `trust_mounted`:
-/// the slot's sandbox has a trust bundle mounted (filled at the claim), which a policy
-/// that inspects a host needs.
-pub(crate) fn unfit(
-    template: &RunSpec,
-    spec: &RunSpec,
-    trust_mounted: bool,
-) -> Option<&'static str> {
+/// `None` when it can: everything set at create time must be the same. (Whether the slot
+/// has the trust bundle a policy that inspects hosts needs is the slot's own: [`trust_fits`].)
+pub(crate) fn unfit(template: &RunSpec, spec: &RunSpec) -> Option<&'static str> {
     let egress = |spec: &RunSpec| {
         spec.egress_network
             .clone()
@@ -83,9 +78,6 @@ pub(crate) fn unfit(
         Some("another egress network")
     } else if spec.subnet_pool != template.subnet_pool {
         Some("another subnet pool")
-    } else if !trust_mounted && !spec.policy_set.inspected_hosts().is_empty() {
-        // The sandbox's CA bundle is a bind mount, made at create.
-        Some("inspected hosts (the CA bundle mount)")
     } else if !matches!(
         spec.workdir.as_deref(),
         None | Some("/" | "/tmp" | TASK_DIR)
@@ -95,6 +87,12 @@ pub(crate) fn unfit(
     } else {
         None
     }
+}
+
+/// Whether a slot whose sandbox has (`trust_mounted`) or lacks the trust bundle can serve
+/// `spec`: a policy that inspects a host needs it, and it is a bind mount, made at create.
+pub(crate) fn trust_fits(spec: &RunSpec, trust_mounted: bool) -> bool {
+    trust_mounted || spec.policy_set.inspected_hosts().is_empty()
 }
 
 /// One run's objects, from before they exist until they are removed.
@@ -467,23 +465,21 @@ mod tests {
 
     /// A run whose policy inspects a host needs the trust bundle mounted at create: a slot
     /// with one fits it, a slot without one does not; a run that inspects nothing fits both.
+    /// The shape alone decides `unfit`, bundle or not.
     #[test]
     fn an_inspected_run_fits_only_a_slot_with_the_trust_bundle() {
         let template = RunSpec::builder(["true"]).build().unwrap();
         let inspected = credential_run();
-        assert_eq!(unfit(&template, &inspected, true), None);
-        assert_eq!(
-            unfit(&template, &inspected, false),
-            Some("inspected hosts (the CA bundle mount)")
-        );
+        assert_eq!(unfit(&template, &inspected), None);
+        assert!(trust_fits(&inspected, true));
+        assert!(!trust_fits(&inspected, false));
         let plain = RunSpec::builder(["true"])
             .allow("api.example.com")
             .build()
             .unwrap();
-        assert_eq!(unfit(&template, &plain, true), None);
-        assert_eq!(unfit(&template, &plain, false), None);
-        // What is set at create still decides, bundle or not.
+        assert!(trust_fits(&plain, true));
+        assert!(trust_fits(&plain, false));
         let other_image = RunSpec::builder(["true"]).image("other:1").build().unwrap();
-        assert_eq!(unfit(&template, &other_image, true), Some("another image"));
+        assert_eq!(unfit(&template, &other_image), Some("another image"));
     }
 }

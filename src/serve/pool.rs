@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
 use super::Tracker;
-use crate::sandbox::slot::{Slot, SlotObjects, unfit};
+use crate::sandbox::slot::{Slot, SlotObjects, trust_fits, unfit};
 use crate::sandbox::trust::TrustBundle;
 use crate::sandbox::{RunSpec, Sandbox};
 
@@ -108,16 +108,12 @@ impl Pool {
         self.state.lock().expect("pool lock").ready.len()
     }
 
-    /// Whether slots carry a trust bundle: on a local engine (a host file is mounted) they
-    /// all do, so a policy that inspects a host can be served warm too.
-    fn trust_mounted(&self) -> bool {
-        self.sandbox.engine().is_local()
-    }
-
-    /// A new slot's trust bundle file. A slot that cannot have one serves only runs that
-    /// inspect nothing (the others take the cold path, which reports the error).
+    /// A new slot's trust bundle file, so that a policy that inspects a host is served warm
+    /// too. Only a local engine can mount a host file; a slot without one serves only runs
+    /// that inspect nothing (the others take the cold path, which refuses them on a remote
+    /// engine and reports the error of a file that cannot be made).
     fn slot_trust(&self) -> Option<TrustBundle> {
-        if !self.trust_mounted() {
+        if !self.sandbox.engine().is_local() {
             return None;
         }
         TrustBundle::create()
@@ -140,15 +136,13 @@ impl Pool {
         if self.size == 0 || self.stopping() {
             return None;
         }
-        if let Some(reason) = unfit(&self.template, spec, self.trust_mounted()) {
+        if let Some(reason) = unfit(&self.template, spec) {
             tracing::debug!(reason, "the request takes the cold path");
             return None;
         }
-        let inspects = !spec.policy_set.inspected_hosts().is_empty();
         let warm = {
             let mut state = self.state.lock().expect("pool lock");
-            // A slot whose trust bundle could not be made serves only runs that need none.
-            let fits = |warm: &Warm| !inspects || warm.objects.trust.is_some();
+            let fits = |warm: &Warm| trust_fits(spec, warm.objects.trust.is_some());
             let warm = match state.ready.iter().position(fits) {
                 Some(index) => state.ready.remove(index),
                 None => None,
