@@ -151,7 +151,9 @@ impl Pool {
             warm
         };
         let Some(Warm { objects, slot, .. }) = warm else {
-            tracing::debug!("no warm slot ready; the request takes the cold path");
+            tracing::debug!(
+                "no warm slot ready that fits (a policy that inspects hosts needs the trust bundle); the request takes the cold path"
+            );
             return None;
         };
         tracing::debug!(run = %objects.names.id, "claiming a warm slot");
