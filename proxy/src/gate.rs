@@ -17,6 +17,7 @@ use crate::floor::Floor;
 use crate::policy::{Decision, PolicySet, Reason, SniCheck, Verdict};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
+use crate::secrets::Placeholders;
 use crate::target::Target;
 
 pub struct Gate {
@@ -26,6 +27,9 @@ pub struct Gate {
     resolver: Resolver,
     connect_timeout: Duration,
     audit: AuditSink,
+    /// The run's placeholders: a name that carries one is refused (`credential_misuse`)
+    /// before the policy is asked, so it is never resolved either.
+    placeholders: Placeholders,
 }
 
 impl Gate {
@@ -42,7 +46,14 @@ impl Gate {
             resolver,
             connect_timeout,
             audit,
+            placeholders: Placeholders::default(),
         }
+    }
+
+    /// The gate with the run's placeholders for its tripwire.
+    pub fn with_placeholders(mut self, placeholders: Placeholders) -> Self {
+        self.placeholders = placeholders;
+        self
     }
 
     pub fn policy(&self) -> &PolicySet {
@@ -83,6 +94,15 @@ impl Gate {
     ) -> Result<Decision, Refusal> {
         attempt.host = target.to_string();
         attempt.port = Some(port);
+        if let Target::Name(name) = target
+            && let Some(secret) = self.placeholders.find([name.as_str().as_bytes()], None)
+        {
+            attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+            return Err(Refusal::of(
+                attempt,
+                format!("the host name carries the placeholder of {secret}"),
+            ));
+        }
         let decision = self.policy.decide(target, port);
         attempt.set_decision(&decision);
         if decision.verdict == Verdict::Block {

@@ -194,7 +194,8 @@ impl ClientConnection {
 
     /// What the request asks for. The explicit door takes the absolute URI's authority and
     /// nothing else (the `Host` header is replaced by it); the transparent door takes the
-    /// absolute URI if given, else the `Host` header, with its listener's port as default.
+    /// absolute URI if given, else the `Host` header, on its listener's port (a request
+    /// that names another port is refused).
     fn request_target<B>(
         door: Door,
         request: &Request<B>,
@@ -245,9 +246,19 @@ impl ClientConnection {
                 "user information in URLs is refused",
             ));
         }
-        match Target::parse_authority(text, Some(default_port)) {
-            Ok(found) => Ok(found),
-            Err(_) => Err((authority, Reason::BadRequest, "the host is not valid")),
+        let (target, port) = match Target::parse_authority(text, Some(default_port)) {
+            Ok(found) => found,
+            Err(_) => return Err((authority, Reason::BadRequest, "the host is not valid")),
+        };
+        match door {
+            // The program connected to this port believing it was the host's: a request
+            // that names another port would be judged and sent where it never connected.
+            Door::Transparent { port: listener } if port != listener => Err((
+                authority,
+                Reason::BadRequest,
+                "the request names another port than the one it came in on",
+            )),
+            _ => Ok((target, port)),
         }
     }
 

@@ -39,7 +39,7 @@ use crate::body::ProxyBody;
 use crate::ca::{CaError, RunCa};
 use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
-use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Secret};
+use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
 use crate::shared::{ConnectionSlot, Shared, client_http1};
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
@@ -71,6 +71,8 @@ pub struct Inspector {
     ca: Option<RunCa>,
     upstream_tls: Arc<ClientConfig>,
     secrets: HashMap<String, Secret>,
+    /// The tripwire's view of the secrets' placeholders.
+    placeholders: Placeholders,
 }
 
 impl std::fmt::Debug for Inspector {
@@ -131,10 +133,16 @@ impl Inspector {
         if hosts.is_empty() {
             return Ok(None);
         }
+        let placeholders = Placeholders::new(
+            secrets
+                .values()
+                .map(|secret| (secret.name.as_str(), secret.placeholder.as_str())),
+        );
         Ok(Some(Inspector {
             ca: Some(RunCa::new(hosts, config.ca_lifetime)?),
             upstream_tls: client_config(&config.upstream_ca)?,
             secrets,
+            placeholders,
         }))
     }
 
@@ -150,22 +158,23 @@ impl Inspector {
             .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
     }
 
+    /// The tripwire's matcher, which the gate also holds (for the names of CONNECTs and
+    /// transparent connections).
+    pub fn placeholder_matcher(&self) -> &Placeholders {
+        &self.placeholders
+    }
+
     /// The name of a secret whose placeholder appears in the request line or a header,
     /// other than `allowed` (the secret of this target's own credential).
     fn misused_placeholder(&self, parts: &Parts, allowed: Option<&str>) -> Option<&str> {
         let uri = parts.uri.to_string();
-        self.secrets
-            .values()
-            .filter(|secret| Some(secret.name.as_str()) != allowed)
-            .find(|secret| {
-                let needle = secret.placeholder.as_bytes();
-                let found = |haystack: &[u8]| memchr::memmem::find(haystack, needle).is_some();
-                found(uri.as_bytes())
-                    || parts.headers.iter().any(|(name, value)| {
-                        found(name.as_str().as_bytes()) || found(value.as_bytes())
-                    })
-            })
-            .map(|secret| secret.name.as_str())
+        let texts = std::iter::once(uri.as_bytes()).chain(
+            parts
+                .headers
+                .iter()
+                .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
+        );
+        self.placeholders.find(texts, allowed)
     }
 
     /// The credential header value with the real secret. Never logged.
@@ -222,16 +231,18 @@ pub(crate) struct PlainPlan {
     tls: bool,
 }
 
-/// Some when a plain request to `target:port` must be judged here: a credential applies
-/// (sent over TLS when the port is a TLS port, or upgraded from 80 to 443), or `methods`/
-/// `paths` apply on a port that is not reserved for TLS.
+/// Some when a plain request to `target:port` must be judged here. A credential is only
+/// ever sent over TLS the proxy originates and verifies: to the credential's own port, or
+/// from 80 to 443 for a credential on 443 (`http://` upgraded), whatever `tls.ports` says.
+/// A rule with `methods`/`paths` judges every plain request to its host, sent upstream
+/// plain (where a strict SNI check reserves the port for TLS, the request is refused
+/// first, as at the plain door).
 pub(crate) fn plain_plan(shared: &Shared, target: &Target, port: u16) -> Option<PlainPlan> {
     shared.inspect.as_ref()?;
     let Target::Name(name) = target else {
         return None;
     };
     let policy = shared.gate.policy();
-    let tls_ports = &policy.tls().ports;
     let plan = |port: u16, tls: bool| {
         Some(PlainPlan {
             name: name.clone(),
@@ -240,18 +251,16 @@ pub(crate) fn plain_plan(shared: &Shared, target: &Target, port: u16) -> Option<
         })
     };
     match policy.inspection(target, port) {
-        Some(inspection) if inspection.credential.is_some() => {
-            plan(port, tls_ports.contains(&port))
-        }
-        Some(_) if !tls_ports.contains(&port) => plan(port, false),
-        _ if port == 80
+        Some(inspection) if inspection.credential.is_some() => plan(port, true),
+        Some(_) => plan(port, false),
+        None if port == 80
             && policy
                 .inspection(target, 443)
                 .is_some_and(|inspection| inspection.credential.is_some()) =>
         {
             plan(443, true)
         }
-        _ => None,
+        None => None,
     }
 }
 
@@ -278,6 +287,13 @@ pub(crate) async fn forward_plain(
         Ok(decision) => decision,
         Err(refusal) => return refuse(attempt, &refusal).await,
     };
+    if !plan.tls
+        && let Err(refusal) = shared
+            .gate
+            .refuse_plain_on_tls_port(&mut attempt, plan.port)
+    {
+        return refuse(attempt, &refusal).await;
+    }
     let stream = match shared
         .gate
         .connect_decided(&mut attempt, &target, plan.port, &decision)
@@ -354,6 +370,7 @@ pub(crate) async fn serve_tunnel<S>(
             .await
             .map_err(|error| format!("TLS handshake with the client failed: {error}"))
     };
+    let upstream_addr = upstream.peer_addr().ok();
     let upstream_tls = connect_tls(&inspector.upstream_tls, &name, upstream);
     let (accepted, upstream_tls) = tokio::select! {
         both = async { tokio::join!(accept, upstream_tls) } => both,
@@ -369,7 +386,7 @@ pub(crate) async fn serve_tunnel<S>(
     };
     let upstream = match upstream_tls {
         Ok(stream) => match handshake(stream).await {
-            Ok(sender) => UpstreamState::Ready(sender),
+            Ok(sender) => UpstreamState::Ready(sender, upstream_addr),
             Err(error) => UpstreamState::Failed(Reason::ConnectFailed, error.to_string()),
         },
         Err(error) => {
@@ -405,7 +422,8 @@ pub(crate) async fn serve_tunnel<S>(
 }
 
 enum UpstreamState {
-    Ready(SendRequest<ProxyBody>),
+    /// The connection and the address it goes to (each request's record names it).
+    Ready(SendRequest<ProxyBody>, Option<SocketAddr>),
     /// The first upstream could not be used: every request gets this answer.
     Failed(Reason, String),
 }
@@ -448,7 +466,10 @@ impl InspectedConnection {
                     attempt.set_outcome(Outcome::Failed, *reason, None);
                     return refuse_with(attempt, |a| Refusal::of(a, detail.clone())).await;
                 }
-                UpstreamState::Ready(sender) => sender,
+                UpstreamState::Ready(sender, addr) => {
+                    attempt.addr = *addr;
+                    sender
+                }
             };
             if sender.ready().await.is_ok() {
                 match sender.try_send_request(outgoing).await {
@@ -464,7 +485,7 @@ impl InspectedConnection {
             }
             // The upstream closed between requests: one new connection through the gate.
             match self.reconnect(&mut attempt, inspector).await {
-                Ok(sender) => *state = UpstreamState::Ready(sender),
+                Ok(sender) => *state = UpstreamState::Ready(sender, attempt.addr),
                 Err(refusal) => return refuse(attempt, &refusal).await,
             }
         }
@@ -509,6 +530,11 @@ fn attempt_decision(attempt: &Attempt, tunnel: &Decision) -> Decision {
     }
 }
 
+/// Methods no `methods:` rule can admit on an inspected host: CONNECT would open a tunnel
+/// past the judgement (to wherever the upstream lets it), TRACE and TRACK make the upstream
+/// echo the request — with the real credential in it — back to the sandbox.
+const NEVER_FORWARDED_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
+
 /// The per-request judgement, shared by the tunnel and the plain door: fills in the
 /// attempt's request fields, asks the policy about the host, the method and the path,
 /// springs the placeholder tripwire, then rewrites the request for the upstream:
@@ -546,6 +572,16 @@ fn judge(
     if host_decision.verdict == Verdict::Block {
         attempt.set_decision(&host_decision);
         return Err(Refusal::of(attempt, String::new()));
+    }
+    if NEVER_FORWARDED_METHODS.contains(&parts.method.as_str()) {
+        attempt.set_outcome(Outcome::Blocked, Reason::MethodNotAllowed, None);
+        return Err(Refusal::of(
+            attempt,
+            format!(
+                "{} is never sent to an inspected host",
+                crate::text::visible(parts.method.as_str())
+            ),
+        ));
     }
     let decision = policy.decide_request(&target, port, parts.method.as_str(), path);
     attempt.set_decision(&decision);

@@ -69,6 +69,78 @@ pub fn placeholder_from(random: [u8; 16]) -> String {
     text
 }
 
+/// The run's placeholders, for the tripwire: which secret's placeholder (if any) a piece of
+/// request text carries. Matched in any letter case and through one layer of percent-encoding,
+/// the two changes client libraries make on their own (header and host case, URL-encoding),
+/// so an accident is caught; code that transforms the placeholder on purpose is not, and
+/// gains nothing by it: the placeholder is not the secret.
+#[derive(Clone, Debug, Default)]
+pub struct Placeholders {
+    /// (secret name, its placeholder in lower case).
+    entries: Vec<(String, Vec<u8>)>,
+}
+
+impl Placeholders {
+    pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut entries: Vec<(String, Vec<u8>)> = pairs
+            .into_iter()
+            .map(|(name, placeholder)| {
+                (
+                    name.to_owned(),
+                    placeholder.to_ascii_lowercase().into_bytes(),
+                )
+            })
+            .collect();
+        entries.sort();
+        Placeholders { entries }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The name of a secret, other than `except`, whose placeholder is in any of `texts`.
+    pub fn find<'t>(
+        &self,
+        texts: impl IntoIterator<Item = &'t [u8]>,
+        except: Option<&str>,
+    ) -> Option<&str> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        for text in texts {
+            let normal = percent_decoded_lowercase(text);
+            if let Some((name, _)) = self.entries.iter().find(|(name, needle)| {
+                Some(name.as_str()) != except && memchr::memmem::find(&normal, needle).is_some()
+            }) {
+                return Some(name);
+            }
+        }
+        None
+    }
+}
+
+/// `text` with each valid `%XX` escape decoded once and ASCII letters lower-cased.
+fn percent_decoded_lowercase(text: &[u8]) -> Vec<u8> {
+    let hex = |byte: u8| (byte as char).to_digit(16).map(|digit| digit as u8);
+    let mut out = Vec::with_capacity(text.len());
+    let mut index = 0;
+    while index < text.len() {
+        let byte = text[index];
+        if byte == b'%'
+            && let Some(high) = text.get(index + 1).copied().and_then(hex)
+            && let Some(low) = text.get(index + 2).copied().and_then(hex)
+        {
+            out.push((high << 4 | low).to_ascii_lowercase());
+            index += 3;
+        } else {
+            out.push(byte.to_ascii_lowercase());
+            index += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +163,45 @@ mod tests {
         assert!(shown.contains("<redacted>"));
         assert_eq!(secret.value.expose(), "sk-live-123");
         assert!(secret.placeholder.len() >= MIN_PLACEHOLDER_BYTES);
+    }
+
+    #[test]
+    fn the_tripwire_sees_a_placeholder_in_any_case_and_percent_encoded() {
+        let placeholder = placeholder_from([0xab; 16]);
+        let other = placeholder_from([0x01; 16]);
+        let placeholders =
+            Placeholders::new([("KEY", placeholder.as_str()), ("OTHER", other.as_str())]);
+        let upper = placeholder.to_ascii_uppercase();
+        let encoded = placeholder.replace('-', "%2D");
+        let mixed = format!("q={}", placeholder.replacen("ab", "%41b", 1));
+        for text in [
+            placeholder.as_str(),
+            upper.as_str(),
+            encoded.as_str(),
+            mixed.as_str(),
+        ] {
+            assert_eq!(
+                placeholders.find([text.as_bytes()], None),
+                Some("KEY"),
+                "{text}"
+            );
+            assert_eq!(
+                placeholders.find([text.as_bytes()], Some("KEY")),
+                None,
+                "{text}"
+            );
+        }
+        assert_eq!(
+            placeholders.find([b"x".as_slice(), other.as_bytes()], None),
+            Some("OTHER")
+        );
+        assert_eq!(
+            placeholders.find([b"egress-sandbox-placeholder-%zz".as_slice()], None),
+            None
+        );
+        assert_eq!(
+            Placeholders::default().find([placeholder.as_bytes()], None),
+            None
+        );
     }
 }

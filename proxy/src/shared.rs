@@ -61,6 +61,12 @@ impl Shared {
             resolver,
             config.limits.connect_timeout,
             audit,
+        )
+        .with_placeholders(
+            inspect
+                .as_ref()
+                .map(|inspector| inspector.placeholder_matcher().clone())
+                .unwrap_or_default(),
         );
         Ok(Shared {
             gate,

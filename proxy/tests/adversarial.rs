@@ -1473,7 +1473,13 @@ async fn transparent_http_is_judged_by_host_and_silent_or_empty_connections_get_
     let c = canary.port();
     for (head, expected) in [
         ("GET / HTTP/1.1\r\nHost: evil.test".to_owned(), 403),
-        (format!("GET / HTTP/1.1\r\nHost: evil.test:{c}"), 403),
+        // A port other than the listener's: the program never connected there.
+        (format!("GET / HTTP/1.1\r\nHost: evil.test:{c}"), 400),
+        (format!("GET / HTTP/1.1\r\nHost: site.test:{c}"), 400),
+        (
+            format!("GET http://site.test:{c}/ HTTP/1.1\r\nHost: site.test"),
+            400,
+        ),
         (
             "GET / HTTP/1.1\r\nHost: site.test\r\nHost: evil.test".to_owned(),
             400,
@@ -1743,10 +1749,7 @@ async fn plain_http_to_a_tls_port_is_judged_by_host_then_refused_as_not_tls() {
     let c = canary.port();
     let mut stream = TcpStream::connect(listener).await.unwrap();
     stream
-        .write_all(
-            format!("GET / HTTP/1.1\r\nHost: evil.test:{c}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
+        .write_all("GET / HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n".as_bytes())
         .await
         .unwrap();
     assert_eq!(status(&read_to_close(&mut stream).await), 403);

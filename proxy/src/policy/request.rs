@@ -4,9 +4,10 @@
 //! A path pattern is literal segments, optionally ending in `/*` (exactly one more non-empty
 //! segment) or `/**` (anything below, at any depth, including nothing after the slash).
 //! The query string is never matched. A request path that could mean two things to two
-//! servers — a dot segment (`.`/`..`, also percent-encoded), an encoded `/` or `\` (`%2F`,
-//! `%5C`), a raw `\`, an empty segment (`//`) — is refused as `bad_request` before any rule
-//! is asked: the proxy never guesses which path the upstream will see.
+//! servers — a dot segment (`.`/`..`, also percent-encoded, also with `;parameters` as in
+//! `..;x`), an encoded `/` or `\` (`%2F`, `%5C`), a raw `\`, an empty segment (`//`), an
+//! encoded control byte (`%00`) — is refused as `bad_request` before any rule is asked: the
+//! proxy never guesses which path the upstream will see.
 
 use std::fmt;
 
@@ -162,7 +163,9 @@ pub enum PathError {
     NotAbsolute,
     #[error("the request path holds an empty segment (`//`)")]
     EmptySegment,
-    #[error("the request path holds a dot segment (`.` or `..`, maybe percent-encoded)")]
+    #[error(
+        "the request path holds a dot segment (`.` or `..`, maybe percent-encoded or with `;parameters`)"
+    )]
     DotSegment,
     #[error("the request path holds an encoded `/` or `\\` (`%2F`, `%5C`)")]
     EncodedSeparator,
@@ -170,7 +173,9 @@ pub enum PathError {
     Backslash,
     #[error("the request path holds a bad percent escape")]
     BadEscape,
-    #[error("the request path holds a character that is not allowed in a URL path")]
+    #[error(
+        "the request path holds a character that is not allowed in a URL path (or an encoded control byte)"
+    )]
     BadByte,
 }
 
@@ -214,7 +219,10 @@ fn check_segments(path: &str) -> Result<(), PathError> {
             return Err(PathError::EmptySegment);
         }
         let decoded = decode_segment(segment)?;
-        if decoded == "." || decoded == ".." {
+        // Servlet containers (Tomcat, Jetty, Spring) drop a segment's `;parameters`
+        // before resolving dots: to them `..;x` is `..`.
+        let before_parameters = decoded.split(';').next().unwrap_or_default();
+        if before_parameters == "." || before_parameters == ".." {
             return Err(PathError::DotSegment);
         }
     }
@@ -238,7 +246,10 @@ fn decode_segment(segment: &str) -> Result<String, PathError> {
                     .ok_or(PathError::BadEscape)?;
                 match hex {
                     b'/' | b'\\' => return Err(PathError::EncodedSeparator),
+                    // An encoded NUL or control byte: servers cut or mangle paths at them.
+                    0x00..=0x1f | 0x7f => return Err(PathError::BadByte),
                     b'.' => decoded.push('.'),
+                    b';' => decoded.push(';'),
                     // Any other escape is kept as an opaque character: it cannot turn the
                     // segment into `.` or `..`.
                     _ => decoded.push('%'),
@@ -330,6 +341,14 @@ mod tests {
             ("/v1//x", PathError::EmptySegment),
             ("*", PathError::NotAbsolute),
             ("/v1/%4", PathError::BadEscape),
+            ("/v1/..;/admin", PathError::DotSegment),
+            ("/v1/.;x=1/admin", PathError::DotSegment),
+            ("/v1/%2e%2e;/admin", PathError::DotSegment),
+            ("/v1/%2e%2e%3b/admin", PathError::DotSegment),
+            ("/v1/..%3Bjsessionid=1/admin", PathError::DotSegment),
+            ("/v1/..%00/admin", PathError::BadByte),
+            ("/v1/a%0d%0aX:1", PathError::BadByte),
+            ("/v1/a%7F", PathError::BadByte),
         ] {
             assert_eq!(check_request_path(path), Err(expected), "{path}");
         }
@@ -339,6 +358,9 @@ mod tests {
             "/v1/a.b/..c/.d",
             "/v1/%41bc",
             "/v1/chat",
+            "/v1/chat;v=2",
+            "/v1/..x;/y",
+            "/v1/a%3Bb",
         ] {
             assert_eq!(check_request_path(path), Ok(()), "{path}");
         }

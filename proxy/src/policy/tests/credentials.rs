@@ -134,7 +134,7 @@ fn method_and_path_errors_point_at_the_entry() {
         ),
         (
             "  - host: a.com\n    paths: [\"/v1/../x\"]\n",
-            "test.yaml:4:13: error: path pattern `/v1/../x`: it holds a dot segment (`.` or `..`, maybe percent-encoded)",
+            "test.yaml:4:13: error: path pattern `/v1/../x`: it holds a dot segment (`.` or `..`, maybe percent-encoded or with `;parameters`)",
         ),
         (
             "  - host: \"*.a.com\"\n    paths: [\"/x\"]\n",
