@@ -148,3 +148,46 @@ fn run_proxy_and_policy_parse_pins_and_limits_alike() {
     assert_eq!(status, 125, "{err}");
     assert!(err.contains("`output`: `0` is zero"), "{err}");
 }
+
+/// A `--report` that cannot be written is refused before anything else happens (the
+/// engine here is unreachable, and never asked), cold and through a daemon alike; a
+/// writable new path is not left behind by the check.
+#[test]
+fn an_unwritable_report_path_is_refused_before_docker_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let unwritable = dir.path().join("missing-directory/report.json");
+    for server in [None, Some(dir.path().join("no-daemon.sock"))] {
+        let mut command = binary();
+        command
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .arg("run")
+            .arg("--report")
+            .arg(&unwritable);
+        if let Some(socket) = &server {
+            command.arg("--server").arg(socket);
+        }
+        let output = command.args(["--", "true"]).output().unwrap();
+        assert_eq!(code(&output), 125, "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("cannot write the report"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    let writable = dir.path().join("report.json");
+    let output = binary()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .arg("run")
+        .arg("--report")
+        .arg(&writable)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 125);
+    assert!(
+        stderr(&output).contains("cannot reach the Docker engine"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!writable.exists(), "the check left the report file behind");
+}

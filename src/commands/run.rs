@@ -25,6 +25,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(spec) => spec,
         Err(error) => return Ok(refuse(&error)),
     };
+    if let Some(refused) = check_report_path(report_path.as_deref()) {
+        return Ok(refused);
+    }
     for warning in spec.warnings() {
         say(warning);
     }
@@ -155,6 +158,35 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
 }
 
 /// Prints why the spec was refused; policy diagnostics verbatim (`FILE:LINE:COL: error: …`).
+/// A `--report` path that cannot be written is a bad flag, refused before anything is
+/// created (as `--audit-log` is): found only at the end, the run would be lost to the
+/// caller that asked for it. An existing file is left as it is until then; a new one is
+/// created to prove the directory takes it, and removed again.
+pub(crate) fn check_report_path(path: Option<&std::path::Path>) -> Option<ExitCode> {
+    let path = path?;
+    let existed = std::fs::symlink_metadata(path).is_ok();
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create(!existed)
+        .truncate(false)
+        .open(path);
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            None
+        }
+        Err(error) => {
+            say(format_args!(
+                "egress-sandbox: error: cannot write the report {}: {error}",
+                path.display()
+            ));
+            Some(ExitCode::from(SETUP_FAILED))
+        }
+    }
+}
+
 pub(crate) fn refuse(error: &SpecError) -> ExitCode {
     match error {
         SpecError::Policy(policy) => {

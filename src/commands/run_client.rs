@@ -31,6 +31,9 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     for warning in spec.warnings() {
         say(warning);
     }
+    if let Some(refused) = super::run::check_report_path(args.report.as_deref()) {
+        return Ok(refused);
+    }
     // Secrets and upstream CAs as read and checked here: the daemon may not see this
     // process's environment or files. The values go over the socket only, never in a log.
     let credentials = spec.credentials.clone();
