@@ -442,6 +442,18 @@ fn test_with_a_method_judges_the_request_and_shows_inspection_and_credential() {
     ]);
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("METHOD `G\\x1bT`"), "{}", bad.stderr);
+    // As in a policy's `methods:`, a lower-case method is a mistake, not a method.
+    let lower = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&policy),
+        "post",
+        "https://api.openai.com/v1/chat/completions",
+    ]);
+    assert_eq!(lower.code, 2);
+    assert!(lower.stderr.contains("write `POST`"), "{}", lower.stderr);
+    assert!(lower.stdout.is_empty(), "{}", lower.stdout);
 }
 
 /// Nothing a policy file, its name or a pasted target holds reaches the terminal raw:

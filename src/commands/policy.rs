@@ -166,6 +166,17 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
         warn!("egress-sandbox: error: METHOD `{method}` is not an HTTP method (e.g. GET, POST)");
         return ExitCode::from(USAGE_ERROR);
     }
+    // As in a policy's `methods:`: methods are case-sensitive, and a request says `post`
+    // only by mistake (it would be judged as a method no rule names).
+    if let Some(method) = method
+        && method.bytes().any(|b| b.is_ascii_lowercase())
+    {
+        warn!(
+            "egress-sandbox: error: HTTP methods are case-sensitive and upper case: write `{}`",
+            method.to_ascii_uppercase()
+        );
+        return ExitCode::from(USAGE_ERROR);
+    }
     let Some(set) = load_set(files, allow) else {
         return ExitCode::FAILURE;
     };
