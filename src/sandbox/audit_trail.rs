@@ -44,6 +44,15 @@ pub struct ProxyOutput {
     pub records: JoinHandle<ProxyRecords>,
 }
 
+/// Dropping the handles stops the reader: a run whose set-up ends before it asks for the
+/// records (a claim that failed, an interrupt) must not leave behind a task that lives as
+/// long as the proxy and holds the run's event stream open.
+impl Drop for ProxyOutput {
+    fn drop(&mut self) {
+        self.records.abort();
+    }
+}
+
 /// What the proxy's audit stream amounted to.
 #[derive(Clone, Debug, Default)]
 pub struct ProxyRecords {
@@ -317,12 +326,12 @@ mod tests {
             .append(true)
             .open(&path)
             .unwrap();
-        let output = spawn_reader(frames, Some(Box::new(file)));
+        let mut output = spawn_reader(frames, Some(Box::new(file)));
         assert_eq!(
-            output.ready.await.unwrap().unwrap().ca.as_deref(),
+            (&mut output.ready).await.unwrap().unwrap().ca.as_deref(),
             Some("PEM")
         );
-        let records = output.records.await.unwrap();
+        let records = (&mut output.records).await.unwrap();
         assert_eq!(records.tally.attempts.blocked, 1);
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
@@ -331,12 +340,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn dropping_the_handles_stops_the_reader_and_lets_go_of_its_sink() {
+        /// A sink that says when it is dropped (the daemon's holds the run's event stream).
+        struct Watched(Option<oneshot::Sender<()>>);
+        impl Write for Watched {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Drop for Watched {
+            fn drop(&mut self) {
+                if let Some(dropped) = self.0.take() {
+                    let _ = dropped.send(());
+                }
+            }
+        }
+        let (dropped, sink_gone) = oneshot::channel();
+        // A proxy that never writes another byte and never stops.
+        let frames = futures_util::stream::pending::<Result<LogOutput, bollard::errors::Error>>();
+        let output = spawn_reader(frames, Some(Box::new(Watched(Some(dropped)))));
+        drop(output);
+        tokio::time::timeout(std::time::Duration::from_secs(30), sink_gone)
+            .await
+            .expect("the reader let go of its sink")
+            .unwrap();
+    }
+
+    #[tokio::test]
     async fn a_proxy_that_dies_first_explains_itself() {
         let frames = futures_util::stream::iter(vec![Ok(LogOutput::StdErr {
             message: Bytes::from_static(b"error: cannot bind 10.0.0.2:53\n"),
         })]);
-        let output = spawn_reader(frames, None);
-        let error = output.ready.await.unwrap().unwrap_err();
+        let mut output = spawn_reader(frames, None);
+        let error = (&mut output.ready).await.unwrap().unwrap_err();
         assert!(error.detail.contains("cannot bind"));
     }
 }

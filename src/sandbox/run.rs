@@ -477,13 +477,17 @@ impl Run<'_> {
                 End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
                 End::ProxyFailed => (RunStatus::ProxyFailed, PROXY_FAILED_EXIT),
             };
-            let output = match tokio::time::timeout(DRAIN_TIMEOUT, relay).await {
+            let mut relay = relay;
+            let output = match tokio::time::timeout(DRAIN_TIMEOUT, &mut relay).await {
                 Ok(Ok(stats)) => stats,
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "output relay failed");
                     OutputStats::default()
                 }
                 Err(_) => {
+                    // Stopped, not left behind: it may be waiting on a caller that reads
+                    // nothing.
+                    relay.abort();
                     tracing::warn!("output did not end after the sandbox stopped");
                     OutputStats::default()
                 }

@@ -387,12 +387,29 @@ impl RunSpecBuilder {
         {
             return Err(invalid("--workdir", dir, "must be an absolute path"));
         }
+        // No command line can carry a NUL byte; an API request can, and Docker would fail
+        // on it only after the network and the proxy exist.
+        let nul = |flag: &'static str, value: &str| {
+            Err(invalid(
+                flag,
+                egress_proxy::text::visible(value).into_owned(),
+                "cannot hold a NUL byte",
+            ))
+        };
+        if let Some(arg) = self.command.iter().find(|arg| arg.contains('\0')) {
+            return nul("argv", arg);
+        }
+        if let Some(dir) = self.workdir.as_deref().filter(|dir| dir.contains('\0')) {
+            return nul("--workdir", dir);
+        }
         let mut files_bytes = 0u64;
         for file in &self.files {
             task_files::check_path(&file.path)
                 .map_err(|reason| invalid("files", &file.path, reason))?;
             files_bytes += file.contents.len() as u64;
         }
+        task_files::check_paths(self.files.iter().map(|file| file.path.as_str()))
+            .map_err(|(path, reason)| invalid("files", &path, reason))?;
         let files_limit = limits.tmp.min(task_files::MAX_TASK_FILES_BYTES);
         if files_bytes > files_limit {
             return Err(invalid(
@@ -418,14 +435,14 @@ impl RunSpecBuilder {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(image) = &self.image
-            && (image.is_empty() || image.chars().any(char::is_whitespace))
+            && (image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()))
         {
             return Err(invalid("--image", image, "not an image reference"));
         }
         if let Some(network) = &self.egress_network
-            && network.is_empty()
+            && (network.is_empty() || network.chars().any(char::is_control))
         {
-            return Err(invalid("--egress-network", network, "empty network name"));
+            return Err(invalid("--egress-network", network, "not a network name"));
         }
         if let Some(runtime) = &self.runtime
             && (runtime.is_empty() || runtime.chars().any(|c| c.is_whitespace() || c.is_control()))

@@ -192,6 +192,15 @@ pub async fn serve(
         }
         0
     };
+    // Bound before the socket and the pool: failing here leaves no socket file and no slot.
+    let metrics_listener = match options.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::MetricsListen { addr, source })?,
+        ),
+        None => None,
+    };
     let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
     let (shutdown, _) = watch::channel(false);
     let metrics = Metrics::new();
@@ -211,14 +220,6 @@ pub async fn serve(
         connections: Arc::new(Tracker::default()),
         shutdown,
     });
-    let metrics_listener = match options.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::MetricsListen { addr, source })?,
-        ),
-        None => None,
-    };
     if let Some(listener) = metrics_listener {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -310,13 +311,10 @@ async fn handle(
         (&Method::POST, "/v1/runs") => post_run(shared, request).await,
         (&Method::DELETE, path) if path.starts_with("/v1/runs/") => {
             let id = &path["/v1/runs/".len()..];
-            let signal = match request.uri().query() {
-                Some(query) if query.split('&').any(|kv| kv == "signal=TERM") => {
-                    Interruption::Terminate
-                }
-                _ => Interruption::Interrupt,
-            };
-            cancel(&shared, id, signal)
+            match cancel_signal(request.uri().query()) {
+                Ok(signal) => cancel(&shared, id, signal),
+                Err(refused) => json_response(StatusCode::BAD_REQUEST, &refused),
+            }
         }
         (_, "/v1/health" | "/metrics" | "/v1/runs") => json_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -346,14 +344,13 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
             );
         }
     };
-    let checked = serde_json::from_slice::<RunRequest>(&body)
+    let checked = RunRequest::parse(&body)
         .map(|mut request| {
             if request.egress_network.is_none() {
                 request.egress_network = shared.egress_network.clone();
             }
             request
         })
-        .map_err(|error| BadRequest::from_json_error(&error))
         .and_then(RunRequest::check);
     let checked = match checked {
         Ok(checked) => checked,
@@ -378,6 +375,14 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
             }
         }
     }
+    // Again, now that the body is in: a stop that came while it was read must not meet a
+    // run that starts after the daemon stopped waiting for runs.
+    if *shared.shutdown.borrow() {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &BadRequest::new("", "the daemon is stopping"),
+        );
+    }
     let lines = run_task::start(shared, checked.spec, checked.stdin);
     let stream = futures_util::stream::unfold(lines, |mut lines| async move {
         let line = lines.recv().await?;
@@ -388,6 +393,36 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         .header(header::CONTENT_TYPE, "application/x-ndjson")
         .body(BodyExt::boxed(StreamBody::new(stream)))
         .expect("a valid response")
+}
+
+/// The signal a `DELETE` reports: INT by default, `signal=TERM` or `signal=INT`. Anything
+/// else is refused rather than read as INT: a caller who asked for another signal (KILL)
+/// must not believe it was sent.
+fn cancel_signal(query: Option<&str>) -> Result<Interruption, BadRequest> {
+    let mut signal = Interruption::Interrupt;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        signal = match pair {
+            "signal=INT" => Interruption::Interrupt,
+            "signal=TERM" => Interruption::Terminate,
+            other if other.starts_with("signal=") => {
+                return Err(BadRequest::new(
+                    "signal",
+                    "the signal is INT (the default) or TERM",
+                ));
+            }
+            _ => {
+                return Err(BadRequest::new(
+                    "query",
+                    "the only parameter is signal=INT or signal=TERM",
+                ));
+            }
+        };
+    }
+    Ok(signal)
 }
 
 fn cancel(shared: &Shared, id: &str, signal: Interruption) -> Response<Body> {
@@ -427,4 +462,27 @@ fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<B
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(text)).boxed())
         .expect("a valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_names_int_or_term_and_nothing_else() {
+        assert_eq!(cancel_signal(None).unwrap(), Interruption::Interrupt);
+        assert_eq!(
+            cancel_signal(Some("signal=TERM")).unwrap(),
+            Interruption::Terminate
+        );
+        assert_eq!(
+            cancel_signal(Some("signal=INT")).unwrap(),
+            Interruption::Interrupt
+        );
+        assert_eq!(
+            cancel_signal(Some("signal=KILL")).unwrap_err().field,
+            "signal"
+        );
+        assert_eq!(cancel_signal(Some("sig=TERM")).unwrap_err().field, "query");
+    }
 }

@@ -121,13 +121,16 @@ impl BadRequest {
     }
 
     /// A body that is not a request: serde names the field in its message when it can.
-    pub fn from_json_error(error: &serde_json::Error) -> BadRequest {
+    /// A body that is not a valid request, naming the field at fault: the first step of
+    /// the path to the error (`argv` for `"argv": "true"`), or the unknown field serde
+    /// names, or `body`.
+    fn from_json_error(path: &serde_path_to_error::Path, error: &serde_json::Error) -> BadRequest {
         let text = error.to_string();
-        let field = text
-            .split('`')
-            .nth(1)
-            .filter(|_| text.contains("field"))
-            .unwrap_or("body");
+        let named = text.split('`').nth(1).filter(|_| text.contains("field"));
+        let field = match path.iter().next() {
+            Some(serde_path_to_error::Segment::Map { key }) => key.as_str(),
+            _ => named.unwrap_or("body"),
+        };
         BadRequest::new(field, format!("the request is not valid: {text}"))
     }
 
@@ -186,6 +189,13 @@ pub struct Checked {
 }
 
 impl RunRequest {
+    /// The request from its JSON body.
+    pub fn parse(body: &[u8]) -> Result<RunRequest, BadRequest> {
+        let mut deserializer = serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(&mut deserializer)
+            .map_err(|error| BadRequest::from_json_error(error.path(), error.inner()))
+    }
+
     pub fn check(self) -> Result<Checked, BadRequest> {
         let mut builder = RunSpec::builder(self.argv);
         for (index, policy) in self.policies.into_iter().enumerate() {
@@ -279,9 +289,24 @@ mod tests {
     use super::*;
 
     fn check(json: &str) -> Result<Checked, BadRequest> {
-        serde_json::from_str::<RunRequest>(json)
-            .map_err(|e| BadRequest::from_json_error(&e))?
-            .check()
+        RunRequest::parse(json.as_bytes())?.check()
+    }
+
+    #[test]
+    fn a_body_that_does_not_parse_names_the_field_at_fault() {
+        for (json, field) in [
+            (r#"{"argv":"true"}"#, "argv"),
+            (r#"{"argv":["true"],"pids":-1}"#, "pids"),
+            (r#"{"argv":["true"],"env":{"A":1}}"#, "env"),
+            (r#"{"argv":["true"],"surprise":1}"#, "surprise"),
+            (r#"{"argv":["true"]"#, "body"),
+            ("[]", "body"),
+        ] {
+            let refused = check(json)
+                .err()
+                .unwrap_or_else(|| panic!("{json} was accepted"));
+            assert_eq!(refused.field, field, "{json}: {}", refused.error);
+        }
     }
 
     #[test]

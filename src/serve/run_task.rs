@@ -1,6 +1,10 @@
 //! One accepted `POST /v1/runs`: the run through the library's lifecycle, turned into the
 //! NDJSON event stream. The stream's receiver going away (the client closed the
 //! connection) cancels the run, as does `DELETE /v1/runs/{id}` and the daemon's shutdown.
+//!
+//! The stream holds at most [`STREAM_LINES`] lines not yet sent: a client that reads
+//! slowly slows the command's output down (through Docker, the command itself, as a slow
+//! pipe would), never grows the daemon's memory.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,12 +13,19 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{Receiver, Sender, UnboundedReceiver, channel, unbounded_channel};
+use tokio_util::sync::PollSender;
 
 use super::Shared;
 use crate::report::{RunReport, summary_line};
 use crate::sandbox::run::Leftovers;
 use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
+
+/// Lines of the event stream the daemon holds for a client that has not read them yet.
+const STREAM_LINES: usize = 64;
+/// How long the run's last lines (audit records, then `exit`) may wait for a client that
+/// does not read, once the run is over; then the stream is cut and the objects removed.
+const LAST_LINES_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An `audit` event: the record is the proxy's line, byte for byte.
 #[derive(serde::Serialize)]
@@ -41,25 +52,27 @@ fn line(event: &impl serde::Serialize) -> Bytes {
     Bytes::from(text)
 }
 
-/// Writes the command's output as `output` events.
+/// Writes the command's output as `output` events, waiting for room in the stream.
 struct OutputEvents {
     stream: &'static str,
-    lines: UnboundedSender<Bytes>,
+    lines: PollSender<Bytes>,
 }
 
 impl tokio::io::AsyncWrite for OutputEvents {
     fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let event = serde_json::json!({
-            "event": "output",
-            "stream": self.stream,
-            "b64": STANDARD.encode(buf),
-        });
         // A closed stream is the run's cancellation, handled elsewhere; keep draining.
-        let _ = self.lines.send(line(&event));
+        if std::task::ready!(self.lines.poll_reserve(cx)).is_ok() {
+            let event = serde_json::json!({
+                "event": "output",
+                "stream": self.stream,
+                "b64": STANDARD.encode(buf),
+            });
+            let _ = self.lines.send_item(line(&event));
+        }
         std::task::Poll::Ready(Ok(buf.len()))
     }
 
@@ -79,14 +92,11 @@ impl tokio::io::AsyncWrite for OutputEvents {
 }
 
 /// Starts the run in the background; the returned receiver is the response body.
-pub(super) fn start(
-    shared: Arc<Shared>,
-    spec: RunSpec,
-    stdin: Vec<u8>,
-) -> UnboundedReceiver<Bytes> {
-    let (lines, body) = unbounded_channel();
+pub(super) fn start(shared: Arc<Shared>, spec: RunSpec, stdin: Vec<u8>) -> Receiver<Bytes> {
+    let (lines, body) = channel(STREAM_LINES);
+    // The few warnings fit the fresh stream.
     for warning in spec.warnings() {
-        let _ = lines.send(line(&serde_json::json!({
+        let _ = lines.try_send(line(&serde_json::json!({
             "event": "warning",
             "text": warning.to_string(),
         })));
@@ -117,18 +127,18 @@ async fn run(
     shared: &Arc<Shared>,
     spec: RunSpec,
     stdin: Vec<u8>,
-    lines: UnboundedSender<Bytes>,
+    lines: Sender<Bytes>,
 ) -> Option<Leftovers> {
     let accepted = Instant::now();
     let (events_tx, events) = unbounded_channel();
     let sinks = OutputSinks::new(
         OutputEvents {
             stream: "stdout",
-            lines: lines.clone(),
+            lines: PollSender::new(lines.clone()),
         },
         OutputEvents {
             stream: "stderr",
-            lines: lines.clone(),
+            lines: PollSender::new(lines.clone()),
         },
     )
     .with_stdin(std::io::Cursor::new(stdin))
@@ -161,12 +171,23 @@ async fn run(
     shared.metrics.run_start(warm.is_some());
     let (result, leftovers) =
         crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
-    // Every sender of run events is gone with the run: the follower has seen them all.
-    let run_id = follower.await.ok().flatten();
+    // Every sender of run events is gone with the run: the follower has seen them all. Not
+    // waited for without a bound: teardown must never hang on it.
+    let mut follower = follower;
+    let run_id = match tokio::time::timeout(LAST_LINES_WAIT, &mut follower).await {
+        Ok(joined) => joined.ok().flatten(),
+        Err(_) => {
+            tracing::warn!("the run's events did not end with the run");
+            follower.abort();
+            leftovers
+                .as_ref()
+                .map(|objects| objects.run_id().to_owned())
+        }
+    };
     if let Some(id) = &run_id {
         shared.runs.lock().expect("runs lock").remove(id);
     }
-    match result {
+    let last_line = match result {
         Ok(outcome) => {
             shared.metrics.run_finished(
                 status_name(outcome.status),
@@ -175,21 +196,27 @@ async fn run(
             let report = serde_json::to_string(&RunReport::new(&outcome))
                 .expect("a report always serialises");
             let report = RawValue::from_string(report).expect("a report is JSON");
-            let _ = lines.send(line(&ExitLine {
+            line(&ExitLine {
                 event: "exit",
                 report: &report,
                 summary: summary_line(&outcome),
                 teardown_errors: &outcome.teardown_errors,
-            }));
+            })
         }
         Err(error) => {
             shared.metrics.run_finished("setup_failed", None);
-            let _ = lines.send(line(&serde_json::json!({
+            line(&serde_json::json!({
                 "event": "error",
                 "error": crate::commands::run::setup_failure_message(&error),
                 "exit_code": 125,
-            })));
+            }))
         }
+    };
+    if tokio::time::timeout(LAST_LINES_WAIT, lines.send(last_line))
+        .await
+        .is_err()
+    {
+        tracing::warn!("the client did not read its run's last line; the stream is cut");
     }
     // Answered: the claimed slot's replacement may start now.
     drop(refill);
@@ -201,7 +228,7 @@ async fn run(
 async fn follow(
     shared: Arc<Shared>,
     mut events: UnboundedReceiver<RunEvent>,
-    lines: UnboundedSender<Bytes>,
+    lines: Sender<Bytes>,
     cancel: Arc<tokio::sync::Notify>,
     cancel_signal: Arc<std::sync::Mutex<Interruption>>,
     accepted: Instant,
@@ -217,7 +244,9 @@ async fn follow(
                         signal: cancel_signal.clone(),
                     },
                 );
-                let _ = lines.send(line(&serde_json::json!({"event": "started", "run": id})));
+                let _ = lines
+                    .send(line(&serde_json::json!({"event": "started", "run": id})))
+                    .await;
                 run_id = Some(id);
             }
             RunEvent::Started => shared.metrics.setup_done(accepted.elapsed().as_secs_f64()),
@@ -228,10 +257,12 @@ async fn follow(
                     .and_then(|text| RawValue::from_string(text.to_string()).ok())
                 {
                     Some(raw) => {
-                        let _ = lines.send(line(&AuditLine {
-                            event: "audit",
-                            record: &raw,
-                        }));
+                        let _ = lines
+                            .send(line(&AuditLine {
+                                event: "audit",
+                                record: &raw,
+                            }))
+                            .await;
                     }
                     None => tracing::warn!("an audit record is not JSON; not streamed"),
                 }

@@ -2,7 +2,7 @@
 //! directory, restricted, then renamed into place), so no other user can connect in between.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
@@ -35,6 +35,8 @@ pub enum SocketError {
     },
     #[error("no such group: {0}")]
     NoSuchGroup(String),
+    #[error("{} exists and is not a socket; refusing to replace it (choose another --socket)", .0.display())]
+    NotASocket(PathBuf),
 }
 
 fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SocketError {
@@ -43,7 +45,8 @@ fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Socket
 }
 
 /// Binds `path` with mode 0600, or 0660 owned by `group` (a name or a number). A stale
-/// socket file (nobody answers) is replaced; a live one is refused.
+/// socket file (nobody answers) is replaced; a live one is refused, and so is anything at
+/// `path` that is not a socket (a mistyped path must not cost a file its contents).
 pub async fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, SocketError> {
     let gid = group.map(group_id).transpose()?;
     let parent = path
@@ -51,6 +54,11 @@ pub async fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, Sock
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io_error("cannot create the directory", parent))?;
+    if let Ok(existing) = std::fs::symlink_metadata(path)
+        && !existing.file_type().is_socket()
+    {
+        return Err(SocketError::NotASocket(path.to_path_buf()));
+    }
     if tokio::net::UnixStream::connect(path).await.is_ok() {
         return Err(SocketError::InUse(path.to_path_buf()));
     }
@@ -118,6 +126,27 @@ mod tests {
         assert_eq!(mode & 0o777, 0o660);
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "the staging directory was left behind");
+    }
+
+    #[tokio::test]
+    async fn a_path_that_is_not_a_socket_is_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("precious.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let link = dir.path().join("link.sock");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        for path in [&file, &link, &dir.path().to_path_buf()] {
+            let error = bind(path, None).await.expect_err("refused");
+            assert!(matches!(error, SocketError::NotASocket(_)), "{error}");
+            assert!(error.to_string().contains("not a socket"), "{error}");
+        }
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]

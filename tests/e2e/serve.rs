@@ -431,6 +431,8 @@ except Exception as error:
 #[test]
 fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
     let daemon = Daemon::start();
+    let mut long_name = json!({"argv": ["true"], "files": {}});
+    long_name["files"][&"n".repeat(256)] = json!("AA==");
     for (request, field) in [
         (json!({"argv": []}), "argv"),
         (json!({"argv": ["true"], "timeout": "soon"}), "timeout"),
@@ -444,6 +446,15 @@ fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
             "image",
         ),
         (json!({"argv": ["true"], "surprise": 1}), "surprise"),
+        // Found in review: each of these was accepted and failed only after the set-up.
+        (json!({"argv": ["ec\0ho"]}), "argv"),
+        (json!({"argv": ["true"], "workdir": "/ta\0sk"}), "workdir"),
+        (json!({"argv": ["true"], "image": "a\0b"}), "image"),
+        (
+            json!({"argv": ["true"], "files": {"a": "AA==", "a/b": "AA=="}}),
+            "files",
+        ),
+        (long_name, "files"),
     ] {
         match post(&daemon, request.clone()) {
             Err(ClientError::Refused { status, refusal }) => {
@@ -848,5 +859,66 @@ fn soak_300_runs_leave_nothing_and_memory_flat() {
         end <= baseline + 10 * 1024,
         "the daemon grew from {baseline} kB to {end} kB between run {BASELINE_AT} and {RUNS}"
     );
+    daemon.stop();
+}
+
+/// A client that does not read its stream holds its command up, as a slow pipe would; the
+/// daemon's memory does not grow with the output (found in review: 400 MB of output to a
+/// client that read nothing left the daemon at 590 MB).
+#[test]
+fn a_client_that_does_not_read_costs_the_daemon_no_memory() {
+    use std::io::{Read, Write};
+    // A warm run: a cold set-up's image check reads the proxy binary (a debug build is
+    // 200 MB) and would blur the figure; the slot's replacement starts after the answer.
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(1, &network);
+    let before = resident_kb(daemon.pid());
+    let request = with_network(
+        &network,
+        json!({
+            "argv": ["sh", "-c", "head -c 300000000 /dev/zero"],
+            "output_limit": "1GiB",
+            "timeout": "120s",
+        }),
+    )
+    .to_string();
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    write!(
+        stream,
+        "POST /v1/runs HTTP/1.1\r\nHost: egress-sandbox\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{request}",
+        request.len()
+    )
+    .unwrap();
+    // Up to the run id in the `started` line, then not another byte.
+    stream
+        .set_read_timeout(Some(HANG_BOUND))
+        .expect("read timeout");
+    let mut seen = Vec::new();
+    let run_id = loop {
+        let mut byte = [0u8; 1];
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the stream ended early");
+        seen.push(byte[0]);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(start) = text.find("\"run\":\"r-")
+            && let Some(length) = text[start + 7..].find('"')
+        {
+            break text[start + 7..start + 7 + length].to_owned();
+        }
+    };
+    // Without backpressure the daemon held the whole output (400 MB as base64) within a
+    // few seconds; watch it for a while (there is no event for "did not grow").
+    let watch_until = Instant::now() + Duration::from_secs(15);
+    let mut peak = before;
+    while Instant::now() < watch_until {
+        peak = peak.max(resident_kb(daemon.pid()));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        peak < before + 64 * 1024,
+        "the daemon grew from {before} kB to {peak} kB for a client that reads nothing"
+    );
+    // Closing the stream cancels the run; everything goes.
+    drop(stream);
+    assert_run_removed(&run_id);
     daemon.stop();
 }

@@ -240,6 +240,37 @@ fn limits_set_at_the_claim_are_the_ones_in_force() {
     daemon.stop();
 }
 
+/// A claim the engine refuses (its `docker update` of the limits) ends the run with an
+/// `error` event and exit 125, as a cold set-up that fails does, and its objects go (found
+/// in review: the run hung for good, its proxy and network never removed).
+#[test]
+fn a_claim_the_engine_refuses_ends_in_an_error_and_leaves_nothing() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(1, &network);
+    let slots = slot_ids(&daemon);
+    // More CPUs than any machine has: the engine refuses them at the claim's update.
+    let run = post(
+        &daemon,
+        with_network(&network, json!({"argv": ["true"], "cpus": 4096})),
+    )
+    .unwrap();
+    assert!(slots.contains(&run.run_id()), "the run was not warm");
+    let last = run.events.last().expect("events");
+    assert_eq!(last["event"], "error", "{:#?}", run.events);
+    assert_eq!(last["exit_code"], 125);
+    assert!(
+        last["error"].as_str().unwrap().contains("limits"),
+        "{:#?}",
+        run.events
+    );
+    assert_run_removed(&run.run_id());
+    // The daemon goes on serving.
+    daemon.wait_pool_ready(1);
+    let ok = post(&daemon, with_network(&network, json!({"argv": ["true"]}))).unwrap();
+    assert_eq!(ok.report()["exit_code"], 0, "{:#?}", ok.events);
+    daemon.stop();
+}
+
 /// Each slot serves one run; the pool makes a new one right away, and a slot whose proxy
 /// died is removed and replaced, never handed out.
 #[test]
