@@ -79,15 +79,23 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         };
         tokio::pin!(streamed);
         // A signal cancels the run on the daemon, which then tears it down and answers
-        // with its end, as a cold run does for its own signals.
+        // with its end, as a cold run does for its own signals. A second signal stops
+        // waiting for that answer (a daemon that does not give it must not hold the
+        // caller's terminal).
         let mut cancelled = false;
         let result = loop {
             tokio::select! {
                 result = &mut streamed => break result,
-                _ = interrupt.recv(), if !cancelled => {
+                _ = interrupt.recv() => {
+                    if cancelled {
+                        return anyhow::Ok(given_up(false));
+                    }
                     cancelled = cancel(&client, &run_id, false).await;
                 }
-                _ = terminate.recv(), if !cancelled => {
+                _ = terminate.recv() => {
+                    if cancelled {
+                        return anyhow::Ok(given_up(true));
+                    }
                     cancelled = cancel(&client, &run_id, true).await;
                 }
             }
@@ -109,6 +117,12 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     })?;
     runtime.shutdown_background();
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(SETUP_FAILED)))
+}
+
+/// The exit status when a second signal ends the wait for a cancelled run's answer.
+fn given_up(terminate: bool) -> i32 {
+    say("egress-sandbox: stopped waiting for the daemon; the run was cancelled there");
+    if terminate { 143 } else { 130 }
 }
 
 async fn cancel(
