@@ -77,7 +77,13 @@ class _UnixConnection(http.client.HTTPConnection):
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         if self.timeout is not None:
             sock.settimeout(self.timeout)
-        sock.connect(self._path)
+        try:
+            sock.connect(self._path)
+        except OSError as error:
+            sock.close()
+            # "[Errno 2] No such file or directory" alone does not say which socket.
+            error.filename = self._path
+            raise
         self.sock = sock
 
 

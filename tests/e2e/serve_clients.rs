@@ -138,3 +138,33 @@ fn the_node_client_runs_streams_refuses_and_cancels() {
     check(&scenario_output(output), "console.log(42) hi piped\n");
     daemon.stop();
 }
+
+/// A daemon that is not there: both clients' errors name the socket they tried.
+#[test]
+fn the_clients_name_the_socket_they_cannot_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("no-daemon.sock");
+    let python = Command::new("python3")
+        .arg("-c")
+        .arg("import sys; sys.path.insert(0, sys.argv[1]); from egress_sandbox import Client; Client(sys.argv[2]).health()")
+        .arg(clients_dir().join("python"))
+        .arg(&socket)
+        .output()
+        .expect("python3 runs");
+    let node = Command::new("node")
+        .arg("--input-type=module")
+        .arg("-e")
+        .arg("const { Client } = await import(process.argv[1]); await new Client(process.argv[2]).health();")
+        .arg(clients_dir().join("node/egress-sandbox.mjs"))
+        .arg(&socket)
+        .output()
+        .expect("node runs");
+    for (client, output) in [("python", python), ("node", node)] {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{client}: {stderr}");
+        assert!(
+            stderr.contains(socket.to_str().unwrap()),
+            "{client} does not name the socket: {stderr}"
+        );
+    }
+}
