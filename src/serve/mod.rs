@@ -201,7 +201,7 @@ pub async fn serve(
         ),
         None => None,
     };
-    let listener = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
+    let socket = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
     let (shutdown, _) = watch::channel(false);
     let metrics = Metrics::new();
     let pool = pool::Pool::start(
@@ -257,7 +257,7 @@ pub async fn serve(
     tokio::pin!(stop);
     loop {
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = socket.listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
@@ -280,8 +280,7 @@ pub async fn serve(
         });
     }
     tracing::info!("stopping: interrupting runs and removing their objects");
-    drop(listener);
-    let _ = std::fs::remove_file(&options.socket);
+    socket.close();
     shared.shutdown.send_replace(true);
     tokio::join!(shared.tracker.wait_idle(), shared.pool.shutdown());
     if tokio::time::timeout(DRAIN_CONNECTIONS, shared.connections.wait_idle())

@@ -2,7 +2,7 @@
 //! directory, restricted, then renamed into place), so no other user can connect in between.
 
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
@@ -44,10 +44,32 @@ fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Socket
     move |source| SocketError::Io { what, path, source }
 }
 
+/// The daemon's listening socket and which file it is, so that stopping removes that file
+/// and never one a newer daemon put at the same path (after ours was deleted by hand, say).
+#[derive(Debug)]
+pub struct BoundSocket {
+    pub listener: UnixListener,
+    path: PathBuf,
+    /// (device, inode) of the socket file as bound.
+    identity: (u64, u64),
+}
+
+impl BoundSocket {
+    /// Stops listening and removes the socket file if it is still ours.
+    pub fn close(self) {
+        drop(self.listener);
+        if let Ok(now) = std::fs::symlink_metadata(&self.path)
+            && (now.dev(), now.ino()) == self.identity
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Binds `path` with mode 0600, or 0660 owned by `group` (a name or a number). A stale
 /// socket file (nobody answers) is replaced; a live one is refused, and so is anything at
 /// `path` that is not a socket (a mistyped path must not cost a file its contents).
-pub async fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, SocketError> {
+pub async fn bind(path: &Path, group: Option<&str>) -> Result<BoundSocket, SocketError> {
     let gid = group.map(group_id).transpose()?;
     let parent = path
         .parent()
@@ -80,8 +102,13 @@ pub async fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, Sock
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         Err(error) => return Err(io_error("cannot replace", path)(error)),
     }
+    let bound = std::fs::symlink_metadata(&staged).map_err(io_error("cannot read", &staged))?;
     std::fs::rename(&staged, path).map_err(io_error("cannot move the socket to", path))?;
-    Ok(listener)
+    Ok(BoundSocket {
+        listener,
+        path: path.to_path_buf(),
+        identity: (bound.dev(), bound.ino()),
+    })
 }
 
 /// A group's id from its name (`/etc/group`) or its number.
@@ -126,6 +153,26 @@ mod tests {
         assert_eq!(mode & 0o777, 0o660);
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "the staging directory was left behind");
+    }
+
+    #[tokio::test]
+    async fn closing_removes_only_the_socket_it_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        bind(&path, None).await.unwrap().close();
+        assert!(!path.exists(), "its own socket is removed");
+
+        // Ours deleted by hand, a newer daemon bound at the same path: ours stops last.
+        let older = bind(&path, None).await.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let newer = bind(&path, None).await.unwrap();
+        older.close();
+        assert!(
+            tokio::net::UnixStream::connect(&path).await.is_ok(),
+            "the newer daemon's socket was removed"
+        );
+        newer.close();
+        assert!(!path.exists());
     }
 
     #[tokio::test]
