@@ -16,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::{Attempt, AuditSink, Kind, Outcome};
 use crate::policy::{PolicySet, Reason, Verdict};
+use crate::secrets::Placeholders;
 use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::Target;
@@ -33,30 +34,38 @@ const EDNS_PAYLOAD: u16 = 1232;
 pub fn respond(
     query: &[u8],
     client: SocketAddr,
-    policy: &PolicySet,
+    judges: Judges<'_>,
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> Option<Vec<u8>> {
-    judge(query, client, policy, answer, audit).0
+    judge(query, client, judges, answer, audit).0
+}
+
+/// What a name is judged by: the run's policy, and its placeholders for the tripwire (a
+/// name carrying one is refused as `credential_misuse`, as at the other doors).
+#[derive(Clone, Copy)]
+pub struct Judges<'a> {
+    pub policy: &'a PolicySet,
+    pub placeholders: &'a Placeholders,
 }
 
 /// The answer to one query message and the query's attempt, not yet recorded.
 pub fn judge(
     query: &[u8],
     client: SocketAddr,
-    policy: &PolicySet,
+    judges: Judges<'_>,
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> (Option<Vec<u8>>, Attempt) {
     let mut attempt = Attempt::new(audit, Kind::Dns, Some(client));
-    let reply = answer_message(query, client, policy, answer, &mut attempt);
+    let reply = answer_message(query, client, judges, answer, &mut attempt);
     (reply, attempt)
 }
 
 fn answer_message(
     query: &[u8],
     client: SocketAddr,
-    policy: &PolicySet,
+    judges: Judges<'_>,
     answer: Ipv4Addr,
     attempt: &mut Attempt,
 ) -> Option<Vec<u8>> {
@@ -87,7 +96,7 @@ fn answer_message(
         edns.set_max_payload(EDNS_PAYLOAD);
         response.edns = Some(edns);
     }
-    let code = answer_query(&request, &mut response, attempt, policy, answer);
+    let code = answer_query(&request, &mut response, attempt, judges, answer);
     response.metadata.response_code = code;
     response.to_vec().ok()
 }
@@ -96,7 +105,7 @@ fn answer_query(
     request: &Message,
     response: &mut Message,
     attempt: &mut Attempt,
-    policy: &PolicySet,
+    judges: Judges<'_>,
     answer: Ipv4Addr,
 ) -> ResponseCode {
     let [query] = request.queries.as_slice() else {
@@ -107,6 +116,10 @@ fn answer_query(
     if request.metadata.op_code != OpCode::Query || query.query_class() != DNSClass::IN {
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
         return ResponseCode::NotImp;
+    }
+    if judges.placeholders.find([raw.as_slice()], None).is_some() {
+        attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+        return ResponseCode::NXDomain;
     }
     // A label may carry any byte on the wire, dots included: the one label `site.test` is
     // not the name site.test, so joining labels with dots must not turn it into that name.
@@ -132,7 +145,7 @@ fn answer_query(
         }
     };
     attempt.host = name.to_string();
-    let decision = policy.decide_name(&name);
+    let decision = judges.policy.decide_name(&name);
     attempt.set_decision(&decision);
     if decision.verdict == Verdict::Block {
         return ResponseCode::NXDomain;
@@ -163,7 +176,11 @@ async fn reply_to(
         gate.audit().count_dropped();
         return refused(message);
     }
-    let (reply, attempt) = judge(message, client, gate.policy(), answer, gate.audit());
+    let judges = Judges {
+        policy: gate.policy(),
+        placeholders: gate.placeholders(),
+    };
+    let (reply, attempt) = judge(message, client, judges, answer, gate.audit());
     if attempt.is_refused() {
         attempt.record().await;
     }

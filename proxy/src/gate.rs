@@ -64,6 +64,10 @@ impl Gate {
         &self.audit
     }
 
+    pub fn placeholders(&self) -> &Placeholders {
+        &self.placeholders
+    }
+
     /// Marks `attempt` as malformed (`bad_request`) or `unsupported`, logging `raw` as its
     /// host, and returns the refusal to answer with.
     pub fn refuse_request(

@@ -8,6 +8,7 @@ use common::client_hello::client_hello;
 use common::{HANG, Responses, Site, TestProxy, allow_yaml, read_to_close, status};
 use egress_proxy::audit::{Kind, Outcome};
 use egress_proxy::policy::Reason;
+use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -106,6 +107,56 @@ async fn other_names_get_nxdomain_and_a_blocked_record() {
             (Outcome::Blocked, Reason::NotAllowed)
         );
     }
+}
+
+/// The tripwire at the DNS door: a name carrying a run placeholder (any case) is refused
+/// as `credential_misuse`, even under an allowed wildcard, as the CONNECT door does.
+#[tokio::test]
+async fn a_name_carrying_a_placeholder_is_credential_misuse() {
+    const PLACEHOLDER: &str = "egress-sandbox-placeholder-0123456789abcdef0123456789abcdef";
+    let yaml = format!(
+        "{}  - host: \"*.wild.test\"\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n",
+        allow_yaml(&[("api.example.com", 443)], "")
+    );
+    let mut proxy = TestProxy::start_with(&yaml, &[], |config| {
+        config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.dns_answer = Some("10.9.8.7".parse().unwrap());
+        config.credentials = CredentialConfig {
+            secrets: vec![Secret {
+                name: "API_KEY".into(),
+                value: SecretValue::new("sk-real".into()),
+                placeholder: PLACEHOLDER.into(),
+            }],
+            ..CredentialConfig::default()
+        };
+    })
+    .await;
+    let dns = proxy.running().local_addrs().dns.expect("DNS bound");
+    let upper = PLACEHOLDER.to_ascii_uppercase();
+    for name in [
+        format!("{PLACEHOLDER}.wild.test."),
+        format!("{upper}.evil.test."),
+    ] {
+        let answer = ask_udp(dns, &query(&name, RecordType::A)).await;
+        assert_eq!(
+            answer.metadata.response_code,
+            ResponseCode::NXDomain,
+            "{name}"
+        );
+        assert!(answer.answers.is_empty(), "{name}");
+        let record = proxy.record().await;
+        assert_eq!(
+            (record.kind, record.decision, record.reason),
+            (Kind::Dns, Outcome::Blocked, Reason::CredentialMisuse),
+            "{name}"
+        );
+    }
+    // Without the placeholder the wildcard still answers.
+    let answer = ask_udp(dns, &query("api.wild.test.", RecordType::A)).await;
+    assert_eq!(
+        a_records(&answer),
+        ["10.9.8.7".parse::<Ipv4Addr>().unwrap()]
+    );
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! The DNS responder: `dns::respond` on any datagram, against a small policy.
 //!
 //! Properties: every reply parses as a DNS message, carries the query's id and is a
-//! response; only an allowed name gets an answer, and only the proxy's address; nothing
+//! response; only an allowed name gets an answer, and only the proxy's address, never a name
+//! that carries the run's placeholder (tripwire); nothing
 //! is answered to a response or to a datagram too short to carry an id; the audit host
 //! holds no character that must be escaped for a person.
 #![no_main]
@@ -12,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use egress_proxy::audit::{AuditDestination, AuditRecord, AuditSink};
 use egress_proxy::dns;
 use egress_proxy::policy::{Policy, PolicySet, Verdict};
+use egress_proxy::secrets::Placeholders;
 use egress_proxy::target::HostName;
 use egress_proxy::text::must_escape;
 use hickory_proto::op::{Message, MessageType};
@@ -20,9 +22,12 @@ use libfuzzer_sys::fuzz_target;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const ANSWER: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 2);
+/// Short, unlike a real one, so that the fuzzer finds names that carry it.
+const PLACEHOLDER: &str = "ph-0a";
 
 struct State {
     policy: PolicySet,
+    placeholders: Placeholders,
     audit: AuditSink,
     records: Mutex<UnboundedReceiver<AuditRecord>>,
 }
@@ -37,6 +42,7 @@ fn state() -> &'static State {
             AuditSink::start(AuditDestination::Channel(tx), None, "fuzz", u64::MAX).expect("sink");
         State {
             policy,
+            placeholders: Placeholders::new([("KEY", PLACEHOLDER)]),
             audit,
             records: Mutex::new(rx),
         }
@@ -46,7 +52,11 @@ fn state() -> &'static State {
 fuzz_target!(|data: &[u8]| {
     let state = state();
     let client: SocketAddr = "10.200.0.3:5353".parse().expect("address");
-    let reply = dns::respond(data, client, &state.policy, ANSWER, &state.audit);
+    let judges = dns::Judges {
+        policy: &state.policy,
+        placeholders: &state.placeholders,
+    };
+    let reply = dns::respond(data, client, judges, ANSWER, &state.audit);
     let request = Message::from_vec(data);
     match reply {
         None => assert!(
@@ -62,6 +72,8 @@ fuzz_target!(|data: &[u8]| {
                 let name = HostName::parse(&answer.name.to_ascii()).expect("a name");
                 let verdict = state.policy.decide_name(&name).verdict;
                 assert_eq!(verdict, Verdict::Allow, "{} answered", answer.name);
+                let carries = state.placeholders.find([answer.name.to_ascii().as_bytes()], None);
+                assert!(carries.is_none(), "{} answered", answer.name);
             }
         }
     }
