@@ -23,12 +23,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(error) => {
-            // Errors quote paths, hosts and policy text: never print their controls raw.
-            let message = format!("egress-sandbox: error: {error:#}");
-            eprintln!("{}", egress_proxy::text::visible(&message));
-            // 125: the sandbox (or the command) could not be set up; INTERFACE.md.
-            ExitCode::from(125)
-        }
+        // 125: the sandbox (or the command) could not be set up; INTERFACE.md.
+        Err(error) => commands::report_error(&error, 125),
     }
 }

@@ -340,3 +340,34 @@ fn unreadable_inputs_are_usage_errors() {
     let output = verify(&[Path::new("--report"), &not_a_report, &log]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// Every command that reads audit logs treats one it cannot read as `verify` does: exit 2
+/// (a usage error; 125 is for a sandbox that could not be set up), and the reason is said
+/// once.
+#[test]
+fn every_log_reader_refuses_an_unreadable_log_as_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let missing = missing.to_str().unwrap();
+    let html = dir.path().join("out.html");
+    let commands: [&[&str]; 4] = [
+        &["audit", "summary", missing],
+        &["audit", "export", "--format", "ocsf", missing],
+        &["audit", "report", "--html", html.to_str().unwrap(), missing],
+        &["policy", "suggest", missing],
+    ];
+    for args in commands {
+        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(missing), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("No such file or directory").count(),
+            1,
+            "{args:?}: the reason said once: {stderr}"
+        );
+    }
+}

@@ -130,7 +130,7 @@ impl AuditLog {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read {}: {source}", path.display())]
+#[error("cannot read {}", path.display())]
 pub struct ReadError {
     pub path: PathBuf,
     #[source]

@@ -1,6 +1,8 @@
 //! One module per subcommand. Each `run` returns the process exit code; an `Err` is a
 //! set-up failure and exits 125.
 
+use std::process::ExitCode;
+
 pub mod audit;
 pub mod gc;
 pub mod policy;
@@ -10,3 +12,51 @@ pub mod run_client;
 pub mod run_flags;
 pub mod sandbox_gate;
 pub mod serve;
+
+/// Prints `error` as one line on stderr, `egress-sandbox: error: …` with its causes, and
+/// returns `code`. A cause whose text the message already holds is not repeated (an
+/// `io::Error` from tempfile names its path and is often quoted by the error around it).
+/// Errors quote paths, hosts and policy text: their controls are never printed raw.
+pub fn report_error(error: &anyhow::Error, code: u8) -> ExitCode {
+    eprintln!(
+        "{}",
+        egress_proxy::text::visible(&format!("egress-sandbox: error: {}", error_line(error)))
+    );
+    ExitCode::from(code)
+}
+
+/// `error` and its causes joined with `: `, each said once.
+pub fn error_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    #[test]
+    fn a_cause_already_quoted_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone (os error 2)");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read x: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let error = anyhow::Error::from(Quoting(io)).context("cannot serve");
+        assert_eq!(
+            error_line(&error),
+            "cannot serve: cannot read x: gone (os error 2)"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_line(&plain), "outer: inner");
+    }
+}

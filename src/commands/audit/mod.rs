@@ -9,13 +9,18 @@ use std::process::ExitCode;
 
 use crate::cli::{AuditArgs, AuditCommand};
 
+/// Exit status when a log cannot be read or the output cannot be written: a usage error,
+/// as for a bad flag. (125 means a sandbox could not be set up; these commands set up none.)
+const USAGE: u8 = 2;
+
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
-    match args.command {
+    let result = match args.command {
         AuditCommand::Summary { files } => summary::summary(&files),
         AuditCommand::Verify { reports, files } => verify::verify(&reports, &files),
         AuditCommand::Export { format, files } => export::export(format, &files),
         AuditCommand::Report { html, files } => html::report(&html, &files),
-    }
+    };
+    Ok(result.unwrap_or_else(|error| super::report_error(&error, USAGE)))
 }
 
 /// One warning on stderr per line of the logs that is not an audit record.

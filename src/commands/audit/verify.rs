@@ -18,8 +18,7 @@ use egress_proxy::audit::{genesis, sha256_hex};
 use egress_proxy::text::visible;
 use serde::Deserialize;
 
-/// Exit status for an unreadable log or report (a usage error, like a bad flag).
-const USAGE: u8 = 2;
+use super::USAGE;
 
 pub fn verify(reports: &[PathBuf], files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut verifier = Verifier::default();

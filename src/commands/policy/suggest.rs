@@ -24,7 +24,11 @@ pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::
         );
         return Ok(ExitCode::from(2));
     }
-    let log = log::read_files(files)?;
+    let log = match log::read_files(files) {
+        Ok(log) => log,
+        // An unreadable log is a usage error (2), like a refused --name.
+        Err(error) => return Ok(crate::commands::report_error(&error.into(), 2)),
+    };
     for skipped in &log.skipped {
         eprintln!(
             "egress-sandbox: warning: {}:{}: {}; skipped",
