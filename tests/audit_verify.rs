@@ -371,3 +371,38 @@ fn every_log_reader_refuses_an_unreadable_log_as_a_usage_error() {
         );
     }
 }
+
+/// A reader that goes away (`… | head`) is no error: the commands that print a report do not
+/// panic on the closed pipe (exit 101 with a backtrace hint, as `println!` did), and their
+/// exit status is still what they found — `verify` of a tampered log still exits 1.
+#[test]
+fn a_closed_stdout_pipe_neither_panics_nor_changes_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, lines) = one_run(dir.path(), 3);
+    let tampered = dir.path().join("tampered.jsonl");
+    write_lines(&tampered, &lines[1..]);
+    let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/policies/openai.yaml");
+    let log = log.to_str().unwrap();
+    let cases: [(&[&str], i32); 7] = [
+        (&["audit", "summary", log], 0),
+        (&["audit", "verify", log], 0),
+        (&["audit", "verify", tampered.to_str().unwrap()], 1),
+        (&["audit", "export", "--format", "ocsf", log], 0),
+        (&["policy", "suggest", log], 0),
+        (&["policy", "check", policy], 0),
+        (&["policy", "test", "-p", policy, "evil.test:443"], 1),
+    ];
+    for (args, expected) in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .args(args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(expected), "{args:?}: {stderr}");
+    }
+}

@@ -41,6 +41,27 @@ pub fn error_line(error: &anyhow::Error) -> String {
     line
 }
 
+/// Writes `text` on stdout, for the commands that print a report (`policy`, `audit`).
+/// `print!` panics when the reader has gone (`… | head`); here a closed pipe drops the rest
+/// of the output quietly and the command goes on, so its exit status still says what it
+/// found. Any other write error (a full disk under `> FILE`) is said on stderr and ends the
+/// process with 2: a report cut short must not look whole.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(error) => {
+            eprintln!("egress-sandbox: error: cannot write to stdout: {error}");
+            std::process::exit(2);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::error_line;

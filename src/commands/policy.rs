@@ -22,7 +22,9 @@ const USAGE_ERROR: u8 = 2;
 /// name or a target someone pasted: control, bidi and separator characters are shown as
 /// visible escapes (`text::visible`), never raw.
 macro_rules! say {
-    ($($arg:tt)*) => { println!("{}", visible(&format!($($arg)*))) };
+    ($($arg:tt)*) => {
+        $crate::commands::print_out(&format!("{}\n", visible(&format!($($arg)*))))
+    };
 }
 
 /// As [`say!`], on stderr.

@@ -15,13 +15,17 @@ pub fn export(format: ExportFormat, files: &[PathBuf]) -> anyhow::Result<ExitCod
     super::warn_skipped(&log);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    for located in &log.entries {
+    let written = log.entries.iter().try_for_each(|located| {
         let event = match format {
             ExportFormat::Ocsf => ocsf::event(&located.entry),
         };
-        serde_json::to_writer(&mut out, &event).context("cannot write to stdout")?;
-        out.write_all(b"\n").context("cannot write to stdout")?;
+        serde_json::to_writer(&mut out, &event)?;
+        out.write_all(b"\n")
+    });
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // The reader went away (`… | head`): it has what it wanted.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(error) => Err(error).context("cannot write to stdout"),
     }
-    out.flush().context("cannot write to stdout")?;
-    Ok(ExitCode::SUCCESS)
 }

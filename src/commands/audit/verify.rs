@@ -19,6 +19,7 @@ use egress_proxy::text::visible;
 use serde::Deserialize;
 
 use super::USAGE;
+use crate::commands::print_out;
 
 pub fn verify(reports: &[PathBuf], files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut verifier = Verifier::default();
@@ -45,11 +46,11 @@ pub fn verify(reports: &[PathBuf], files: &[PathBuf]) -> anyhow::Result<ExitCode
     }
     let outcome = verifier.finish();
     for line in &outcome.breaks {
-        println!("{line}");
+        print_out(&format!("{line}\n"));
     }
     if outcome.breaks.is_empty() {
-        println!(
-            "{} intact: {} run(s), {} line(s)",
+        print_out(&format!(
+            "{} intact: {} run(s), {} line(s)\n",
             if files.len() == 1 {
                 visible(&files[0].display().to_string()).into_owned()
             } else {
@@ -57,7 +58,7 @@ pub fn verify(reports: &[PathBuf], files: &[PathBuf]) -> anyhow::Result<ExitCode
             },
             outcome.runs,
             outcome.lines
-        );
+        ));
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))

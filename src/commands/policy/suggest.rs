@@ -48,6 +48,6 @@ pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::
     if let Err(error) = Policy::from_yaml("draft", &draft) {
         bail!("the drafted policy does not pass `policy check` (a bug):\n{error}");
     }
-    print!("{draft}");
+    crate::commands::print_out(&draft);
     Ok(ExitCode::SUCCESS)
 }
