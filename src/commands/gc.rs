@@ -26,10 +26,10 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     let swept = &report.removed;
     for object in swept {
         match &object.error {
-            None => println!(
-                "removed {} {} (run {})",
+            None => super::print_out(&format!(
+                "removed {} {} (run {})\n",
                 object.kind, object.name, object.run
-            ),
+            )),
             Some(error) => eprintln!(
                 "egress-sandbox: cannot remove {} {} (run {}): {error}",
                 object.kind, object.name, object.run
@@ -43,7 +43,7 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if images > 0 {
-        println!("removed {images} stale egress-sandbox image(s)");
+        super::print_out(&format!("removed {images} stale egress-sandbox image(s)\n"));
     }
     if swept.is_empty() && report.skipped.is_empty() && images == 0 {
         eprintln!("egress-sandbox: nothing to remove");
