@@ -1,5 +1,6 @@
 //! One module per subcommand. Each `run` returns the process exit code; an `Err` is a
-//! set-up failure and exits 125.
+//! set-up failure and exits 125 (`audit` turns its own into usage errors, 2: it sets up
+//! nothing).
 
 use std::process::ExitCode;
 
