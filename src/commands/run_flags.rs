@@ -50,10 +50,21 @@ pub fn mount(raw: &str) -> Result<(PathBuf, String, bool), SpecError> {
     }
 }
 
-/// `KEY=VALUE`.
+/// `KEY=VALUE`. A bare `KEY` is refused rather than taken from the caller's environment as
+/// `docker run -e KEY` does: nothing of the caller's enters the sandbox unless written out
+/// (a key belongs in `--secret`, which the sandbox never sees). The message says so.
 pub fn env(raw: &str) -> Result<(String, String), SpecError> {
     match raw.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        None if !raw.is_empty() => Err(invalid(
+            "--env",
+            raw,
+            format!(
+                "expected KEY=VALUE (the caller's environment is never passed on by name: \
+                 write --env {raw}=\"${raw}\"; an API key belongs in a policy credential and \
+                 --secret {raw}, which the sandbox never sees)"
+            ),
+        )),
         _ => Err(invalid("--env", raw, "expected KEY=VALUE")),
     }
 }
@@ -66,6 +77,25 @@ pub fn resolve(raw: &str) -> Result<(HostName, IpAddr), SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--env KEY` alone is refused (docker would pass the caller's value on), and the
+    /// message says how to pass a value and where a key belongs.
+    #[test]
+    fn a_bare_env_name_is_refused_with_the_way_to_pass_it() {
+        assert_eq!(env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert_eq!(env("A=").unwrap(), ("A".into(), String::new()));
+        let bare = env("OPENAI_API_KEY").unwrap_err().to_string();
+        assert!(
+            bare.contains(r#"--env OPENAI_API_KEY="$OPENAI_API_KEY""#),
+            "{bare}"
+        );
+        assert!(bare.contains("--secret OPENAI_API_KEY"), "{bare}");
+        for raw in ["", "=x"] {
+            let error = env(raw).unwrap_err().to_string();
+            assert!(error.contains("expected KEY=VALUE"), "{error}");
+            assert!(!error.contains("--secret"), "{error}");
+        }
+    }
 
     /// Where `run` and the policy disagreed: `--tmp 0` and `--timeout 0s` were taken here
     /// (then refused later, or not at all for `--output-limit`), `tmp: 0` refused there.
