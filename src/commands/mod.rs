@@ -4,6 +4,10 @@
 
 use std::process::ExitCode;
 
+/// Exit status of a usage error: a bad flag or target, a log or policy that cannot be read,
+/// output that cannot be written. (125 means a sandbox could not be set up.)
+pub const USAGE: u8 = 2;
+
 pub mod audit;
 pub mod gc;
 pub mod policy;
@@ -58,7 +62,7 @@ pub fn print_out(text: &str) {
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
         Err(error) => {
             eprintln!("egress-sandbox: error: cannot write to stdout: {error}");
-            std::process::exit(2);
+            std::process::exit(USAGE.into());
         }
     }
 }

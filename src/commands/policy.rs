@@ -13,10 +13,8 @@ use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict, spl
 use egress_proxy::target::Target;
 use egress_proxy::text::visible;
 
+use super::USAGE;
 use crate::cli::{PolicyArgs, PolicyCommand};
-
-/// Exit status of `policy test` for a usage error.
-const USAGE_ERROR: u8 = 2;
 
 /// One line on stdout. Everything printed here may quote a policy file's text, its file
 /// name or a target someone pasted: control, bidi and separator characters are shown as
@@ -152,21 +150,21 @@ fn count(n: usize, noun: &str) -> String {
 fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &str) -> ExitCode {
     if files.is_empty() && allow.is_empty() {
         warn!("egress-sandbox: error: give at least one policy (-p FILE) or --allow HOST[:PORT]");
-        return ExitCode::from(USAGE_ERROR);
+        return ExitCode::from(USAGE);
     }
     let shown_target = visible(raw_target);
     let (target, port, path) = match parse_test_target(raw_target) {
         Ok(parsed) => parsed,
         Err(message) => {
             warn!("egress-sandbox: error: TARGET `{shown_target}`: {message}");
-            return ExitCode::from(USAGE_ERROR);
+            return ExitCode::from(USAGE);
         }
     };
     if let Some(method) = method
         && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()))
     {
         warn!("egress-sandbox: error: METHOD `{method}` is not an HTTP method (e.g. GET, POST)");
-        return ExitCode::from(USAGE_ERROR);
+        return ExitCode::from(USAGE);
     }
     // As in a policy's `methods:`: methods are case-sensitive, and a request says `post`
     // only by mistake (it would be judged as a method no rule names).
@@ -177,7 +175,7 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
             "egress-sandbox: error: HTTP methods are case-sensitive and upper case: write `{}`",
             method.to_ascii_uppercase()
         );
-        return ExitCode::from(USAGE_ERROR);
+        return ExitCode::from(USAGE);
     }
     let Some(set) = load_set(files, allow) else {
         return ExitCode::FAILURE;

@@ -7,11 +7,8 @@ mod verify;
 
 use std::process::ExitCode;
 
+use super::USAGE;
 use crate::cli::{AuditArgs, AuditCommand};
-
-/// Exit status when a log cannot be read or the output cannot be written: a usage error,
-/// as for a bad flag. (125 means a sandbox could not be set up; these commands set up none.)
-const USAGE: u8 = 2;
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let result = match args.command {

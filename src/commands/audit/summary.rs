@@ -25,7 +25,7 @@ pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
             eprintln!("egress-sandbox: warning: {warning}");
         })?;
     }
-    super::super::print_out(&summary.render());
+    crate::commands::print_out(&summary.render());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -18,8 +18,7 @@ use egress_proxy::audit::{genesis, sha256_hex};
 use egress_proxy::text::visible;
 use serde::Deserialize;
 
-use super::USAGE;
-use crate::commands::print_out;
+use crate::commands::{USAGE, print_out};
 
 pub fn verify(reports: &[PathBuf], files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut verifier = Verifier::default();

@@ -8,6 +8,7 @@ use anyhow::bail;
 use egress_proxy::policy::Policy;
 
 use crate::audit_tools::{log, suggest};
+use crate::commands::{USAGE, print_out, report_error};
 
 pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::Result<ExitCode> {
     // The name goes into the draft as written: refuse one the engine would refuse, before
@@ -22,12 +23,12 @@ pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::
             "egress-sandbox: error: --name: {}",
             egress_proxy::text::visible(&message)
         );
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(USAGE));
     }
     let log = match log::read_files(files) {
         Ok(log) => log,
-        // An unreadable log is a usage error (2), like a refused --name.
-        Err(error) => return Ok(crate::commands::report_error(&error.into(), 2)),
+        // An unreadable log is a usage error, like a refused --name.
+        Err(error) => return Ok(report_error(&error.into(), USAGE)),
     };
     for skipped in &log.skipped {
         eprintln!(
@@ -48,6 +49,6 @@ pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::
     if let Err(error) = Policy::from_yaml("draft", &draft) {
         bail!("the drafted policy does not pass `policy check` (a bug):\n{error}");
     }
-    crate::commands::print_out(&draft);
+    print_out(&draft);
     Ok(ExitCode::SUCCESS)
 }
