@@ -406,3 +406,42 @@ fn a_closed_stdout_pipe_neither_panics_nor_changes_the_verdict() {
         assert_eq!(output.status.code(), Some(expected), "{args:?}: {stderr}");
     }
 }
+
+/// A line that is not UTF-8 (a corrupted or forged log) is skipped with a warning by every
+/// command that reads logs, like any other line that is not a record; the records around it
+/// are still read. `export`, `report` and `policy suggest` refused the whole file (exit 2,
+/// "stream did not contain valid UTF-8"), so one bad line hid every attempt from an auditor.
+#[test]
+fn a_line_that_is_not_utf8_is_skipped_by_every_log_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, lines) = one_run(dir.path(), 2);
+    let damaged = dir.path().join("damaged.jsonl");
+    let mut bytes = format!("{}\n", lines[0]).into_bytes();
+    bytes.extend_from_slice(b"{\"kind\":\"\xff\xfe\"}\n");
+    bytes.extend_from_slice(format!("{}\n", lines[1..].join("\n")).as_bytes());
+    std::fs::write(&damaged, bytes).unwrap();
+    let damaged = damaged.to_str().unwrap();
+    let html = dir.path().join("out.html");
+    let commands: [&[&str]; 4] = [
+        &["audit", "summary", damaged],
+        &["audit", "export", "--format", "ocsf", damaged],
+        &["audit", "report", "--html", html.to_str().unwrap(), damaged],
+        &["policy", "suggest", damaged],
+    ];
+    for args in commands {
+        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        let warning = format!("{damaged}:2: not an audit record");
+        assert_eq!(stderr.matches(&warning).count(), 1, "{args:?}: {stderr}");
+    }
+    // Every record but the damaged line is exported: two attempts and the end.
+    let export = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args(["audit", "export", "--format", "ocsf", damaged])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&export.stdout).lines().count(), 3);
+}

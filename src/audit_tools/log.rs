@@ -111,6 +111,21 @@ pub struct Skipped {
     pub why: String,
 }
 
+/// `FILE:LINE: why`, ready for a terminal: the file name and the reason (which may quote
+/// the line's own text) have their controls made visible.
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let file = self.file.display().to_string();
+        write!(
+            f,
+            "{}:{}: {}",
+            egress_proxy::text::visible(&file),
+            self.line,
+            egress_proxy::text::visible(&self.why)
+        )
+    }
+}
+
 /// Everything read from a set of files, in file order then line order.
 #[derive(Debug, Default)]
 pub struct AuditLog {
@@ -153,13 +168,19 @@ pub fn read_files(paths: &[PathBuf]) -> Result<AuditLog, ReadError> {
 }
 
 /// Reads one stream of lines (a file, or text in tests) into `log`.
+///
+/// Lines are split on bytes, not read as text: a line that is not UTF-8 (a corrupted or
+/// forged log) is [`Skipped`] like any other line that is not a record, instead of making
+/// the whole file unreadable — an auditor still sees every record around it.
 pub fn read_into(path: &Path, reader: impl BufRead, log: &mut AuditLog) -> io::Result<()> {
-    for (index, line) in reader.lines().enumerate() {
+    for (index, line) in reader.split(b'\n').enumerate() {
         let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_line(&line) {
+        let parsed = match std::str::from_utf8(&line) {
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => parse_line(line),
+            Err(_) => Err("not an audit record (not UTF-8)".to_owned()),
+        };
+        match parsed {
             Ok(entry) => log.entries.push(Located {
                 file: path.to_owned(),
                 line: index + 1,
@@ -308,5 +329,32 @@ mod tests {
         let lines: Vec<usize> = log.skipped.iter().map(|s| s.line).collect();
         assert_eq!(lines, [3, 4]);
         assert!(log.skipped[1].why.contains("unknown record kind"));
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_and_the_records_around_it_kept() {
+        let mut text = format!("{ATTEMPT}\n").into_bytes();
+        text.extend_from_slice(b"{\"kind\":\"\xff\xfe\"}\r\n");
+        text.extend_from_slice(format!("{ATTEMPT}\r\n").as_bytes());
+        let mut log = AuditLog::default();
+        read_into(Path::new("a.log"), &text[..], &mut log).unwrap();
+        assert_eq!(log.entries.len(), 2, "{:?}", log.skipped);
+        let skipped: Vec<String> = log.skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(skipped, ["a.log:2: not an audit record (not UTF-8)"]);
+    }
+
+    #[test]
+    fn a_skipped_line_is_shown_with_its_controls_visible() {
+        let skipped = Skipped {
+            file: PathBuf::from("\x1b[2Jx.log"),
+            line: 7,
+            why: "bad \x07".to_owned(),
+        };
+        let shown = skipped.to_string();
+        assert!(
+            !shown.contains('\x1b') && !shown.contains('\x07'),
+            "{shown:?}"
+        );
+        assert!(shown.contains(":7: bad "), "{shown:?}");
     }
 }

@@ -12,7 +12,7 @@ use crate::cli::ExportFormat;
 
 pub fn export(format: ExportFormat, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let log = log::read_files(files)?;
-    super::warn_skipped(&log);
+    crate::commands::warn_skipped(&log);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let written = log.entries.iter().try_for_each(|located| {

@@ -10,7 +10,7 @@ use crate::audit_tools::{html, log};
 
 pub fn report(out: &Path, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let log = log::read_files(files)?;
-    super::warn_skipped(&log);
+    crate::commands::warn_skipped(&log);
     let sources: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let page = html::render(&log, &sources);
     std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))?;

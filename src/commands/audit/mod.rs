@@ -19,15 +19,3 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     };
     Ok(result.unwrap_or_else(|error| super::report_error(&error, USAGE)))
 }
-
-/// One warning on stderr per line of the logs that is not an audit record.
-fn warn_skipped(log: &crate::audit_tools::log::AuditLog) {
-    for skipped in &log.skipped {
-        eprintln!(
-            "egress-sandbox: warning: {}:{}: {}; skipped",
-            skipped.file.display(),
-            skipped.line,
-            egress_proxy::text::visible(&skipped.why)
-        );
-    }
-}

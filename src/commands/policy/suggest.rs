@@ -8,7 +8,7 @@ use anyhow::bail;
 use egress_proxy::policy::Policy;
 
 use crate::audit_tools::{log, suggest};
-use crate::commands::{USAGE, print_out, report_error};
+use crate::commands::{USAGE, print_out, report_error, warn_skipped};
 
 pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::Result<ExitCode> {
     // The name goes into the draft as written: refuse one the engine would refuse, before
@@ -30,14 +30,7 @@ pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::
         // An unreadable log is a usage error, like a refused --name.
         Err(error) => return Ok(report_error(&error.into(), USAGE)),
     };
-    for skipped in &log.skipped {
-        eprintln!(
-            "egress-sandbox: warning: {}:{}: {}; skipped",
-            egress_proxy::text::visible(&skipped.file.display().to_string()),
-            skipped.line,
-            egress_proxy::text::visible(&skipped.why)
-        );
-    }
+    warn_skipped(&log);
     let options = suggest::SuggestOptions {
         name: name.to_owned(),
         wildcard_after,
