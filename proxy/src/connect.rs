@@ -204,7 +204,7 @@ impl Tunnel {
             match checked {
                 Ok(bytes) => bytes,
                 // A client that leaves without a byte tried nothing: the record stays allowed.
-                Err(SniError::Closed { received: 0 } | SniError::Io(_)) => return,
+                Err(SniError::Closed { received: 0 }) => return,
                 Err(error) => {
                     tracing::debug!(%error, host = %self.target, "SNI check failed");
                     self.attempt

@@ -39,10 +39,10 @@ pub enum SniError {
     Timeout(Duration),
     /// `received` tells a client that left without trying anything (0) from one that
     /// started a ClientHello and gave up, which is judged like any other bad ClientHello.
+    /// A reset or any other read error is a close too: how the client left must not decide
+    /// whether half a ClientHello is refused (a reset had kept the record `allowed`).
     #[error("the client closed after {received} bytes, before a complete ClientHello")]
     Closed { received: usize },
-    #[error("reading the ClientHello: {0}")]
-    Io(#[from] std::io::Error),
     #[error("the ClientHello uses encrypted client hello (ECH)")]
     Ech,
     #[error("the ClientHello carries no server name")]
@@ -109,7 +109,7 @@ async fn read_until_complete<R: AsyncRead + Unpin>(
             return Err(SniError::TooLarge(max_bytes));
         }
         let want = chunk.len().min(max_bytes - bytes.len());
-        let n = stream.read(&mut chunk[..want]).await?;
+        let n = stream.read(&mut chunk[..want]).await.unwrap_or(0);
         if n == 0 {
             return Err(SniError::Closed {
                 received: bytes.len(),
@@ -295,6 +295,32 @@ mod tests {
         let mut garbage = vec![0x16, 0x03, 0x01, 0x00, 0x05];
         garbage.extend([0xff; 5]);
         assert!(matches!(read(garbage).await, Err(SniError::Invalid(_))));
+    }
+
+    #[tokio::test]
+    async fn a_read_error_after_part_of_a_client_hello_is_a_close_with_its_bytes() {
+        struct Resets;
+        impl AsyncRead for Resets {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                _: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Err(std::io::ErrorKind::ConnectionReset.into()))
+            }
+        }
+        let mut half = client_hello(Some("a.example"), false);
+        half.truncate(30);
+        let result = read_client_hello(&mut Resets, half, 4096, Duration::from_secs(1)).await;
+        assert!(
+            matches!(result, Err(SniError::Closed { received: 30 })),
+            "{result:?}"
+        );
+        let result = read_client_hello(&mut Resets, Vec::new(), 4096, Duration::from_secs(1)).await;
+        assert!(
+            matches!(result, Err(SniError::Closed { received: 0 })),
+            "{result:?}"
+        );
     }
 
     #[tokio::test]

@@ -89,7 +89,7 @@ async fn serve_tls(
             return close_refused(attempt, client_stream).await;
         }
         Ok(hello) => hello,
-        Err(SniError::Closed { received: 0 } | SniError::Io(_)) => return,
+        Err(SniError::Closed { received: 0 }) => return,
         Err(error) => {
             tracing::debug!(%error, "transparent TLS without a readable ClientHello");
             attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);

@@ -210,6 +210,21 @@ async fn plain_bytes_on_a_tls_port_are_refused() {
 
 #[tokio::test]
 async fn half_a_client_hello_then_close_is_a_refusal_not_an_allowed_tunnel() {
+    half_a_client_hello_then(Leave::Close).await;
+}
+
+/// A reset instead of a close (SO_LINGER 0) was a read error that kept the record `allowed`.
+#[tokio::test]
+async fn half_a_client_hello_then_a_reset_is_a_refusal_not_an_allowed_tunnel() {
+    half_a_client_hello_then(Leave::Reset).await;
+}
+
+enum Leave {
+    Close,
+    Reset,
+}
+
+async fn half_a_client_hello_then(leave: Leave) {
     let echo = Site::echo("127.0.0.2").await;
     let mut proxy = TestProxy::start(
         &tls_policy(echo.port(), "strict"),
@@ -220,6 +235,10 @@ async fn half_a_client_hello_then_close_is_a_refusal_not_an_allowed_tunnel() {
     let mut hello = client_hello(Some("tunnel.test"), false);
     hello.truncate(hello.len() / 2);
     tunnel.write_all(&hello).await.unwrap();
+    if let Leave::Reset = leave {
+        // The bytes already sent stay readable before the reset is (Linux).
+        tunnel.set_zero_linger().unwrap();
+    }
     drop(tunnel);
     let record = proxy.record().await;
     assert_eq!(
