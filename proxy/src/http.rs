@@ -390,6 +390,18 @@ fn upstream_failure(attempt: &mut Attempt, error: &hyper::Error) -> Refusal {
     }
 }
 
+/// The path and query the upstream is asked for: an absolute URL with no path
+/// (`http://host:8080?x=1`) asks for `/` with its query kept, as a browser does.
+pub(crate) fn origin_form(uri: &Uri) -> String {
+    let path = Some(uri.path())
+        .filter(|path| path.starts_with('/'))
+        .unwrap_or("/");
+    match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    }
+}
+
 /// The request as the upstream gets it: origin-form, HTTP/1.1, hop-by-hop headers removed,
 /// `Host` set from the target the gate judged (never the client's own `Host`).
 fn upstream_request(
@@ -399,13 +411,7 @@ fn upstream_request(
     up: Arc<AtomicU64>,
 ) -> Request<ProxyBody> {
     let (mut parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .filter(|p| p.starts_with('/'))
-        .unwrap_or("/");
-    parts.uri = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));
+    parts.uri = Uri::try_from(origin_form(&parts.uri)).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     let host = if port == 80 {

@@ -554,11 +554,7 @@ fn judge(
         .inspection(&target, port)
         .and_then(|inspection| inspection.credential)
         .cloned();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+    let path_and_query = crate::http::origin_form(&parts.uri);
     let path = split_path(&path_and_query);
     attempt.host = name.to_string();
     attempt.port = Some(port);

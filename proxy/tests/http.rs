@@ -57,6 +57,21 @@ async fn allowed_request_is_forwarded_in_origin_form_with_the_uri_host() {
     );
 }
 
+/// `http://host:port?q=1` has no path: the upstream is asked for `/?q=1`, query kept
+/// (it was asked for `/`, the query dropped).
+#[tokio::test]
+async fn an_absolute_url_without_a_path_keeps_its_query() {
+    let site = Site::http("127.0.0.2", "site-a").await;
+    let yaml = allow_yaml(&[("a.test", site.port())], &loopback_cidr(site.port()));
+    let proxy = TestProxy::start(&yaml, &[("a.test", "127.0.0.2")]).await;
+    let port = site.port();
+    let request = format!("GET http://a.test:{port}?q=1 HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let response = exchange(proxy.addr, request.as_bytes()).await;
+    assert_eq!(status(&response), 200, "{response}");
+    let seen = site.received_text();
+    assert!(seen.starts_with("GET /?q=1 HTTP/1.1\r\n"), "{seen}");
+}
+
 #[tokio::test]
 async fn refused_host_gets_403_and_is_never_resolved_or_reached() {
     let canary = Site::canary("127.0.0.3").await;
