@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::A;
-use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
+use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -109,10 +109,14 @@ fn answer_query(
     answer: Ipv4Addr,
 ) -> ResponseCode {
     let [query] = request.queries.as_slice() else {
+        // Several questions are never answered; the record still names the first.
+        if let Some(first) = request.queries.first() {
+            attempt.set_raw_host(&presented(first.name()));
+        }
         return ResponseCode::FormErr;
     };
     let raw: Vec<u8> = query.name().iter().collect::<Vec<_>>().join(&b'.');
-    attempt.set_raw_host(&raw);
+    attempt.set_raw_host(&presented(query.name()));
     if request.metadata.op_code != OpCode::Query || query.query_class() != DNSClass::IN {
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
         return ResponseCode::NotImp;
@@ -161,6 +165,25 @@ fn answer_query(
         ));
     }
     ResponseCode::NoError
+}
+
+/// The name as the record shows it, in DNS presentation form: a `.` or `\\` inside a label
+/// is escaped (`site\\.test` is the one label `site.test`), so a query can never be logged as
+/// another name than the one it asked for.
+fn presented(name: &Name) -> Vec<u8> {
+    let mut shown = Vec::new();
+    for (index, label) in name.iter().enumerate() {
+        if index > 0 {
+            shown.push(b'.');
+        }
+        for &byte in label {
+            if byte == b'.' || byte == b'\\' {
+                shown.push(b'\\');
+            }
+            shown.push(byte);
+        }
+    }
+    shown
 }
 
 /// One query, whichever transport: over the client's rate → REFUSED, counted, no record;

@@ -192,6 +192,37 @@ async fn hostile_query_names_are_escaped_into_one_log_line() {
     );
 }
 
+/// One wire label `api.example.com` is not the allowed name api.example.com: it is refused
+/// and recorded with its dots escaped (it was recorded as `api.example.com`, blocked, so the
+/// log seemed to show the allowed name refused). A query with two questions gets FormErr and
+/// its record names the first (it named none).
+#[tokio::test]
+async fn a_dot_inside_a_label_is_escaped_in_the_record_and_several_questions_name_the_first() {
+    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
+    let name = Name::from_labels([b"api.example.com".as_slice()]).unwrap();
+    let mut message = Message::query();
+    message.add_query(Query::query(name, RecordType::A));
+    let answer = ask_udp(dns, &message.to_vec().unwrap()).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Blocked, Reason::BadRequest)
+    );
+    assert_eq!(record.host, r"api\.example\.com");
+
+    let mut message = Message::query();
+    for name in ["evil.test.", "api.example.com."] {
+        message.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    }
+    let answer = ask_udp(dns, &message.to_vec().unwrap()).await;
+    assert_eq!(answer.metadata.response_code, ResponseCode::FormErr);
+    assert!(answer.answers.is_empty());
+    let record = proxy.record().await;
+    assert_eq!(record.host, "evil.test");
+    assert_eq!(record.decision, Outcome::Blocked);
+}
+
 /// A transparent listener on 127.0.0.1:P in front of a site on 127.0.0.2:P (same port, as
 /// a real site's :443 or :80 behind the proxy's own address).
 async fn transparent(site: &Site, yaml: &str) -> (TestProxy, SocketAddr) {
