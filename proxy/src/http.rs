@@ -7,23 +7,20 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
-use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind};
-use crate::body::{BoxError, ProxyBody};
+use crate::body::ProxyBody;
+use crate::exchange::{Upload, counted_response, counting_body};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
@@ -172,6 +169,7 @@ impl ClientConnection {
                 request,
                 plan,
                 attempt,
+                self.shutdown.clone(),
             ))
             .await;
         }
@@ -182,12 +180,12 @@ impl ClientConnection {
             return refuse(attempt, &refusal).await;
         }
         let request = Request::from_parts(parts, body);
-        let up = Arc::new(AtomicU64::new(0));
+        let upload = Upload::new();
         match self
-            .forward(request, &target, port, &mut attempt, &up)
+            .forward(request, &target, port, &mut attempt, &upload)
             .await
         {
-            Ok(response) => counted_response(response, attempt, up),
+            Ok(response) => counted_response(response, attempt, upload, self.shutdown.clone()),
             Err(refusal) => refuse(attempt, &refusal).await,
         }
     }
@@ -269,7 +267,7 @@ impl ClientConnection {
         target: &Target,
         port: u16,
         attempt: &mut Attempt,
-        up: &Arc<AtomicU64>,
+        upload: &Arc<Upload>,
     ) -> Result<Response<Incoming>, Refusal> {
         let gate = &self.shared.gate;
         let decision = gate.decide(attempt, target, port)?;
@@ -296,7 +294,7 @@ impl ClientConnection {
             Some(found) => Some(found),
             None => self.shared.pool.take(target, port).await,
         };
-        let mut outgoing = upstream_request(request, target, port, up.clone());
+        let mut outgoing = upstream_request(request, target, port, upload.clone());
         if let Some((addr, mut sender)) = reusable {
             attempt.addr = Some(addr);
             match sender.try_send_request(outgoing).await {
@@ -408,7 +406,7 @@ fn upstream_request(
     request: Request<Incoming>,
     target: &Target,
     port: u16,
-    up: Arc<AtomicU64>,
+    upload: Arc<Upload>,
 ) -> Request<ProxyBody> {
     let (mut parts, body) = request.into_parts();
     parts.uri = Uri::try_from(origin_form(&parts.uri)).unwrap_or_else(|_| Uri::from_static("/"));
@@ -422,11 +420,7 @@ fn upstream_request(
     if let Ok(value) = HeaderValue::try_from(host) {
         parts.headers.insert(header::HOST, value);
     }
-    let body = CountingBody {
-        inner: body,
-        count: up,
-    };
-    Request::from_parts(parts, body.boxed())
+    Request::from_parts(parts, counting_body(body, upload))
 }
 
 /// Removes headers that belong to one hop: those named in `Connection`, and the fixed list.
@@ -457,98 +451,5 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         header::UPGRADE,
     ] {
         headers.remove(name);
-    }
-}
-
-/// The upstream's response with hop-by-hop headers removed and its body counted; the
-/// attempt's record is written when the body is done (or dropped on shutdown).
-pub(crate) fn counted_response(
-    response: Response<Incoming>,
-    attempt: Attempt,
-    up: Arc<AtomicU64>,
-) -> Response<ProxyBody> {
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let body = CountedBody {
-        inner: body,
-        attempt,
-        up,
-    };
-    Response::from_parts(parts, body.boxed())
-}
-
-/// A response body that counts what it delivers into the attempt it owns.
-struct CountedBody {
-    inner: Incoming,
-    attempt: Attempt,
-    up: Arc<AtomicU64>,
-}
-
-impl Body for CountedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.attempt.bytes_down += data.len() as u64;
-        }
-        polled.map_err(BoxError::from)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// `body` as the upstream gets it, counting what it delivers into `count`.
-pub(crate) fn counting_body(body: Incoming, count: Arc<AtomicU64>) -> ProxyBody {
-    CountingBody { inner: body, count }.boxed()
-}
-
-/// A request body that counts what it delivers upstream.
-struct CountingBody {
-    inner: Incoming,
-    count: Arc<AtomicU64>,
-}
-
-impl Body for CountingBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
-        polled.map_err(BoxError::from)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for CountedBody {
-    fn drop(&mut self) {
-        self.attempt.bytes_up = self.up.load(Ordering::Relaxed);
     }
 }

@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use http::header::{self, HeaderName, HeaderValue};
 use http::request::Parts;
@@ -37,6 +36,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
 use crate::ca::{CaError, RunCa};
+use crate::exchange::{Upload, counted_response, counting_body};
 use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
@@ -271,6 +271,7 @@ pub(crate) async fn forward_plain(
     request: Request<Incoming>,
     plan: PlainPlan,
     mut attempt: Attempt,
+    shutdown: Shutdown,
 ) -> Response<ProxyBody> {
     let inspector = shared.inspect.as_ref().expect("a plan needs the inspector");
     let target = Target::Name(plan.name.clone());
@@ -314,10 +315,10 @@ pub(crate) async fn forward_plain(
         Ok(sender) => sender,
         Err(error) => return refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     };
-    let up = Arc::new(AtomicU64::new(0));
-    let outgoing = Request::from_parts(parts, crate::http::counting_body(body, up.clone()));
+    let upload = Upload::new();
+    let outgoing = Request::from_parts(parts, counting_body(body, upload.clone()));
     match sender.send_request(outgoing).await {
-        Ok(response) => answered(response, attempt, up),
+        Ok(response) => answered(response, attempt, upload, shutdown),
         Err(error) => refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     }
 }
@@ -401,6 +402,7 @@ pub(crate) async fn serve_tunnel<S>(
         port,
         decision,
         upstream: tokio::sync::Mutex::new(upstream),
+        shutdown: shutdown.clone(),
     });
     let service = service_fn(move |request| {
         let connection = connection.clone();
@@ -436,6 +438,8 @@ struct InspectedConnection {
     /// The tunnel's decision, for reconnecting through the gate.
     decision: Decision,
     upstream: tokio::sync::Mutex<UpstreamState>,
+    /// Held by each answer's record until its upload is done too.
+    shutdown: Shutdown,
 }
 
 impl InspectedConnection {
@@ -457,8 +461,8 @@ impl InspectedConnection {
         ) {
             return refuse(attempt, &refusal).await;
         }
-        let up = Arc::new(AtomicU64::new(0));
-        let mut outgoing = Request::from_parts(parts, crate::http::counting_body(body, up.clone()));
+        let upload = Upload::new();
+        let mut outgoing = Request::from_parts(parts, counting_body(body, upload.clone()));
         let mut state = self.upstream.lock().await;
         for attempt_number in 0..2 {
             let sender = match &mut *state {
@@ -473,7 +477,9 @@ impl InspectedConnection {
             };
             if sender.ready().await.is_ok() {
                 match sender.try_send_request(outgoing).await {
-                    Ok(response) => return answered(response, attempt, up),
+                    Ok(response) => {
+                        return answered(response, attempt, upload, self.shutdown.clone());
+                    }
                     Err(mut error) => match error.take_message() {
                         Some(request) if attempt_number == 0 => outgoing = request,
                         _ => {
@@ -650,12 +656,13 @@ where
 fn answered(
     response: Response<Incoming>,
     mut attempt: Attempt,
-    up: Arc<AtomicU64>,
+    upload: Arc<Upload>,
+    shutdown: Shutdown,
 ) -> Response<ProxyBody> {
     if let Some(fields) = attempt.request.as_mut() {
         fields.status = Some(response.status().as_u16());
     }
-    crate::http::counted_response(response, attempt, up)
+    counted_response(response, attempt, upload, shutdown)
 }
 
 fn upstream_tls_failure(attempt: &mut Attempt, error: &std::io::Error) -> Refusal {

@@ -59,6 +59,7 @@ pub mod config;
 pub mod connect;
 pub mod dns;
 mod dns_rate;
+mod exchange;
 pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::{Responses, Site, TestProxy, allow_yaml, exchange, read_to_close, status};
 use egress_proxy::audit::{Kind, Outcome};
 use egress_proxy::policy::Reason;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn loopback_cidr(port: u16) -> String {
@@ -70,6 +70,75 @@ async fn an_absolute_url_without_a_path_keeps_its_query() {
     assert_eq!(status(&response), 200, "{response}");
     let seen = site.received_text();
     assert!(seen.starts_with("GET /?q=1 HTTP/1.1\r\n"), "{seen}");
+}
+
+/// An upstream that answers `413` as soon as it has the head, then reads the body to its end
+/// (as nginx does with a large upload) or to the connection's end; it reports how many
+/// body bytes it received.
+async fn early_answering_upstream(
+    ip: &str,
+    length: usize,
+) -> (u16, tokio::sync::oneshot::Receiver<usize>) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (received, told) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buffer = vec![0u8; 64 * 1024];
+        let head_end = loop {
+            let n = stream.read(&mut buffer).await.unwrap();
+            seen.extend_from_slice(&buffer[..n]);
+            if let Some(end) = common::find(&seen, b"\r\n\r\n") {
+                break end + 4;
+            }
+        };
+        stream
+            .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 2\r\n\r\nno")
+            .await
+            .unwrap();
+        let mut body = seen.len() - head_end;
+        while body < length {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body += n,
+            }
+        }
+        let _ = received.send(body);
+    });
+    (port, told)
+}
+
+/// The upstream answers before it reads the body; the client sends the body after the
+/// answer. The record counts every body byte forwarded (it said `bytes_up: 0`, written when
+/// the answer ended), and is written once the upload is done.
+#[tokio::test]
+async fn an_upload_sent_after_an_early_answer_is_counted_in_its_record() {
+    const BODY: usize = 200_000;
+    let (port, upstream_received) = early_answering_upstream("127.0.0.2", BODY).await;
+    let yaml = allow_yaml(&[("a.test", port)], &loopback_cidr(port));
+    let mut proxy = TestProxy::start(&yaml, &[("a.test", "127.0.0.2")]).await;
+    let stream = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut responses = Responses::new(stream);
+    let head = format!(
+        "POST http://a.test:{port}/upload HTTP/1.1\r\nContent-Length: {BODY}\r\nConnection: close\r\n\r\n"
+    );
+    responses.stream.write_all(head.as_bytes()).await.unwrap();
+    let response = responses.next().await;
+    assert_eq!(status(&response), 413, "{response}");
+    responses.stream.write_all(&vec![b'A'; BODY]).await.unwrap();
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Allowed, Reason::Rule)
+    );
+    assert_eq!(record.bytes_up, BODY as u64, "{record:?}");
+    assert_eq!(record.bytes_down, 2);
+    let received = tokio::time::timeout(common::HANG, upstream_received)
+        .await
+        .expect("the upstream saw the upload end")
+        .unwrap();
+    assert_eq!(received, BODY);
 }
 
 #[tokio::test]
