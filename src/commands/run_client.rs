@@ -284,6 +284,11 @@ fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<
             .cloned()
             .map(UpstreamCa::File)
             .collect(),
-        ..RunRequest::default()
+        runtime: args.runtime.clone(),
+        audit_limit: args.audit_limit,
+        // `run` has no flag for files. Every field is named here, none defaulted: a field
+        // added to the request must be carried from its flag, or a run through the daemon
+        // would quietly differ from a cold one (`--runtime` once did).
+        files: std::collections::BTreeMap::new(),
     })
 }

@@ -73,6 +73,13 @@ pub struct RunRequest {
     /// text or `{"file":"…","pem":"…"}` (the name shows in errors).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_ca: Vec<UpstreamCa>,
+    /// The sandbox container's OCI runtime, as `--runtime` (one the engine has, e.g. runsc);
+    /// takes the cold path unless it is the slots' own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Audit records written before the rest are only counted, as `--audit-limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_limit: Option<u64>,
 }
 
 /// One `upstream_ca` entry.
@@ -178,6 +185,7 @@ fn field_of_flag(flag: &str) -> &str {
         "output-limit" => "output_limit",
         "mount" => "mounts",
         "egress-network" => "egress_network",
+        "audit-limit" => "audit_limit",
         other => other,
     }
 }
@@ -255,6 +263,12 @@ impl RunRequest {
         if let Some(network) = self.egress_network {
             builder = builder.egress_network(network);
         }
+        if let Some(runtime) = self.runtime {
+            builder = builder.runtime(runtime);
+        }
+        if let Some(records) = self.audit_limit {
+            builder = builder.audit_limit(records);
+        }
         for (name, value) in self.secrets.0 {
             egress_proxy::policy::check_secret_name(&name)
                 .map_err(|message| BadRequest::new("secrets", message))?;
@@ -307,6 +321,29 @@ mod tests {
                 .unwrap_or_else(|| panic!("{json} was accepted"));
             assert_eq!(refused.field, field, "{json}: {}", refused.error);
         }
+    }
+
+    #[test]
+    fn runtime_and_audit_limit_are_taken_and_checked_as_their_flags() {
+        let checked = check(r#"{"argv":["true"],"runtime":"runsc","audit_limit":5}"#)
+            .ok()
+            .unwrap();
+        assert_eq!(checked.spec.runtime.as_deref(), Some("runsc"));
+        assert_eq!(checked.spec.audit_limit(), 5);
+        assert_eq!(
+            check(r#"{"argv":["true"],"audit_limit":0}"#)
+                .err()
+                .unwrap()
+                .field,
+            "audit_limit"
+        );
+        assert_eq!(
+            check(r#"{"argv":["true"],"runtime":"run c"}"#)
+                .err()
+                .unwrap()
+                .field,
+            "runtime"
+        );
     }
 
     #[test]

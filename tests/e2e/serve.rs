@@ -695,6 +695,50 @@ fn run_with_server_matches_a_cold_run_byte_for_byte() {
     cold.assert_code(125);
     warm.assert_code(125);
     assert_eq!(warm.stderr, cold.stderr);
+    // Every run flag reaches the daemon: `--runtime` and `--audit-limit` were once dropped
+    // on the way, so a run asking for another runtime ran under runc.
+    let lookups = "for n in 1 2 3; do getent hosts a$n.blocked.test; done; true";
+    let cold = Run::new(&network)
+        .option("--audit-limit", "1")
+        .run(&["sh", "-c", lookups]);
+    let warm = Run::new(&network)
+        .option("--server", &daemon.socket)
+        .option("--audit-limit", "1")
+        .run(&["sh", "-c", lookups]);
+    cold.assert_code(0);
+    warm.assert_code(0);
+    assert!(
+        cold.stderr.contains("audit records dropped"),
+        "{}",
+        cold.describe()
+    );
+    assert_eq!(
+        normalise(&warm.stderr),
+        normalise(&cold.stderr),
+        "{}",
+        warm.describe()
+    );
+    assert_eq!(normalise(&warm.audit_text), normalise(&cold.audit_text));
+    let cold = Run::new(&network)
+        .option("--runtime", "no-such-runtime")
+        .run(&["true"]);
+    let warm = Run::new(&network)
+        .option("--server", &daemon.socket)
+        .option("--runtime", "no-such-runtime")
+        .run(&["true"]);
+    cold.assert_code(125);
+    warm.assert_code(125);
+    assert!(
+        cold.stderr.contains("no-such-runtime"),
+        "{}",
+        cold.describe()
+    );
+    assert_eq!(
+        normalise(&warm.stderr),
+        normalise(&cold.stderr),
+        "{}",
+        warm.describe()
+    );
     // And the environment variable works as the flag does.
     let by_env = Run::new(&network)
         .caller_env(
