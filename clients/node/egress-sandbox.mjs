@@ -90,7 +90,8 @@ export class Client {
    * under /task), stdin (string|Buffer), resolve, egressNetwork, onOutput(stream, Buffer),
    * onStarted(runId), signal (AbortSignal: cancels the run), secrets ({ NAME: value } for the
    * policy's credentials: the proxy holds them, the sandbox gets placeholders), upstreamCa
-   * ([PEM text] the proxy trusts for upstream TLS).
+   * ([PEM text] the proxy trusts for upstream TLS), runtime (the sandbox's OCI runtime, e.g.
+   * "runsc"), auditLimit (records written per run). A null option is the same as none.
    * Resolves to { run_id, exit_code, status, stdout, stderr, blocked, records, report, summary }.
    */
   async run(argv, options = {}) {
@@ -110,13 +111,15 @@ export class Client {
       files: options.files
         ? Object.fromEntries(Object.entries(options.files).map(([name, data]) => [name, b64(data)]))
         : undefined,
-      stdin: options.stdin === undefined ? undefined : b64(options.stdin),
+      stdin: options.stdin == null ? undefined : b64(options.stdin),
       resolve: options.resolve,
       egress_network: options.egressNetwork,
       secrets: options.secrets,
       upstream_ca: options.upstreamCa?.length ? [...options.upstreamCa] : undefined,
+      runtime: options.runtime,
+      audit_limit: options.auditLimit,
     };
-    for (const [key, value] of Object.entries(optional)) if (value !== undefined) request[key] = value;
+    for (const [key, value] of Object.entries(optional)) if (value != null) request[key] = value;
     const response = await this.#request("POST", "/v1/runs", JSON.stringify(request), options.signal);
     if (response.statusCode !== 200) throw new RequestRefused(response.statusCode, await this.#json(response));
 

@@ -132,7 +132,7 @@ class Client:
     def run(self, argv, allow=None, timeout=None, files=None, env=None, on_output=None,
             stdin=None, policies=None, memory=None, cpus=None, pids=None, tmp=None,
             output_limit=None, workdir=None, image=None, resolve=None, egress_network=None,
-            on_started=None, secrets=None, upstream_ca=None):
+            on_started=None, secrets=None, upstream_ca=None, runtime=None, audit_limit=None):
         """Runs `argv` in a sandbox and returns its Result.
 
         timeout: seconds (number) or a duration string ("500ms", "2m"); files: {path:
@@ -140,7 +140,8 @@ class Client:
         on_output(stream, data): called with "stdout"/"stderr" and bytes as output comes;
         on_started(run_id): called once the run has its id (for `cancel`); secrets: {NAME:
         value} for the policy's credentials (the proxy holds them, the sandbox gets
-        placeholders); upstream_ca: [PEM text] the proxy trusts for upstream TLS."""
+        placeholders); upstream_ca: [PEM text] the proxy trusts for upstream TLS; runtime:
+        the sandbox's OCI runtime (e.g. "runsc"); audit_limit: records written per run."""
         request = {"argv": list(argv)}
         optional = {
             "allow": list(allow) if allow else None,
@@ -160,6 +161,8 @@ class Client:
             "egress_network": egress_network,
             "secrets": dict(secrets) if secrets else None,
             "upstream_ca": list(upstream_ca) if upstream_ca else None,
+            "runtime": runtime,
+            "audit_limit": audit_limit,
         }
         request.update({key: value for key, value in optional.items() if value is not None})
         connection, response = self._request("POST", "/v1/runs", json.dumps(request))

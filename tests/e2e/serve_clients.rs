@@ -27,6 +27,12 @@ try:
     refused = None
 except RequestRefused as error:
     refused = error.field
+refused_flags = []
+for flag in ({"audit_limit": 0}, {"runtime": "run c"}):
+    try:
+        client.run(["true"], egress_network=network, **flag)
+    except RequestRefused as error:
+        refused_flags.append(error.field)
 started = []
 def cancel_when_started(run_id):
     started.append(run_id)
@@ -36,7 +42,7 @@ print(json.dumps({
     "exit_code": result.exit_code, "status": result.status,
     "stdout": result.stdout.decode(), "stderr": result.stderr.decode(),
     "blocked": result.blocked, "records": result.records, "run_id": result.run_id,
-    "seen": sorted(set(seen)), "refused": refused,
+    "seen": sorted(set(seen)), "refused": refused, "refused_flags": refused_flags,
     "cancelled": [cancelled.status, cancelled.exit_code, cancelled.run_id],
 }))
 "#;
@@ -55,13 +61,19 @@ let refused = null;
 try { await client.run([], { egressNetwork: network }); } catch (error) {
   if (error instanceof RequestRefused) refused = error.field; else throw error;
 }
+const refusedFlags = [];
+for (const flag of [{ auditLimit: 0 }, { runtime: "run c" }]) {
+  try { await client.run(["true"], { egressNetwork: network, stdin: null, ...flag }); } catch (error) {
+    if (error instanceof RequestRefused) refusedFlags.push(error.field); else throw error;
+  }
+}
 const cancelled = await client.run(["sleep", "60"], {
   egressNetwork: network, onStarted: (runId) => { client.cancel(runId); } });
 console.log(JSON.stringify({
   exit_code: result.exit_code, status: result.status,
   stdout: result.stdout.toString(), stderr: result.stderr.toString(),
   blocked: result.blocked, records: result.records, run_id: result.run_id,
-  seen: [...seen].sort(), refused,
+  seen: [...seen].sort(), refused, refused_flags: refusedFlags,
   cancelled: [cancelled.status, cancelled.exit_code, cancelled.run_id],
 }));
 "#;
@@ -88,6 +100,12 @@ fn check(outcome: &Value, expected_stdout: &str) {
     );
     assert_eq!(outcome["seen"][0], "stdout", "{outcome:#}");
     assert_eq!(outcome["refused"], "argv");
+    // The clients send `audit_limit` and `runtime` (each refused here for its value).
+    assert_eq!(
+        outcome["refused_flags"],
+        serde_json::json!(["audit_limit", "runtime"]),
+        "{outcome:#}"
+    );
     assert_eq!(outcome["cancelled"][0], "interrupted", "{outcome:#}");
     assert_eq!(outcome["cancelled"][1], 130);
     for run in [&outcome["run_id"], &outcome["cancelled"][2]] {
