@@ -85,6 +85,8 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    EgressNetwork(#[from] crate::sandbox::network::NetworkError),
 }
 
 /// A way to cancel one run: wake its interrupt with the signal to report.
@@ -184,6 +186,11 @@ pub async fn serve(
         template = template.egress_network(network.clone());
     }
     let template = template.build().expect("the default run is a valid run");
+    // Checked as a cold run checks it, before the socket: a daemon whose every run would
+    // fail must not start up healthy.
+    if let Some(network) = &options.egress_network {
+        crate::sandbox::network::egress_network(&engine, Some(network)).await?;
+    }
     let pool_size = if engine.is_local() {
         options.pool
     } else {

@@ -656,6 +656,51 @@ fn normalise(text: &str) -> String {
     out
 }
 
+/// `serve --egress-network NAME` for a network that does not exist refuses to start, with
+/// the message a cold run gives, and leaves no socket. It used to start up healthy and fail
+/// every run, its pool retrying forever.
+#[test]
+fn a_missing_egress_network_keeps_the_daemon_from_starting() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let socket = dir.path().join("api.sock");
+    let missing = format!("egress-sandbox-test-missing-{}", std::process::id());
+    let mut child = binary()
+        .args([
+            "serve",
+            "--pool",
+            "1",
+            "--egress-network",
+            &missing,
+            "--socket",
+        ])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start egress-sandbox serve");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > START_BOUND {
+            let _ = child.kill();
+            panic!("serve started with a missing egress network");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains(&format!("egress network \"{missing}\" does not exist")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving on"), "{stderr}");
+    assert!(!socket.exists());
+}
+
 #[test]
 fn run_with_server_matches_a_cold_run_byte_for_byte() {
     let network = TestNetwork::create();
