@@ -191,3 +191,36 @@ fn an_unwritable_report_path_is_refused_before_docker_is_touched() {
     );
     assert!(!writable.exists(), "the check left the report file behind");
 }
+
+/// `run --server` sends stdin whole in its request, so it reads at most 64 MiB of it and
+/// says why it stops there; it read without end (`yes | run --server …` grew until the
+/// daemon refused the request with "length limit exceeded"). The writer here never ends.
+#[test]
+fn stdin_beyond_what_a_server_run_takes_is_refused_with_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = binary()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .arg("run")
+        .arg("--server")
+        .arg(dir.path().join("no-daemon.sock"))
+        .args(["--", "true"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'y'; 1 << 20];
+        // Until the reader stops reading (EPIPE).
+        while std::io::Write::write_all(&mut stdin, &chunk).is_ok() {}
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert_eq!(code(&output), 125, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("stdin is larger than 64 MiB"),
+        "{}",
+        stderr(&output)
+    );
+}

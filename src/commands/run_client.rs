@@ -249,10 +249,19 @@ fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<
     let stdin = if std::io::stdin().is_terminal() {
         Vec::new()
     } else {
+        // Bounded: the request carries stdin whole (`yes | run --server …` grew without end).
         let mut input = Vec::new();
         std::io::stdin()
+            .take(crate::serve::MAX_STDIN as u64 + 1)
             .read_to_end(&mut input)
             .context("cannot read stdin")?;
+        if input.len() > crate::serve::MAX_STDIN {
+            anyhow::bail!(
+                "stdin is larger than {} MiB, the most a run through --server takes (the daemon \
+                 gets it whole before the run starts); run without --server to stream it",
+                crate::serve::MAX_STDIN >> 20
+            );
+        }
         input
     };
     Ok(RunRequest {

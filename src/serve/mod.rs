@@ -43,6 +43,10 @@ use request::{BadRequest, RunRequest};
 /// The largest request body (files and stdin travel in it, base64).
 const MAX_REQUEST: usize = 96 << 20;
 
+/// The largest stdin `run --server` sends: base64 makes it 4/3 as large, and the rest of
+/// the request must fit beside it in [`MAX_REQUEST`].
+pub const MAX_STDIN: usize = 64 << 20;
+
 pub use socket::default_socket;
 
 /// How the daemon is asked to run.
