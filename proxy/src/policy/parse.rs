@@ -75,10 +75,14 @@ struct RawTls {
 }
 
 /// Parser options: duplicate keys refused, a single document, small structural budget and
-/// alias replay bounded so an alias bomb fails within milliseconds.
+/// alias replay bounded so an alias bomb fails within milliseconds. Merge keys (`<<`) are
+/// refused: a key written next to `<<` silently wins over the merged one, and
+/// `<<: [{host: a}, {host: b}]` keeps only `a`, so a deny rule a reviewer reads as two can
+/// refuse one host. Anchors and aliases of plain values (one ports list) stay allowed.
 fn parser_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
         strict_booleans: true,
         // A `!!binary` scalar stays its visible text: a reviewer must see the host a rule
         // allows, not a base64 blob that decodes to it.
@@ -96,7 +100,8 @@ fn parser_options() -> serde_saphyr::Options {
             max_recorded_anchor_events: 10_000,
             max_recorded_anchor_bytes: 64 * 1024,
             max_total_scalar_bytes: MAX_POLICY_BYTES,
-            max_merge_keys: 100,
+            // Refused above; no budget to spend.
+            max_merge_keys: 0,
             // One anchored ports list reused by every rule is legitimate; the replay caps
             // below are what bound the work.
             enforce_alias_anchor_ratio: false,
@@ -228,6 +233,10 @@ fn yaml_error(file: &str, error: &serde_saphyr::Error) -> Diagnostic {
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
         .replace("expected string scalar", "expected a single value here")
         .replace("budget breached: ", "parser budget exceeded: ")
+        .replace(
+            "YAML merge keys are not allowed by configured policy",
+            "merge keys (`<<`) are not accepted in a policy (what they merge is easy to misread); write each rule and key out",
+        )
         .replace(
             "expected mapping start",
             "expected a mapping (`key: value` lines, e.g. `host: api.example.com`) here",
