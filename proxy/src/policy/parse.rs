@@ -735,7 +735,8 @@ pub(crate) fn parse_port(raw: &str) -> Result<u16, String> {
 }
 
 /// `a.b.c.d/len` or an IPv6 prefix; a bare address is a single host (/32 or /128). A prefix
-/// with host bits set (`10.0.0.1/8`) is refused: it usually means a typo in either half.
+/// with host bits set (`10.0.0.1/8`) is refused: it usually means a typo in either half. So
+/// is an IPv4-mapped block (`::ffff:198.51.100.0/120`): it would match nothing.
 fn parse_cidr(raw: &str) -> Result<ipnet::IpNet, String> {
     let raw = raw.trim();
     let not_cidr =
@@ -765,7 +766,22 @@ fn parse_cidr(raw: &str) -> Result<ipnet::IpNet, String> {
             net.trunc()
         ));
     }
+    if let Some(ipv4) = mapped_ipv4(net) {
+        return Err(format!(
+            "`{raw}` is IPv4 written as IPv4-mapped IPv6, which the proxy matches as IPv4, so this rule would match nothing; write `{ipv4}`"
+        ));
+    }
     Ok(net)
+}
+
+/// The IPv4 block an IPv6 block inside `::ffff:0:0/96` spells. The engine turns every
+/// `::ffff:a.b.c.d` target into `a.b.c.d` before matching, so such a rule matches nothing.
+fn mapped_ipv4(net: ipnet::IpNet) -> Option<ipnet::Ipv4Net> {
+    let ipnet::IpNet::V6(net) = net else {
+        return None;
+    };
+    let ipv4 = net.network().to_ipv4_mapped()?;
+    ipnet::Ipv4Net::new(ipv4, net.prefix_len().checked_sub(96)?).ok()
 }
 
 fn private_cidr_warning(net: ipnet::IpNet) -> Option<String> {

@@ -206,6 +206,29 @@ fn cidr_errors() {
     }
 }
 
+/// The engine matches `::ffff:a.b.c.d` as `a.b.c.d`: a mapped block, allow or deny, would
+/// match nothing, so it is refused with the IPv4 block to write instead.
+#[test]
+fn ipv4_mapped_cidrs_are_errors_naming_the_ipv4_block() {
+    for list in ["allow", "deny"] {
+        assert_eq!(
+            error(&format!(
+                "version: 1\n{list}:\n  - cidr: \"::ffff:198.51.100.0/120\"\n"
+            )),
+            "test.yaml:3:11: error: `::ffff:198.51.100.0/120` is IPv4 written as IPv4-mapped IPv6, which the proxy matches as IPv4, so this rule would match nothing; write `198.51.100.0/24`"
+        );
+    }
+    assert!(
+        error("version: 1\ndeny:\n  - cidr: \"::ffff:0:0/96\"\n").ends_with("write `0.0.0.0/0`")
+    );
+    assert!(
+        error("version: 1\ndeny:\n  - cidr: \"::ffff:10.0.0.1\"\n")
+            .ends_with("write `10.0.0.1/32`")
+    );
+    // Other forms that carry IPv4 are matched as written.
+    policy("version: 1\ndeny:\n  - cidr: \"64:ff9b::a00:0/104\"\n  - cidr: \"::/0\"\n");
+}
+
 #[test]
 fn limit_errors_point_at_the_value() {
     let limit_error = |line: &str| error(&format!("version: 1\nlimits:\n  {line}\n"));
