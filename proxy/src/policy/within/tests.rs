@@ -210,3 +210,53 @@ fn request_rules_of_upper_bound_the_child() {
         "paths unrestricted"
     );
 }
+
+/// The diagnostics of `child` checked within `upper`.
+fn within_of(upper: &str, child: &str) -> Vec<String> {
+    let (upper, _) = Policy::from_yaml("upper.yaml", upper).unwrap();
+    let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+    check_within("child.yaml", &policy, "upper.yaml", &upper)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The engine judges api.x-corp.com's requests by UPPER's exact rule (GET only), never by
+/// the wildcard that also covers it: a child allowing any method there is wider.
+#[test]
+fn an_upper_exact_rule_narrows_its_name_even_under_an_upper_wildcard() {
+    let upper = "version: 1\nallow:\n  - host: api.x-corp.com\n    methods: [GET]\n  - host: \"*.x-corp.com\"\n";
+    assert_eq!(
+        within_of(upper, &allow("host: api.x-corp.com")),
+        [
+            "child.yaml:3:5: error: allow[0] (host: api.x-corp.com, ports: [443]) is not within upper.yaml: on port 443 the engine judges requests to api.x-corp.com by the exact rule allow[0] there (host: api.x-corp.com, ports: [443], methods: [GET]), which admits fewer of them"
+        ]
+    );
+    assert_within_of(upper, &allow("host: api.x-corp.com\n    methods: [GET]"));
+    assert_within_of(upper, &allow("host: other.x-corp.com"));
+    // A child wildcard reaches api.x-corp.com unrestricted too, unless the child narrows
+    // that name with an exact rule of its own (which is then checked itself).
+    let wildcard = allow(r#"host: "*.x-corp.com""#);
+    assert_eq!(within_of(upper, &wildcard).len(), 1, "{wildcard}");
+    assert!(within_of(upper, &wildcard)[0].contains("requests to api.x-corp.com"));
+    assert_within_of(
+        upper,
+        &format!("{wildcard}  - host: api.x-corp.com\n    methods: [GET]\n"),
+    );
+    // On a port where UPPER has no exact rule, its wildcard decides.
+    let upper_8443 = "version: 1\nallow:\n  - host: api.x-corp.com\n    methods: [GET]\n  - host: \"*.x-corp.com\"\n    ports: [443, 8443]\n";
+    assert_within_of(
+        upper_8443,
+        &allow("host: api.x-corp.com\n    ports: [8443]"),
+    );
+    // Another unrestricted exact rule for the name admits every request.
+    assert_within_of(
+        &format!("{upper}  - host: api.x-corp.com\n"),
+        &allow("host: api.x-corp.com"),
+    );
+}
+
+#[track_caller]
+fn assert_within_of(upper: &str, child: &str) {
+    assert_eq!(within_of(upper, child), Vec::<String>::new(), "{child}");
+}
