@@ -21,8 +21,9 @@
 //! with the checked policy's CIDR rules only.
 //!
 //! Beyond rules: a policy in `mode: report` lets through what its allowlist refuses, and
-//! `tls: {sni: off}` stops checking that a tunnel's SNI is the name allowed; under an UPPER
-//! that does neither, both are errors (at line 1: the policy does not keep their position).
+//! `tls: {sni: off}` or a `tls.ports` list without a port UPPER lists stops checking that a
+//! tunnel there carries TLS for the name allowed; under an UPPER that does neither, each is
+//! an error (at line 1: the policy does not keep their position).
 
 use ipnet::IpNet;
 
@@ -55,7 +56,9 @@ pub fn check_within(
     errors
 }
 
-/// Settings that loosen every rule at once: report mode, no SNI check.
+/// Settings that loosen every rule at once: report mode, no SNI check, or fewer ports
+/// where TLS with the allowed name is required (plain bytes or another name pass there, as
+/// with `sni: off`).
 fn loosened_settings(policy: &Policy, upper: &Policy, upper_file: &str) -> Vec<String> {
     let mut messages = Vec::new();
     if policy.mode == Mode::Report && upper.mode == Mode::Enforce {
@@ -69,6 +72,21 @@ fn loosened_settings(policy: &Policy, upper: &Policy, upper_file: &str) -> Vec<S
     if policy.tls.sni == SniCheck::Off {
         messages.push(format!(
             "`tls: {{sni: off}}` lets a tunnel to an allowed name carry TLS for any other name; {upper_file} checks SNI"
+        ));
+    }
+    let dropped: Vec<u16> = upper
+        .tls
+        .ports
+        .iter()
+        .copied()
+        .filter(|port| !policy.tls.ports.contains(port))
+        .collect();
+    if !dropped.is_empty() {
+        messages.push(format!(
+            "`tls: {{ports: {}}}` leaves out port{} {}, where {upper_file} requires TLS whose SNI is the allowed name: a tunnel there could carry plain traffic or TLS for any other name",
+            PortSet::List(policy.tls.ports.clone()),
+            plural_s(dropped.len()),
+            join(&dropped)
         ));
     }
     messages

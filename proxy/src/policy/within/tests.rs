@@ -260,3 +260,24 @@ fn an_upper_exact_rule_narrows_its_name_even_under_an_upper_wildcard() {
 fn assert_within_of(upper: &str, child: &str) {
     assert_eq!(within_of(upper, child), Vec::<String>::new(), "{child}");
 }
+
+/// Leaving a port out of `tls.ports` lets a tunnel there carry anything, as `sni: off`.
+#[test]
+fn dropping_a_tls_port_upper_requires_is_an_error_naming_it() {
+    let upper = "version: 1\ntls:\n  ports: [443, 8443]\nallow:\n  - host: a.example.com\n";
+    let child = |tls: &str| format!("version: 1\ntls:\n  {tls}\nallow:\n  - host: a.example.com\n");
+    assert_eq!(
+        within_of(upper, &child("ports: []")),
+        [
+            "child.yaml:1:1: error: `tls: {ports: []}` leaves out ports 443, 8443, where upper.yaml requires TLS whose SNI is the allowed name: a tunnel there could carry plain traffic or TLS for any other name"
+        ]
+    );
+    assert!(within_of(upper, &child("ports: [443]"))[0].contains("leaves out port 8443,"));
+    assert!(within_of(upper, "version: 1\n")[0].contains("leaves out port 8443,"));
+    assert_within_of(upper, &child("ports: [8443, 443, 993]"));
+    // Under an UPPER that checks no SNI, its ports do nothing.
+    assert_within_of(
+        "version: 1\ntls:\n  sni: off\nallow:\n  - host: a.example.com\n",
+        &child("ports: []"),
+    );
+}
