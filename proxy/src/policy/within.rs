@@ -18,18 +18,22 @@
 //! Host rules and CIDR rules are separate worlds here, as in the engine: host rules match
 //! names, CIDR rules match IP-literal targets. UPPER's deny CIDRs also refuse names that
 //! resolve into them at connect time, which no static check can know; they are compared
-//! with the checked policy's CIDR rules only.
+//! with the checked policy's CIDR rules only — including the IPv4 addresses an allowed IPv6
+//! block carries (NAT64, 6to4, Teredo …), which the engine's deny CIDRs judge as IPv4.
 //!
 //! Beyond rules: a policy in `mode: report` lets through what its allowlist refuses, and
 //! `tls: {sni: off}` or a `tls.ports` list without a port UPPER lists stops checking that a
 //! tunnel there carries TLS for the name allowed; under an UPPER that does neither, each is
 //! an error (at line 1: the policy does not keep their position).
 
+use std::fmt;
+
 use ipnet::IpNet;
 
 use super::host_pattern::HostPattern;
 use super::request::{PathPattern, PathTail};
 use super::{Diagnostic, Mode, Policy, PortSet, RequestRules, Rule, RuleTarget, SniCheck};
+use crate::floor::{CarriedIpv4, ipv4_carried_by};
 
 /// Every way `policy` reaches beyond `upper`, as error diagnostics in `file` (the checked
 /// policy's name as shown), in rule order. `upper_file` names UPPER in the messages.
@@ -304,15 +308,15 @@ fn denied_part(policy: &Policy, rule: &Rule, upper: &Policy, upper_file: &str) -
     };
     for (deny_index, deny) in upper.deny.iter().enumerate() {
         for &port in ports.iter().filter(|&&port| deny.ports.contains(port)) {
-            let Some(overlap) = intersection(&rule.target, &deny.target) else {
+            let overlaps = overlaps(&rule.target, &deny.target);
+            let Some(overlap) = overlaps
+                .iter()
+                .find(|overlap| !denied_by_own_rule(policy, overlap, port))
+            else {
                 continue;
             };
-            if denied_by_own_rule(policy, &overlap, port) {
-                continue;
-            }
             return Some(format!(
-                "it allows {} on port {port}, which {upper_file} denies (deny[{deny_index}], line {})",
-                describe(&overlap),
+                "it allows {overlap} on port {port}, which {upper_file} denies (deny[{deny_index}], line {})",
                 deny.line
             ));
         }
@@ -320,46 +324,81 @@ fn denied_part(policy: &Policy, rule: &Rule, upper: &Policy, upper_file: &str) -
     None
 }
 
-fn describe(target: &RuleTarget) -> String {
-    match target {
-        RuleTarget::Host(pattern) => pattern.to_string(),
-        RuleTarget::Cidr(net) => net.to_string(),
+/// What an allow rule and a deny rule both match.
+enum Overlap {
+    /// Names or addresses both match.
+    Target(RuleTarget),
+    /// IPv4 addresses carried by addresses of an allowed IPv6 block (NAT64, 6to4, …):
+    /// the engine's deny cidrs judge those addresses by the IPv4 address inside.
+    Carried(CarriedIpv4),
+}
+
+impl fmt::Display for Overlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Overlap::Target(RuleTarget::Host(pattern)) => write!(f, "{pattern}"),
+            Overlap::Target(RuleTarget::Cidr(net)) => write!(f, "{net}"),
+            Overlap::Carried(carried) => write!(
+                f,
+                "{} (IPv4 {} in {} form)",
+                carried.part, carried.ipv4, carried.form
+            ),
+        }
     }
 }
 
-/// What two rule targets both match, when they overlap (host with host, CIDR with CIDR).
-fn intersection(a: &RuleTarget, b: &RuleTarget) -> Option<RuleTarget> {
-    match (a, b) {
-        (RuleTarget::Host(a), RuleTarget::Host(b)) => {
-            if a.is_covered_by(b) {
-                Some(RuleTarget::Host(a.clone()))
-            } else if b.is_covered_by(a) {
-                Some(RuleTarget::Host(b.clone()))
-            } else {
-                None
-            }
+/// What two rule targets both match: host with host, CIDR with CIDR, and the IPv4 a
+/// checked IPv6 block carries with an IPv4 deny block.
+fn overlaps(allowed: &RuleTarget, denied: &RuleTarget) -> Vec<Overlap> {
+    match (allowed, denied) {
+        (RuleTarget::Host(a), RuleTarget::Host(b)) => narrower(a, b, HostPattern::is_covered_by)
+            .map(|pattern| Overlap::Target(RuleTarget::Host(pattern.clone())))
+            .into_iter()
+            .collect(),
+        (RuleTarget::Cidr(IpNet::V6(allowed)), RuleTarget::Cidr(IpNet::V4(denied))) => {
+            ipv4_carried_by(*allowed)
+                .into_iter()
+                .filter_map(|carried| {
+                    let ipv4 = *narrower(&carried.ipv4, denied, |a, b| b.contains(a))?;
+                    Some(Overlap::Carried(CarriedIpv4 { ipv4, ..carried }))
+                })
+                .collect()
         }
-        (RuleTarget::Cidr(a), RuleTarget::Cidr(b)) => {
-            if b.contains(a) {
-                Some(RuleTarget::Cidr(*a))
-            } else if a.contains(b) {
-                Some(RuleTarget::Cidr(*b))
-            } else {
-                None
-            }
-        }
-        _ => None,
+        (RuleTarget::Cidr(a), RuleTarget::Cidr(b)) => narrower(a, b, |a, b| b.contains(a))
+            .map(|net| Overlap::Target(RuleTarget::Cidr(*net)))
+            .into_iter()
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
-fn denied_by_own_rule(policy: &Policy, target: &RuleTarget, port: u16) -> bool {
+/// Of two nested sets (`within(x, y)`: x lies inside y), the inner one; None when neither
+/// holds the other (names and CIDR blocks are nested or disjoint).
+fn narrower<'a, T>(a: &'a T, b: &'a T, within: impl Fn(&T, &T) -> bool) -> Option<&'a T> {
+    if within(a, b) {
+        Some(a)
+    } else if within(b, a) {
+        Some(b)
+    } else {
+        None
+    }
+}
+
+/// The checked policy refuses `overlap` on `port` itself: a deny rule of its own covers it
+/// (for carried IPv4: an IPv4 deny block over it, or an IPv6 one over the block).
+fn denied_by_own_rule(policy: &Policy, overlap: &Overlap, port: u16) -> bool {
     policy
         .deny
         .iter()
         .filter(|rule| rule.ports.contains(port))
-        .any(|rule| match (target, &rule.target) {
-            (RuleTarget::Host(pattern), RuleTarget::Host(own)) => pattern.is_covered_by(own),
-            (RuleTarget::Cidr(net), RuleTarget::Cidr(own)) => own.contains(net),
+        .any(|rule| match (overlap, &rule.target) {
+            (Overlap::Target(RuleTarget::Host(pattern)), RuleTarget::Host(own)) => {
+                pattern.is_covered_by(own)
+            }
+            (Overlap::Target(RuleTarget::Cidr(net)), RuleTarget::Cidr(own)) => own.contains(net),
+            (Overlap::Carried(carried), RuleTarget::Cidr(own)) => {
+                own.contains(&IpNet::V4(carried.ipv4)) || own.contains(&IpNet::V6(carried.part))
+            }
             _ => false,
         })
 }

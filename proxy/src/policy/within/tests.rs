@@ -281,3 +281,31 @@ fn dropping_a_tls_port_upper_requires_is_an_error_naming_it() {
         &child("ports: []"),
     );
 }
+
+/// The engine's deny cidrs judge an IPv6 address by the IPv4 address it carries: a child
+/// allowing NAT64 (or 6to4 …) reaches what UPPER denies as IPv4.
+#[test]
+fn upper_ipv4_denies_hold_for_the_ipv4_an_allowed_ipv6_block_carries() {
+    let upper = "version: 1\nallow:\n  - cidr: 64:ff9b::/96\n  - cidr: 2002::/16\n  - cidr: 198.51.100.0/24\ndeny:\n  - cidr: 10.0.0.0/8\n";
+    assert_eq!(
+        within_of(upper, &allow("cidr: 64:ff9b::/96")),
+        [
+            "child.yaml:3:5: error: allow[0] (cidr: 64:ff9b::/96, ports: [443]) is not within upper.yaml: it allows 64:ff9b::/96 (IPv4 10.0.0.0/8 in NAT64 form) on port 443, which upper.yaml denies (deny[0], line 7)"
+        ]
+    );
+    assert!(
+        within_of(upper, &allow("cidr: 2002:a00::/24"))[0]
+            .contains("it allows 2002:a00::/24 (IPv4 10.0.0.0/8 in 6to4 form)")
+    );
+    // A block carrying only other IPv4 addresses is within.
+    assert_within_of(upper, &allow("cidr: 64:ff9b::c633:6400/120"));
+    assert_within_of(upper, &allow("cidr: 2002:c633:6400::/40"));
+    // The child's own IPv4 deny holds for the carried addresses too.
+    assert_within_of(
+        upper,
+        &format!(
+            "{}deny:\n  - cidr: 10.0.0.0/8\n",
+            allow("cidr: 64:ff9b::/96")
+        ),
+    );
+}
