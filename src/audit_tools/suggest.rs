@@ -15,7 +15,9 @@
 //! one registrable domain were seen, and only when the engine accepts it without a warning:
 //! never over a public suffix, never over shared hosting. Every comment is made safe first:
 //! hosts come from the hostile sandbox, so a comment holds only printable ASCII and the
-//! escapes of everything else — a name cannot end the comment line or hide text.
+//! escapes of everything else — a name cannot end the comment line or hide text. Every host
+//! in a rule is a quoted string, so no name (`null`, `true`, `123` …) reads as another YAML
+//! value.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -99,6 +101,11 @@ fn classify(
     names: &mut BTreeMap<String, NameSeen>,
     excluded: &mut BTreeMap<String, Excluded>,
 ) {
+    // No connection uses port 0 and no rule can name it: a forged or broken record, which
+    // would otherwise make a rule the engine refuses.
+    if attempt.port == Some(0) {
+        return;
+    }
     let mut exclude = |host: &str, why: String| {
         let entry = excluded.entry(host.to_owned()).or_insert_with(|| Excluded {
             host: host.to_owned(),
@@ -247,6 +254,12 @@ pub fn comment_text(raw: &str) -> String {
     out
 }
 
+/// A host as a YAML double-quoted string (JSON string syntax is valid YAML): whatever the
+/// name, it is read back as that string, never as `null`, a boolean or a number.
+fn yaml_string(host: &str) -> String {
+    serde_json::to_string(host).expect("a string serialises")
+}
+
 fn ports_list(ports: impl IntoIterator<Item = u16>) -> String {
     let ports: Vec<String> = ports.into_iter().map(|p| p.to_string()).collect();
     format!("[{}]", ports.join(", "))
@@ -323,16 +336,17 @@ fn render(
         }
         let _ = writeln!(
             out,
-            "  - host: \"*.{}\"\n    ports: {}",
-            wildcard.suffix,
+            "  - host: {}\n    ports: {}",
+            yaml_string(&format!("*.{}", wildcard.suffix)),
             ports_list(ports)
         );
     }
     for (name, seen) in exact {
         let _ = writeln!(
             out,
-            "  # {}\n  - host: {name}\n    ports: {}",
+            "  # {}\n  - host: {}\n    ports: {}",
             seen_words(seen),
+            yaml_string(name),
             ports_list(seen.ports.keys().copied())
         );
     }

@@ -89,13 +89,13 @@ fn names_the_program_wanted_become_exact_rules_with_their_ports() {
     assert_eq!(
         allow_lines(&yaml),
         [
-            "  - host: api.example.org",
-            "  - host: cdn.example.com",
-            "  - host: pypi.example.net"
+            "  - host: \"api.example.org\"",
+            "  - host: \"cdn.example.com\"",
+            "  - host: \"pypi.example.net\""
         ],
         "{yaml}"
     );
-    assert!(yaml.contains("  # 443 x2, 8080 x1; allowed 1, would_block 2\n  - host: api.example.org\n    ports: [443, 8080]"), "{yaml}");
+    assert!(yaml.contains("  # 443 x2, 8080 x1; allowed 1, would_block 2\n  - host: \"api.example.org\"\n    ports: [443, 8080]"), "{yaml}");
     let set = load(&yaml);
     assert!(allows(&set, "api.example.org", 443));
     assert!(allows(&set, "api.example.org", 8080));
@@ -238,7 +238,11 @@ fn hostile_hosts_cannot_break_the_yaml_or_the_comment() {
         "not_allowed",
     ));
     let yaml = draft(&lines, 5);
-    assert_eq!(allow_lines(&yaml), ["  - host: ok.example.org"], "{yaml}");
+    assert_eq!(
+        allow_lines(&yaml),
+        ["  - host: \"ok.example.org\""],
+        "{yaml}"
+    );
     for line in yaml.lines() {
         assert!(
             line.chars().all(|c| c == ' ' || c.is_ascii_graphic()),
@@ -258,4 +262,101 @@ fn hostile_hosts_cannot_break_the_yaml_or_the_comment() {
 fn comment_text_keeps_printable_ascii_only() {
     assert_eq!(comment_text("a.b"), "a.b");
     assert_eq!(comment_text("é\u{1b}"), "\\u{e9}\\x1b");
+}
+
+fn would_block(host: &str) -> String {
+    record("connect", host, Some(443), "would_block", "not_allowed")
+}
+
+/// Names YAML would read as another value, or as a different string, are quoted in the
+/// draft; a record with port 0 (no rule can name it) is skipped. The draft always passes the
+/// engine's check, and every suggested name is allowed as itself.
+#[test]
+fn no_host_breaks_the_draft() {
+    let words = [
+        "null",
+        "Null",
+        "NULL",
+        "~",
+        "true",
+        "True",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "y",
+        "n",
+        "nan",
+        ".nan",
+        "inf",
+        ".inf",
+        "-.inf",
+        "0",
+        "123",
+        "0x1f",
+        "0o17",
+        "1e3",
+        "1_000",
+        "12:30",
+        "2001-12-14",
+        "=",
+        "<<",
+        "-",
+        "?",
+        "!",
+        "&a",
+        "*a",
+        "|",
+        ">",
+        "#",
+        "%",
+        "@",
+        "`",
+        "'",
+        "\"",
+        "{}",
+        "[]",
+        ",",
+        ":",
+        "xn--bcher-kva",
+        "a-",
+        "-a",
+        "_a",
+        "0b1",
+    ];
+    let mut hosts: Vec<String> = Vec::new();
+    for a in words {
+        hosts.push(a.to_owned());
+        hosts.push(format!("{a}."));
+        for b in ["example", "com", "null", "1e3", "true"] {
+            hosts.push(format!("{a}.{b}"));
+            hosts.push(format!("{b}.{a}"));
+        }
+    }
+    let mut lines: Vec<String> = hosts.iter().map(|host| would_block(host)).collect();
+    lines.push(record(
+        "connect",
+        "zero.example.net",
+        Some(0),
+        "would_block",
+        "not_allowed",
+    ));
+    for wildcard_after in [0, 5] {
+        let yaml = draft(&lines, wildcard_after);
+        let set = load(&yaml);
+        assert!(!yaml.contains("zero.example.net"), "{yaml}");
+        for host in &hosts {
+            let Ok(checked) = parse_host_pattern(host, PatternUse::Allow) else {
+                continue;
+            };
+            let HostPattern::Exact(name) = checked.pattern else {
+                continue;
+            };
+            assert!(
+                allows(&set, &name, 443),
+                "{host:?} ({name}) not allowed by:\n{yaml}"
+            );
+        }
+    }
 }
