@@ -268,6 +268,101 @@ fn would_block(host: &str) -> String {
     record("connect", host, Some(443), "would_block", "not_allowed")
 }
 
+/// Five siblings ask for `*.example.com`, but the same logs show one name under it refused
+/// by a deny rule and one resolving into the floor: the wildcard would allow both, so the
+/// names stay exact and the comment says why.
+#[test]
+fn a_wildcard_never_covers_a_name_refused_by_a_deny_rule_or_the_floor() {
+    let mut lines: Vec<String> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|label| would_block(&format!("{label}.example.com")))
+        .collect();
+    let refused = [
+        record(
+            "connect",
+            "gist.example.com",
+            Some(443),
+            "blocked",
+            "denied",
+        ),
+        record(
+            "connect",
+            "meta.example.com",
+            Some(80),
+            "blocked",
+            "private_address",
+        ),
+    ];
+    for one in [&refused[..1], &refused[1..], &refused[..]] {
+        let mut with = lines.clone();
+        with.extend(one.iter().cloned());
+        let yaml = draft(&with, 5);
+        assert_eq!(allow_lines(&yaml).len(), 5, "{yaml}");
+        assert!(
+            yaml.contains("  # Not widened to *.example.com, though 5 names were seen under it (--wildcard-after 5):"),
+            "{yaml}"
+        );
+        let set = load(&yaml);
+        assert!(allows(&set, "a.example.com", 443));
+        assert!(!allows(&set, "gist.example.com", 443));
+        assert!(!allows(&set, "meta.example.com", 443));
+    }
+    let yaml = draft(&[lines.clone(), refused.to_vec()].concat(), 5);
+    assert!(
+        yaml.contains("  #   it would also allow gist.example.com (denied), meta.example.com (private_address), refused in these logs."),
+        "{yaml}"
+    );
+    // Refused for how it was asked, or the apex (which a wildcard does not match): widened.
+    lines.push(record(
+        "connect",
+        "f.example.com",
+        Some(443),
+        "blocked",
+        "sni_mismatch",
+    ));
+    lines.push(record(
+        "connect",
+        "example.com",
+        Some(443),
+        "blocked",
+        "denied",
+    ));
+    assert_eq!(
+        allow_lines(&draft(&lines, 5)),
+        ["  - host: \"*.example.com\""]
+    );
+}
+
+/// A name the program asked for that also resolved into the floor is still a rule, but its
+/// comment says so: the reviewer decides with every refusal in view.
+#[test]
+fn a_suggested_name_also_refused_says_so_in_its_comment() {
+    let yaml = draft(
+        &[
+            would_block("internal.example.org"),
+            record(
+                "connect",
+                "internal.example.org",
+                Some(443),
+                "blocked",
+                "private_address",
+            ),
+            would_block("gist.example.org"),
+            record("connect", "gist.example.org", Some(22), "blocked", "denied"),
+        ],
+        5,
+    );
+    assert!(
+        yaml.contains("  # 443 x1; would_block 1; ALSO REFUSED: private_address x1 (resolved into the private-address floor: an internal name, or DNS rebinding? the floor still holds under this rule)\n  - host: \"internal.example.org\""),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("; ALSO REFUSED: denied x1 (by a deny rule of the logged policy; this draft has no deny rules)\n  - host: \"gist.example.org\""),
+        "{yaml}"
+    );
+    load(&yaml);
+}
+
 /// Names YAML would read as another value, or as a different string, are quoted in the
 /// draft; a record with port 0 (no rule can name it) is skipped. The draft always passes the
 /// engine's check, and every suggested name is allowed as itself.
