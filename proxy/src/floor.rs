@@ -209,6 +209,104 @@ fn embedded_ipv4(bits: u128) -> Option<[Ipv4Addr; 2]> {
     None
 }
 
+/// One IPv6 form that carries an IPv4 address (the forms of [`embedded_ipv4`]): its block,
+/// where the 32 bits of the IPv4 address start (bits from the top), and whether they are
+/// stored inverted.
+struct Ipv4Carrier {
+    form: &'static str,
+    block: (u128, u8),
+    offset: u8,
+    inverted: bool,
+}
+
+const IPV4_CARRIERS: &[Ipv4Carrier] = &[
+    Ipv4Carrier {
+        form: "IPv4-compatible",
+        block: (0, 96),
+        offset: 96,
+        inverted: false,
+    },
+    Ipv4Carrier {
+        form: "IPv4-mapped",
+        block: (0xffff << 32, 96),
+        offset: 96,
+        inverted: false,
+    },
+    Ipv4Carrier {
+        form: "SIIT",
+        block: (0xffff_0000 << 32, 96),
+        offset: 96,
+        inverted: false,
+    },
+    Ipv4Carrier {
+        form: "NAT64",
+        block: (0x0064_ff9b << 96, 96),
+        offset: 96,
+        inverted: false,
+    },
+    Ipv4Carrier {
+        form: "6to4",
+        block: (0x2002 << 112, 16),
+        offset: 16,
+        inverted: false,
+    },
+    Ipv4Carrier {
+        form: "Teredo server",
+        block: (0x2001_0000 << 96, 32),
+        offset: 32,
+        inverted: false,
+    },
+    Ipv4Carrier {
+        form: "Teredo client",
+        block: (0x2001_0000 << 96, 32),
+        offset: 96,
+        inverted: true,
+    },
+];
+
+/// IPv4 addresses that addresses of an IPv6 block carry in one form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CarriedIpv4 {
+    /// The form's name, e.g. `NAT64`.
+    pub form: &'static str,
+    /// The part of the block in that form.
+    pub part: ipnet::Ipv6Net,
+    /// Every IPv4 address some address of `part` carries.
+    pub ipv4: ipnet::Ipv4Net,
+}
+
+/// The IPv4 addresses the addresses of `net` carry, per form: what deny `cidr` rules, which
+/// judge an IPv6 address by the IPv4 address inside it, refuse of an IPv6 block. Bits of the
+/// IPv4 field that `net` leaves open make the IPv4 block wider (`64:ff9b::/96` carries
+/// `0.0.0.0/0`).
+pub fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
+    IPV4_CARRIERS
+        .iter()
+        .filter_map(|carrier| {
+            let (bits, len) = carrier.block;
+            let block = ipnet::Ipv6Net::new(Ipv6Addr::from(bits), len).expect("a valid block");
+            let part = if block.contains(&net) {
+                net
+            } else if net.contains(&block) {
+                block
+            } else {
+                return None;
+            };
+            let fixed = part.prefix_len().saturating_sub(carrier.offset).min(32);
+            let field = (u128::from(part.network()) >> (96 - carrier.offset)) as u32;
+            let field = if carrier.inverted { !field } else { field };
+            let ipv4 = ipnet::Ipv4Net::new(Ipv4Addr::from(field), fixed)
+                .expect("a prefix of at most 32")
+                .trunc();
+            Some(CarriedIpv4 {
+                form: carrier.form,
+                part,
+                ipv4,
+            })
+        })
+        .collect()
+}
+
 /// True when some address in `net` is behind the floor: used to warn about `cidr` allow
 /// rules that open private ranges. IPv6 blocks that overlap a form carrying IPv4 (mapped,
 /// NAT64, 6to4, Teredo …) count as overlapping, since they can carry private IPv4.

@@ -429,12 +429,13 @@ fn a_loopback_cidr_exemption_does_not_open_other_embeddings_of_loopback() {
 }
 
 /// A sloppy author opens an IPv6 translation prefix (NAT64 or 6to4) to reach IPv4 hosts
-/// and denies the metadata address. "A deny rule beats any allow rule" must hold for every
+/// and denies the metadata address (an allow `::ffff:0:0/96` is refused: the mapped
+/// spelling is matched as IPv4, which `0.0.0.0/0` opens here). "A deny rule beats any allow rule" must hold for every
 /// spelling of the denied address, not only the IPv4 one.
 #[test]
 fn deny_cidrs_cover_ipv4_addresses_embedded_in_ipv6() {
     let set = set(
-        "version: 1\nallow:\n  - host: a.test\n    ports: [80]\n  - cidr: 64:ff9b::/96\n    ports: [80]\n  - cidr: 2002::/16\n    ports: [80]\n  - cidr: ::ffff:0:0/96\n    ports: [80]\ndeny:\n  - cidr: 169.254.169.254/32\n",
+        "version: 1\nallow:\n  - host: a.test\n    ports: [80]\n  - cidr: 64:ff9b::/96\n    ports: [80]\n  - cidr: 2002::/16\n    ports: [80]\n  - cidr: 0.0.0.0/0\n    ports: [80]\ndeny:\n  - cidr: 169.254.169.254/32\n",
     );
     for spelling in [
         "169.254.169.254",
@@ -752,7 +753,7 @@ fn merging_never_weakens_the_tls_check_and_wide_cidrs_are_flagged() {
         "0.0.0.0/0",
         "::/0",
         "169.254.0.0/16",
-        "::ffff:0:0/96",
+        // (`::ffff:0:0/96` is refused outright: mapped addresses are matched as IPv4.)
         "64:ff9b::/96",
         "2002::/16",
     ] {

@@ -13,9 +13,12 @@
 //!
 //! A wildcard replaces exact names only when at least `wildcard_after` sibling names under
 //! one registrable domain were seen, and only when the engine accepts it without a warning:
-//! never over a public suffix, never over shared hosting. Every comment is made safe first:
-//! hosts come from the hostile sandbox, so a comment holds only printable ASCII and the
-//! escapes of everything else — a name cannot end the comment line or hide text.
+//! never over a public suffix, never over shared hosting, and never over a name the same
+//! logs show refused by a deny rule or the private-address floor (the wildcard would allow
+//! what was refused for where it is). Every comment is made safe first: hosts come from the
+//! hostile sandbox, so a comment holds only printable ASCII and the escapes of everything
+//! else — a name cannot end the comment line or hide text. Every host in a rule is a quoted
+//! string, so no name (`null`, `true`, `123` …) reads as another YAML value.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -68,6 +71,7 @@ pub fn suggest(log: &AuditLog, options: &SuggestOptions) -> String {
     for attempt in log.attempts() {
         classify(attempt, &mut names, &mut excluded);
     }
+    let refused = refused_for_where(&names);
     let mut suggested: BTreeMap<String, NameSeen> = BTreeMap::new();
     for (name, seen) in names {
         if !seen.ports.is_empty() {
@@ -90,8 +94,26 @@ pub fn suggest(log: &AuditLog, options: &SuggestOptions) -> String {
             },
         );
     }
-    let (wildcards, exact) = widen(suggested, options.wildcard_after);
-    render(log, options, &wildcards, &exact, &excluded)
+    let widened = widen(suggested, options.wildcard_after, &refused);
+    render(log, options, &widened, &excluded)
+}
+
+/// Refusals that say "not this host": a deny rule, or the private-address floor. A wildcard
+/// over such a name would allow it; a name refused only for how it was asked does not count.
+const WHERE_REFUSALS: [&str; 2] = ["denied", "private_address"];
+
+/// Each name refused for where it is, with those reasons (in `WHERE_REFUSALS` order).
+fn refused_for_where(names: &BTreeMap<String, NameSeen>) -> BTreeMap<String, Vec<&'static str>> {
+    names
+        .iter()
+        .filter_map(|(name, seen)| {
+            let reasons: Vec<&'static str> = WHERE_REFUSALS
+                .into_iter()
+                .filter(|reason| seen.refused_for.contains_key(*reason))
+                .collect();
+            (!reasons.is_empty()).then(|| (name.clone(), reasons))
+        })
+        .collect()
 }
 
 fn classify(
@@ -99,6 +121,11 @@ fn classify(
     names: &mut BTreeMap<String, NameSeen>,
     excluded: &mut BTreeMap<String, Excluded>,
 ) {
+    // No connection uses port 0 and no rule can name it: a forged or broken record, which
+    // would otherwise make a rule the engine refuses.
+    if attempt.port == Some(0) {
+        return;
+    }
     let mut exclude = |host: &str, why: String| {
         let entry = excluded.entry(host.to_owned()).or_insert_with(|| Excluded {
             host: host.to_owned(),
@@ -191,26 +218,32 @@ struct Wildcard {
     names: BTreeMap<String, NameSeen>,
 }
 
+/// A wildcard that enough names asked for, kept as exact rules because it would also cover
+/// names the logs show refused for where they are.
+struct Unwidened {
+    suffix: String,
+    names: usize,
+    refused: Vec<(String, Vec<&'static str>)>,
+}
+
+/// The rules of a draft: wildcards, the wildcards refused, and the remaining exact names.
+struct Widened {
+    wildcards: Vec<Wildcard>,
+    unwidened: Vec<Unwidened>,
+    exact: BTreeMap<String, NameSeen>,
+}
+
 /// Replaces the names under one registrable domain by `*.domain` when there are at least
-/// `threshold` of them (apex excluded: a wildcard does not match it) and the engine accepts
-/// that wildcard with no warning.
+/// `threshold` of them (apex excluded: a wildcard does not match it), the engine accepts
+/// that wildcard with no warning, and it covers no name in `refused`.
 fn widen(
     mut names: BTreeMap<String, NameSeen>,
     threshold: usize,
-) -> (Vec<Wildcard>, BTreeMap<String, NameSeen>) {
-    let mut siblings: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for name in names.keys() {
-        if let Some(domain) = registrable_domain(name)
-            && domain != name
-        {
-            siblings
-                .entry(domain.to_owned())
-                .or_default()
-                .push(name.clone());
-        }
-    }
+    refused: &BTreeMap<String, Vec<&'static str>>,
+) -> Widened {
     let mut wildcards = Vec::new();
-    for (domain, members) in siblings {
+    let mut unwidened = Vec::new();
+    for (domain, members) in siblings(names.keys()) {
         if threshold == 0 || members.len() < threshold {
             continue;
         }
@@ -218,6 +251,20 @@ fn widen(
             continue;
         };
         if !checked.warnings.is_empty() {
+            continue;
+        }
+        let wildcard = HostPattern::Wildcard(domain.clone());
+        let covered: Vec<(String, Vec<&'static str>)> = refused
+            .iter()
+            .filter(|(name, _)| HostPattern::Exact((*name).clone()).is_covered_by(&wildcard))
+            .map(|(name, reasons)| (name.clone(), reasons.clone()))
+            .collect();
+        if !covered.is_empty() {
+            unwidened.push(Unwidened {
+                suffix: domain,
+                names: members.len(),
+                refused: covered,
+            });
             continue;
         }
         let names = members
@@ -229,7 +276,27 @@ fn widen(
             names,
         });
     }
-    (wildcards, names)
+    Widened {
+        wildcards,
+        unwidened,
+        exact: names,
+    }
+}
+
+/// Names grouped by registrable domain, apex left out (a wildcard does not match it).
+fn siblings<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, Vec<String>> {
+    let mut siblings: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for name in names {
+        if let Some(domain) = registrable_domain(name)
+            && domain != name
+        {
+            siblings
+                .entry(domain.to_owned())
+                .or_default()
+                .push(name.clone());
+        }
+    }
+    siblings
 }
 
 /// Untrusted text → safe inside a YAML comment: printable ASCII kept, control and bidi
@@ -247,12 +314,19 @@ pub fn comment_text(raw: &str) -> String {
     out
 }
 
+/// A host as a YAML double-quoted string (JSON string syntax is valid YAML): whatever the
+/// name, it is read back as that string, never as `null`, a boolean or a number.
+fn yaml_string(host: &str) -> String {
+    serde_json::to_string(host).expect("a string serialises")
+}
+
 fn ports_list(ports: impl IntoIterator<Item = u16>) -> String {
     let ports: Vec<String> = ports.into_iter().map(|p| p.to_string()).collect();
     format!("[{}]", ports.join(", "))
 }
 
-/// `443 x5, 80 x1; allowed 2, would_block 4`
+/// `443 x5, 80 x1; allowed 2, would_block 4`, and the name's other refusals (see
+/// [`also_refused`]).
 fn seen_words(seen: &NameSeen) -> String {
     let ports: Vec<String> = seen
         .ports
@@ -264,16 +338,48 @@ fn seen_words(seen: &NameSeen) -> String {
         .iter()
         .map(|(decision, count)| format!("{decision} {count}"))
         .collect();
-    format!("{}; {}", ports.join(", "), decisions.join(", "))
+    format!(
+        "{}; {}{}",
+        ports.join(", "),
+        decisions.join(", "),
+        also_refused(&seen.refused_for)
+    )
+}
+
+/// `; ALSO REFUSED: private_address x1 (…)`: refusals of a name that is still suggested
+/// because the program also asked for it on a port. The rule stays — the floor still holds
+/// under it, and dropping it would hide that the program wanted the name — but a reviewer
+/// must see that the name resolved into the floor (an internal name, or DNS rebinding) or hit
+/// a deny rule the draft does not carry.
+fn also_refused(reasons: &BTreeMap<String, u64>) -> String {
+    if reasons.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = reasons
+        .iter()
+        .map(|(reason, count)| {
+            let why = match reason.as_str() {
+                "private_address" => " (resolved into the private-address floor: an internal name, or DNS rebinding? the floor still holds under this rule)",
+                "denied" => " (by a deny rule of the logged policy; this draft has no deny rules)",
+                _ => "",
+            };
+            format!("{} x{count}{why}", comment_text(reason))
+        })
+        .collect();
+    format!("; ALSO REFUSED: {}", list.join(", "))
 }
 
 fn render(
     log: &AuditLog,
     options: &SuggestOptions,
-    wildcards: &[Wildcard],
-    exact: &BTreeMap<String, NameSeen>,
+    widened: &Widened,
     excluded: &BTreeMap<String, Excluded>,
 ) -> String {
+    let Widened {
+        wildcards,
+        unwidened,
+        exact,
+    } = widened;
     let mut out = String::new();
     let runs: BTreeSet<&str> = log.entries.iter().filter_map(|e| e.entry.run()).collect();
     let attempts = log
@@ -323,16 +429,32 @@ fn render(
         }
         let _ = writeln!(
             out,
-            "  - host: \"*.{}\"\n    ports: {}",
-            wildcard.suffix,
+            "  - host: {}\n    ports: {}",
+            yaml_string(&format!("*.{}", wildcard.suffix)),
             ports_list(ports)
+        );
+    }
+    for item in unwidened {
+        let refused: Vec<String> = item
+            .refused
+            .iter()
+            .map(|(name, reasons)| format!("{} ({})", comment_text(name), reasons.join(", ")))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  # Not widened to *.{}, though {} names were seen under it (--wildcard-after {}):\n  #   it would also allow {}, refused in these logs.",
+            comment_text(&item.suffix),
+            item.names,
+            options.wildcard_after,
+            refused.join(", ")
         );
     }
     for (name, seen) in exact {
         let _ = writeln!(
             out,
-            "  # {}\n  - host: {name}\n    ports: {}",
+            "  # {}\n  - host: {}\n    ports: {}",
             seen_words(seen),
+            yaml_string(name),
             ports_list(seen.ports.keys().copied())
         );
     }

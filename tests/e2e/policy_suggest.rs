@@ -115,12 +115,15 @@ fn a_draft_from_a_report_run_reaches_the_same_hosts_and_no_others() {
         .collect();
     assert_eq!(
         rules,
-        ["  - host: api.alpha.test", "  - host: files.beta.test"],
+        [
+            "  - host: \"api.alpha.test\"",
+            "  - host: \"files.beta.test\""
+        ],
         "{draft}"
     );
     assert!(
         draft.contains(&format!(
-            "  # {port} x2; would_block 2\n  - host: api.alpha.test\n    ports: [{port}]"
+            "  # {port} x2; would_block 2\n  - host: \"api.alpha.test\"\n    ports: [{port}]"
         )),
         "{draft}"
     );

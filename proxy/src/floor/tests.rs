@@ -258,3 +258,53 @@ fn a_cidr_allow_rule_exempts_an_extra_range_as_it_does_a_private_one() {
     let port = exempted.check_address_against(&floor, "93.184.216.34".parse().unwrap(), 80);
     assert_eq!(port.reason, Reason::PrivateAddress);
 }
+
+/// `ipv4_carried_by` and the floor's own reading of an address agree on every form, and a
+/// block carries every IPv4 address its open bits allow.
+#[test]
+fn ipv4_carried_by_a_block_matches_embedded_ipv4_of_its_addresses() {
+    for v4 in ["10.1.2.3", "8.8.4.4", "255.255.255.255", "0.0.0.1"] {
+        let v4: Ipv4Addr = v4.parse().unwrap();
+        for form in embedded_forms(v4) {
+            let carried: Vec<Ipv4Addr> = ipv4_carried_by(ipnet::Ipv6Net::from(form))
+                .iter()
+                .map(|carried| {
+                    assert_eq!(carried.ipv4.prefix_len(), 32, "{form}");
+                    carried.ipv4.addr()
+                })
+                .collect();
+            let embedded = embedded_ipv4_of(form).expect("a carrying form");
+            assert!(!carried.is_empty(), "{form}");
+            assert!(
+                carried.iter().all(|v4| embedded.contains(v4)),
+                "{form}: {carried:?} vs {embedded:?}"
+            );
+            assert!(embedded.iter().all(|v4| carried.contains(v4)), "{form}");
+        }
+    }
+    let carried = |net: &str| -> Vec<(&'static str, String)> {
+        ipv4_carried_by(net.parse().unwrap())
+            .iter()
+            .map(|c| (c.form, c.ipv4.to_string()))
+            .collect()
+    };
+    assert_eq!(carried("64:ff9b::/96"), [("NAT64", "0.0.0.0/0".to_owned())]);
+    assert_eq!(
+        carried("64:ff9b::a00:0/104"),
+        [("NAT64", "10.0.0.0/8".to_owned())]
+    );
+    assert_eq!(
+        carried("2002:a00::/24"),
+        [("6to4", "10.0.0.0/8".to_owned())]
+    );
+    assert_eq!(
+        carried("2001:0:808:808::/64"),
+        [
+            ("Teredo server", "8.8.8.8/32".to_owned()),
+            ("Teredo client", "0.0.0.0/0".to_owned())
+        ]
+    );
+    assert_eq!(carried("2001:db8::/32"), []);
+    // A block around a form carries all of it.
+    assert!(carried("::/0").contains(&("6to4", "0.0.0.0/0".to_owned())));
+}

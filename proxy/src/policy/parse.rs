@@ -75,10 +75,14 @@ struct RawTls {
 }
 
 /// Parser options: duplicate keys refused, a single document, small structural budget and
-/// alias replay bounded so an alias bomb fails within milliseconds.
+/// alias replay bounded so an alias bomb fails within milliseconds. Merge keys (`<<`) are
+/// refused: a key written next to `<<` silently wins over the merged one, and
+/// `<<: [{host: a}, {host: b}]` keeps only `a`, so a deny rule a reviewer reads as two can
+/// refuse one host. Anchors and aliases of plain values (one ports list) stay allowed.
 fn parser_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
         strict_booleans: true,
         // A `!!binary` scalar stays its visible text: a reviewer must see the host a rule
         // allows, not a base64 blob that decodes to it.
@@ -96,7 +100,8 @@ fn parser_options() -> serde_saphyr::Options {
             max_recorded_anchor_events: 10_000,
             max_recorded_anchor_bytes: 64 * 1024,
             max_total_scalar_bytes: MAX_POLICY_BYTES,
-            max_merge_keys: 100,
+            // Refused above; no budget to spend.
+            max_merge_keys: 0,
             // One anchored ports list reused by every rule is legitimate; the replay caps
             // below are what bound the work.
             enforce_alias_anchor_ratio: false,
@@ -228,6 +233,10 @@ fn yaml_error(file: &str, error: &serde_saphyr::Error) -> Diagnostic {
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
         .replace("expected string scalar", "expected a single value here")
         .replace("budget breached: ", "parser budget exceeded: ")
+        .replace(
+            "YAML merge keys are not allowed by configured policy",
+            "merge keys (`<<`) are not accepted in a policy (what they merge is easy to misread); write each rule and key out",
+        )
         .replace(
             "expected mapping start",
             "expected a mapping (`key: value` lines, e.g. `host: api.example.com`) here",
@@ -726,7 +735,8 @@ pub(crate) fn parse_port(raw: &str) -> Result<u16, String> {
 }
 
 /// `a.b.c.d/len` or an IPv6 prefix; a bare address is a single host (/32 or /128). A prefix
-/// with host bits set (`10.0.0.1/8`) is refused: it usually means a typo in either half.
+/// with host bits set (`10.0.0.1/8`) is refused: it usually means a typo in either half. So
+/// is an IPv4-mapped block (`::ffff:198.51.100.0/120`): it would match nothing.
 fn parse_cidr(raw: &str) -> Result<ipnet::IpNet, String> {
     let raw = raw.trim();
     let not_cidr =
@@ -756,7 +766,22 @@ fn parse_cidr(raw: &str) -> Result<ipnet::IpNet, String> {
             net.trunc()
         ));
     }
+    if let Some(ipv4) = mapped_ipv4(net) {
+        return Err(format!(
+            "`{raw}` is IPv4 written as IPv4-mapped IPv6, which the proxy matches as IPv4, so this rule would match nothing; write `{ipv4}`"
+        ));
+    }
     Ok(net)
+}
+
+/// The IPv4 block an IPv6 block inside `::ffff:0:0/96` spells. The engine turns every
+/// `::ffff:a.b.c.d` target into `a.b.c.d` before matching, so such a rule matches nothing.
+fn mapped_ipv4(net: ipnet::IpNet) -> Option<ipnet::Ipv4Net> {
+    let ipnet::IpNet::V6(net) = net else {
+        return None;
+    };
+    let ipv4 = net.network().to_ipv4_mapped()?;
+    ipnet::Ipv4Net::new(ipv4, net.prefix_len().checked_sub(96)?).ok()
 }
 
 fn private_cidr_warning(net: ipnet::IpNet) -> Option<String> {

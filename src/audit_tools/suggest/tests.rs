@@ -89,13 +89,13 @@ fn names_the_program_wanted_become_exact_rules_with_their_ports() {
     assert_eq!(
         allow_lines(&yaml),
         [
-            "  - host: api.example.org",
-            "  - host: cdn.example.com",
-            "  - host: pypi.example.net"
+            "  - host: \"api.example.org\"",
+            "  - host: \"cdn.example.com\"",
+            "  - host: \"pypi.example.net\""
         ],
         "{yaml}"
     );
-    assert!(yaml.contains("  # 443 x2, 8080 x1; allowed 1, would_block 2\n  - host: api.example.org\n    ports: [443, 8080]"), "{yaml}");
+    assert!(yaml.contains("  # 443 x2, 8080 x1; allowed 1, would_block 2\n  - host: \"api.example.org\"\n    ports: [443, 8080]"), "{yaml}");
     let set = load(&yaml);
     assert!(allows(&set, "api.example.org", 443));
     assert!(allows(&set, "api.example.org", 8080));
@@ -238,7 +238,11 @@ fn hostile_hosts_cannot_break_the_yaml_or_the_comment() {
         "not_allowed",
     ));
     let yaml = draft(&lines, 5);
-    assert_eq!(allow_lines(&yaml), ["  - host: ok.example.org"], "{yaml}");
+    assert_eq!(
+        allow_lines(&yaml),
+        ["  - host: \"ok.example.org\""],
+        "{yaml}"
+    );
     for line in yaml.lines() {
         assert!(
             line.chars().all(|c| c == ' ' || c.is_ascii_graphic()),
@@ -258,4 +262,196 @@ fn hostile_hosts_cannot_break_the_yaml_or_the_comment() {
 fn comment_text_keeps_printable_ascii_only() {
     assert_eq!(comment_text("a.b"), "a.b");
     assert_eq!(comment_text("é\u{1b}"), "\\u{e9}\\x1b");
+}
+
+fn would_block(host: &str) -> String {
+    record("connect", host, Some(443), "would_block", "not_allowed")
+}
+
+/// Five siblings ask for `*.example.com`, but the same logs show one name under it refused
+/// by a deny rule and one resolving into the floor: the wildcard would allow both, so the
+/// names stay exact and the comment says why.
+#[test]
+fn a_wildcard_never_covers_a_name_refused_by_a_deny_rule_or_the_floor() {
+    let mut lines: Vec<String> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|label| would_block(&format!("{label}.example.com")))
+        .collect();
+    let refused = [
+        record(
+            "connect",
+            "gist.example.com",
+            Some(443),
+            "blocked",
+            "denied",
+        ),
+        record(
+            "connect",
+            "meta.example.com",
+            Some(80),
+            "blocked",
+            "private_address",
+        ),
+    ];
+    for one in [&refused[..1], &refused[1..], &refused[..]] {
+        let mut with = lines.clone();
+        with.extend(one.iter().cloned());
+        let yaml = draft(&with, 5);
+        assert_eq!(allow_lines(&yaml).len(), 5, "{yaml}");
+        assert!(
+            yaml.contains("  # Not widened to *.example.com, though 5 names were seen under it (--wildcard-after 5):"),
+            "{yaml}"
+        );
+        let set = load(&yaml);
+        assert!(allows(&set, "a.example.com", 443));
+        assert!(!allows(&set, "gist.example.com", 443));
+        assert!(!allows(&set, "meta.example.com", 443));
+    }
+    let yaml = draft(&[lines.clone(), refused.to_vec()].concat(), 5);
+    assert!(
+        yaml.contains("  #   it would also allow gist.example.com (denied), meta.example.com (private_address), refused in these logs."),
+        "{yaml}"
+    );
+    // Refused for how it was asked, or the apex (which a wildcard does not match): widened.
+    lines.push(record(
+        "connect",
+        "f.example.com",
+        Some(443),
+        "blocked",
+        "sni_mismatch",
+    ));
+    lines.push(record(
+        "connect",
+        "example.com",
+        Some(443),
+        "blocked",
+        "denied",
+    ));
+    assert_eq!(
+        allow_lines(&draft(&lines, 5)),
+        ["  - host: \"*.example.com\""]
+    );
+}
+
+/// A name the program asked for that also resolved into the floor is still a rule, but its
+/// comment says so: the reviewer decides with every refusal in view.
+#[test]
+fn a_suggested_name_also_refused_says_so_in_its_comment() {
+    let yaml = draft(
+        &[
+            would_block("internal.example.org"),
+            record(
+                "connect",
+                "internal.example.org",
+                Some(443),
+                "blocked",
+                "private_address",
+            ),
+            would_block("gist.example.org"),
+            record("connect", "gist.example.org", Some(22), "blocked", "denied"),
+        ],
+        5,
+    );
+    assert!(
+        yaml.contains("  # 443 x1; would_block 1; ALSO REFUSED: private_address x1 (resolved into the private-address floor: an internal name, or DNS rebinding? the floor still holds under this rule)\n  - host: \"internal.example.org\""),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("; ALSO REFUSED: denied x1 (by a deny rule of the logged policy; this draft has no deny rules)\n  - host: \"gist.example.org\""),
+        "{yaml}"
+    );
+    load(&yaml);
+}
+
+/// Names YAML would read as another value, or as a different string, are quoted in the
+/// draft; a record with port 0 (no rule can name it) is skipped. The draft always passes the
+/// engine's check, and every suggested name is allowed as itself.
+#[test]
+fn no_host_breaks_the_draft() {
+    let words = [
+        "null",
+        "Null",
+        "NULL",
+        "~",
+        "true",
+        "True",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "y",
+        "n",
+        "nan",
+        ".nan",
+        "inf",
+        ".inf",
+        "-.inf",
+        "0",
+        "123",
+        "0x1f",
+        "0o17",
+        "1e3",
+        "1_000",
+        "12:30",
+        "2001-12-14",
+        "=",
+        "<<",
+        "-",
+        "?",
+        "!",
+        "&a",
+        "*a",
+        "|",
+        ">",
+        "#",
+        "%",
+        "@",
+        "`",
+        "'",
+        "\"",
+        "{}",
+        "[]",
+        ",",
+        ":",
+        "xn--bcher-kva",
+        "a-",
+        "-a",
+        "_a",
+        "0b1",
+    ];
+    let mut hosts: Vec<String> = Vec::new();
+    for a in words {
+        hosts.push(a.to_owned());
+        hosts.push(format!("{a}."));
+        for b in ["example", "com", "null", "1e3", "true"] {
+            hosts.push(format!("{a}.{b}"));
+            hosts.push(format!("{b}.{a}"));
+        }
+    }
+    let mut lines: Vec<String> = hosts.iter().map(|host| would_block(host)).collect();
+    lines.push(record(
+        "connect",
+        "zero.example.net",
+        Some(0),
+        "would_block",
+        "not_allowed",
+    ));
+    for wildcard_after in [0, 5] {
+        let yaml = draft(&lines, wildcard_after);
+        let set = load(&yaml);
+        assert!(!yaml.contains("zero.example.net"), "{yaml}");
+        for host in &hosts {
+            let Ok(checked) = parse_host_pattern(host, PatternUse::Allow) else {
+                continue;
+            };
+            let HostPattern::Exact(name) = checked.pattern else {
+                continue;
+            };
+            assert!(
+                allows(&set, &name, 443),
+                "{host:?} ({name}) not allowed by:\n{yaml}"
+            );
+        }
+    }
 }

@@ -55,6 +55,36 @@ fn nested_duplicates_tags_and_documents_are_errors() {
     assert!(error("- version: 1\n").starts_with("test.yaml:1:1: error: YAML: "));
 }
 
+/// Merging keeps the first of a list of mappings and lets a key written next to `<<` win:
+/// a deny list read as four hosts refused two. Every form of `<<` is refused at its place.
+#[test]
+fn merge_keys_are_errors_and_anchors_of_values_are_not() {
+    let refused = "test.yaml:4:5: error: YAML: merge keys (`<<`) are not accepted in a policy (what they merge is easy to misread); write each rule and key out";
+    assert_eq!(
+        error(
+            "version: 1\nallow: []\ndeny:\n  - <<: [{host: secrets.example.com}, {host: admin.example.com}]\n"
+        ),
+        refused
+    );
+    assert_eq!(
+        error(
+            "version: 1\ndeny:\n  - host: gist.example.com\n    <<: {host: internal.example.com}\n"
+        ),
+        refused
+    );
+    assert_eq!(
+        error(
+            "version: 1\nallow:\n  - &rule {host: a.example.com}\n  - !!merge <<: *rule\n    ports: [80]\n"
+        ),
+        refused.replace(":4:5:", ":4:13:")
+    );
+    // An anchored ports list reused by several rules stays fine.
+    let reused = policy(
+        "version: 1\nallow:\n  - host: a.example.com\n    ports: &web [80, 443]\n  - host: b.example.com\n    ports: *web\n",
+    );
+    assert_eq!(reused.allow[1].ports, PortSet::List(vec![80, 443]));
+}
+
 #[test]
 fn a_rule_must_be_a_mapping() {
     assert_eq!(
@@ -174,6 +204,29 @@ fn cidr_errors() {
             "{bad}"
         );
     }
+}
+
+/// The engine matches `::ffff:a.b.c.d` as `a.b.c.d`: a mapped block, allow or deny, would
+/// match nothing, so it is refused with the IPv4 block to write instead.
+#[test]
+fn ipv4_mapped_cidrs_are_errors_naming_the_ipv4_block() {
+    for list in ["allow", "deny"] {
+        assert_eq!(
+            error(&format!(
+                "version: 1\n{list}:\n  - cidr: \"::ffff:198.51.100.0/120\"\n"
+            )),
+            "test.yaml:3:11: error: `::ffff:198.51.100.0/120` is IPv4 written as IPv4-mapped IPv6, which the proxy matches as IPv4, so this rule would match nothing; write `198.51.100.0/24`"
+        );
+    }
+    assert!(
+        error("version: 1\ndeny:\n  - cidr: \"::ffff:0:0/96\"\n").ends_with("write `0.0.0.0/0`")
+    );
+    assert!(
+        error("version: 1\ndeny:\n  - cidr: \"::ffff:10.0.0.1\"\n")
+            .ends_with("write `10.0.0.1/32`")
+    );
+    // Other forms that carry IPv4 are matched as written.
+    policy("version: 1\ndeny:\n  - cidr: \"64:ff9b::a00:0/104\"\n  - cidr: \"::/0\"\n");
 }
 
 #[test]

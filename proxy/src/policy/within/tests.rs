@@ -210,3 +210,102 @@ fn request_rules_of_upper_bound_the_child() {
         "paths unrestricted"
     );
 }
+
+/// The diagnostics of `child` checked within `upper`.
+fn within_of(upper: &str, child: &str) -> Vec<String> {
+    let (upper, _) = Policy::from_yaml("upper.yaml", upper).unwrap();
+    let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+    check_within("child.yaml", &policy, "upper.yaml", &upper)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The engine judges api.x-corp.com's requests by UPPER's exact rule (GET only), never by
+/// the wildcard that also covers it: a child allowing any method there is wider.
+#[test]
+fn an_upper_exact_rule_narrows_its_name_even_under_an_upper_wildcard() {
+    let upper = "version: 1\nallow:\n  - host: api.x-corp.com\n    methods: [GET]\n  - host: \"*.x-corp.com\"\n";
+    assert_eq!(
+        within_of(upper, &allow("host: api.x-corp.com")),
+        [
+            "child.yaml:3:5: error: allow[0] (host: api.x-corp.com, ports: [443]) is not within upper.yaml: on port 443 the engine judges requests to api.x-corp.com by the exact rule allow[0] there (host: api.x-corp.com, ports: [443], methods: [GET]), which admits fewer of them"
+        ]
+    );
+    assert_within_of(upper, &allow("host: api.x-corp.com\n    methods: [GET]"));
+    assert_within_of(upper, &allow("host: other.x-corp.com"));
+    // A child wildcard reaches api.x-corp.com unrestricted too, unless the child narrows
+    // that name with an exact rule of its own (which is then checked itself).
+    let wildcard = allow(r#"host: "*.x-corp.com""#);
+    assert_eq!(within_of(upper, &wildcard).len(), 1, "{wildcard}");
+    assert!(within_of(upper, &wildcard)[0].contains("requests to api.x-corp.com"));
+    assert_within_of(
+        upper,
+        &format!("{wildcard}  - host: api.x-corp.com\n    methods: [GET]\n"),
+    );
+    // On a port where UPPER has no exact rule, its wildcard decides.
+    let upper_8443 = "version: 1\nallow:\n  - host: api.x-corp.com\n    methods: [GET]\n  - host: \"*.x-corp.com\"\n    ports: [443, 8443]\n";
+    assert_within_of(
+        upper_8443,
+        &allow("host: api.x-corp.com\n    ports: [8443]"),
+    );
+    // Another unrestricted exact rule for the name admits every request.
+    assert_within_of(
+        &format!("{upper}  - host: api.x-corp.com\n"),
+        &allow("host: api.x-corp.com"),
+    );
+}
+
+#[track_caller]
+fn assert_within_of(upper: &str, child: &str) {
+    assert_eq!(within_of(upper, child), Vec::<String>::new(), "{child}");
+}
+
+/// Leaving a port out of `tls.ports` lets a tunnel there carry anything, as `sni: off`.
+#[test]
+fn dropping_a_tls_port_upper_requires_is_an_error_naming_it() {
+    let upper = "version: 1\ntls:\n  ports: [443, 8443]\nallow:\n  - host: a.example.com\n";
+    let child = |tls: &str| format!("version: 1\ntls:\n  {tls}\nallow:\n  - host: a.example.com\n");
+    assert_eq!(
+        within_of(upper, &child("ports: []")),
+        [
+            "child.yaml:1:1: error: `tls: {ports: []}` leaves out ports 443, 8443, where upper.yaml requires TLS whose SNI is the allowed name: a tunnel there could carry plain traffic or TLS for any other name"
+        ]
+    );
+    assert!(within_of(upper, &child("ports: [443]"))[0].contains("leaves out port 8443,"));
+    assert!(within_of(upper, "version: 1\n")[0].contains("leaves out port 8443,"));
+    assert_within_of(upper, &child("ports: [8443, 443, 993]"));
+    // Under an UPPER that checks no SNI, its ports do nothing.
+    assert_within_of(
+        "version: 1\ntls:\n  sni: off\nallow:\n  - host: a.example.com\n",
+        &child("ports: []"),
+    );
+}
+
+/// The engine's deny cidrs judge an IPv6 address by the IPv4 address it carries: a child
+/// allowing NAT64 (or 6to4 …) reaches what UPPER denies as IPv4.
+#[test]
+fn upper_ipv4_denies_hold_for_the_ipv4_an_allowed_ipv6_block_carries() {
+    let upper = "version: 1\nallow:\n  - cidr: 64:ff9b::/96\n  - cidr: 2002::/16\n  - cidr: 198.51.100.0/24\ndeny:\n  - cidr: 10.0.0.0/8\n";
+    assert_eq!(
+        within_of(upper, &allow("cidr: 64:ff9b::/96")),
+        [
+            "child.yaml:3:5: error: allow[0] (cidr: 64:ff9b::/96, ports: [443]) is not within upper.yaml: it allows 64:ff9b::/96 (IPv4 10.0.0.0/8 in NAT64 form) on port 443, which upper.yaml denies (deny[0], line 7)"
+        ]
+    );
+    assert!(
+        within_of(upper, &allow("cidr: 2002:a00::/24"))[0]
+            .contains("it allows 2002:a00::/24 (IPv4 10.0.0.0/8 in 6to4 form)")
+    );
+    // A block carrying only other IPv4 addresses is within.
+    assert_within_of(upper, &allow("cidr: 64:ff9b::c633:6400/120"));
+    assert_within_of(upper, &allow("cidr: 2002:c633:6400::/40"));
+    // The child's own IPv4 deny holds for the carried addresses too.
+    assert_within_of(
+        upper,
+        &format!(
+            "{}deny:\n  - cidr: 10.0.0.0/8\n",
+            allow("cidr: 64:ff9b::/96")
+        ),
+    );
+}
