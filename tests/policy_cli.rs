@@ -367,6 +367,74 @@ credentials:
     secret: OPENAI_API_KEY
 ";
 
+/// `http://` to a port `tls.ports` reserves for TLS is refused as the proxy refuses it
+/// (`sni_mismatch`); it was answered `allowed`. A credential host's `http://` is upgraded to
+/// TLS by the proxy, so it stays allowed; with `sni: off` nothing is reserved.
+#[test]
+fn test_plain_http_to_a_tls_port_is_judged_as_the_proxy_judges_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let openai = openai(dir.path());
+    for target in ["http://api.openai.com:443/", "ws://api.openai.com:443/"] {
+        let result = run(&["policy", "test", "-p", path_str(&openai), target]);
+        assert_eq!(
+            result.code, 1,
+            "{target}: {}{}",
+            result.stdout, result.stderr
+        );
+        assert!(
+            result.stdout.starts_with(
+                "blocked  api.openai.com:443  reason=sni_mismatch  rule=-  policy=openai-agent\n"
+            ),
+            "{target}: {}",
+            result.stdout
+        );
+        assert!(
+            result.stdout.contains("reserved for TLS"),
+            "{}",
+            result.stdout
+        );
+    }
+    let result = run(&[
+        "policy",
+        "test",
+        "-p",
+        path_str(&openai),
+        "GET",
+        "http://api.openai.com:443/",
+    ]);
+    assert_eq!(result.code, 1, "{}{}", result.stdout, result.stderr);
+    assert!(
+        !result.stdout.contains("request: allowed"),
+        "{}",
+        result.stdout
+    );
+    // Still allowed: https:// to the port, a port not reserved, a credential (upgraded),
+    // and a policy that checks no SNI.
+    let credential = write(dir.path(), "credential.yaml", CREDENTIAL_POLICY);
+    let no_sni = write(
+        dir.path(),
+        "no-sni.yaml",
+        "version: 1\nname: no-sni\ntls:\n  sni: off\nallow:\n  - host: api.openai.com\n",
+    );
+    for (policy, target) in [
+        (&openai, "https://api.openai.com:443/"),
+        (&credential, "http://api.openai.com:443/v1/models/x"),
+        (&no_sni, "http://api.openai.com:443/"),
+    ] {
+        let result = run(&["policy", "test", "-p", path_str(policy), target]);
+        assert_eq!(
+            result.code, 0,
+            "{target}: {}{}",
+            result.stdout, result.stderr
+        );
+        assert!(
+            !result.stdout.contains("reserved for TLS"),
+            "{}",
+            result.stdout
+        );
+    }
+}
+
 #[test]
 fn test_with_a_method_judges_the_request_and_shows_inspection_and_credential() {
     let dir = tempfile::tempdir().unwrap();

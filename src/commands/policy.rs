@@ -153,7 +153,7 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
         return ExitCode::from(USAGE);
     }
     let shown_target = visible(raw_target);
-    let (target, port, path) = match parse_test_target(raw_target) {
+    let (target, port, path, plain) = match parse_test_target(raw_target) {
         Ok(parsed) => parsed,
         Err(message) => {
             warn!("egress-sandbox: error: TARGET `{shown_target}`: {message}");
@@ -192,7 +192,22 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
         }
         checked_address = true;
     }
+    let reserved =
+        plain && decision.verdict != Verdict::Block && reserved_for_tls(&set, &target, port);
+    if reserved {
+        decision = Decision {
+            verdict: Verdict::Block,
+            reason: egress_proxy::policy::Reason::SniMismatch,
+            rule: None,
+        };
+    }
     print_decision(&set, &target, port, &decision);
+    if reserved {
+        say!(
+            "  note: port {port} is reserved for TLS (tls.ports, sni: strict) and http:// is plain \
+             HTTP: the proxy refuses it"
+        );
+    }
     match &target {
         Target::Name(_) if decision.verdict != Verdict::Block => say!(
             "  note: the name was not resolved; the proxy resolves it when connecting and refuses \
@@ -330,14 +345,30 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     Some(set)
 }
 
+/// Whether the proxy refuses plain HTTP to `target:port` as it does at its doors: a strict
+/// SNI check reserves `tls.ports` for TLS, unless the request goes to a credential there,
+/// which the proxy itself sends over TLS (`http://` upgraded).
+fn reserved_for_tls(set: &PolicySet, target: &Target, port: u16) -> bool {
+    let tls = set.tls();
+    let upgraded = set
+        .inspection(target, port)
+        .is_some_and(|inspection| inspection.credential.is_some());
+    tls.sni == egress_proxy::policy::SniCheck::Strict && tls.ports.contains(&port) && !upgraded
+}
+
 /// `host[:port]` (port default 443) or a URL `http(s)://host[:port]/...` (port from the
-/// scheme), and the URL's path without its query (`/` when none): the host decides the
-/// connection, the path is judged only for a request (a METHOD given).
-fn parse_test_target(raw: &str) -> Result<(Target, u16, String), String> {
+/// scheme), the URL's path without its query (`/` when none), and whether the URL says
+/// plain HTTP (`http://`, `ws://`): the host decides the connection, the path is judged
+/// only for a request (a METHOD given).
+fn parse_test_target(raw: &str) -> Result<(Target, u16, String, bool), String> {
+    let mut plain = false;
     let (authority, default_port, path) = match raw.split_once("://") {
         Some((scheme, rest)) => {
             let port = match scheme.to_ascii_lowercase().as_str() {
-                "http" | "ws" => 80,
+                "http" | "ws" => {
+                    plain = true;
+                    80
+                }
                 "https" | "wss" => 443,
                 other => {
                     return Err(format!(
@@ -355,5 +386,5 @@ fn parse_test_target(raw: &str) -> Result<(Target, u16, String), String> {
     };
     let (target, port) = Target::parse_authority(authority, Some(default_port))
         .map_err(|error| error.to_string())?;
-    Ok((target, port, path))
+    Ok((target, port, path, plain))
 }
