@@ -23,6 +23,15 @@ struct ProxyProcess {
 
 impl ProxyProcess {
     fn start(log: &Path, run: &str) -> ProxyProcess {
+        ProxyProcess::launch(log, Some(run))
+    }
+
+    /// With no `--run-id` when `run` is None: its records carry `"run":null`.
+    fn launch(log: &Path, run: Option<&str>) -> ProxyProcess {
+        let run_id: &[&str] = match &run {
+            Some(run) => &["--run-id", run],
+            None => &[],
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
             .args([
                 "proxy",
@@ -31,7 +40,9 @@ impl ProxyProcess {
                 "--dns-listen",
                 "127.0.0.1:0",
             ])
-            .args(["--allow", "allowed.test", "--run-id", run, "--audit-log"])
+            .args(["--allow", "allowed.test"])
+            .args(run_id)
+            .arg("--audit-log")
             .arg(log)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -240,6 +251,35 @@ fn a_reordered_pair_is_found_at_both_lines() {
     let at: Vec<usize> = found.iter().map(|b| b.1).collect();
     assert_eq!(at, vec![2, 3], "{found:?}");
     assert!(found[1].2.contains("seq 1 comes after seq 2"), "{found:?}");
+}
+
+/// The proxy alone without `--run-id`, started twice on one log: each start's records are
+/// a chain of their own, and the log is intact (the second start's were reported as records
+/// after the first's end). A record added after an end is still found.
+#[test]
+fn proxy_starts_without_a_run_id_each_append_a_chain_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("norun.jsonl");
+    for start in 0..2 {
+        let mut proxy = ProxyProcess::launch(&log, None);
+        proxy.ask(&format!("s{start}.blocked.test"));
+        proxy.stop();
+    }
+    let output = verify(&[&log]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let mut lines = read_lines(&log);
+    assert_eq!(lines.len(), 4);
+    // The second start's first record moved behind its end: no longer a chain start.
+    lines.swap(2, 3);
+    write_lines(&log, &lines);
+    let output = verify(&[&log]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!breaks(&output).is_empty());
 }
 
 #[test]

@@ -185,7 +185,12 @@ impl Verifier {
             return;
         };
         let key = (path.to_path_buf(), fields.run.clone());
-        let slot = match self.index.get(&key) {
+        // Without a run id (`egress-sandbox proxy` with no `--run-id`), each start of the
+        // proxy appends a chain of its own to the same file: seq 0 after an ended chain
+        // begins the next one. A run id is unique, so for a run this stays a break.
+        let next_session =
+            |slot: &usize| run.is_none() && seq == 0 && self.chains[*slot].1.end.is_some();
+        let slot = match self.index.get(&key).filter(|slot| !next_session(slot)) {
             Some(slot) => *slot,
             None => {
                 self.index.insert(key.clone(), self.chains.len());
