@@ -5,20 +5,28 @@
 
 use std::collections::HashMap;
 
+use ipnet::IpNet;
+
 use super::host_pattern::HostPattern;
 use super::{Diagnostic, Rule, RuleTarget};
 
-/// Exact names and wildcard suffixes of one list, to find covering rules quickly.
+/// Exact names, wildcard suffixes and cidr blocks of one list, to find covering rules
+/// quickly.
 struct Coverage<'a> {
     rules: &'a [Rule],
     exact: HashMap<&'a str, Vec<usize>>,
     wildcard: HashMap<&'a str, Vec<usize>>,
+    /// By the block's network (host bits cleared): a block's covering blocks are found by
+    /// looking up each of its supernets, at most 129 lookups, instead of comparing it with
+    /// every other block (46,000 cidr rules took 17 s to load).
+    cidr: HashMap<IpNet, Vec<usize>>,
 }
 
 impl<'a> Coverage<'a> {
     fn new(rules: &'a [Rule]) -> Self {
         let mut exact: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut wildcard: HashMap<&str, Vec<usize>> = HashMap::new();
+        let mut cidr: HashMap<IpNet, Vec<usize>> = HashMap::new();
         for (index, rule) in rules.iter().enumerate() {
             match &rule.target {
                 RuleTarget::Host(HostPattern::Exact(name)) => {
@@ -27,13 +35,14 @@ impl<'a> Coverage<'a> {
                 RuleTarget::Host(HostPattern::Wildcard(suffix)) => {
                     wildcard.entry(suffix).or_default().push(index)
                 }
-                RuleTarget::Cidr(_) => {}
+                RuleTarget::Cidr(net) => cidr.entry(net.trunc()).or_default().push(index),
             }
         }
         Coverage {
             rules,
             exact,
             wildcard,
+            cidr,
         }
     }
 
@@ -82,12 +91,15 @@ impl<'a> Coverage<'a> {
                 }
             }
             RuleTarget::Cidr(net) => {
-                for (index, other) in self.rules.iter().enumerate() {
-                    if let RuleTarget::Cidr(other_net) = &other.target
-                        && other_net.contains(net)
-                    {
-                        push(index);
-                    }
+                for prefix in 0..=net.prefix_len() {
+                    let supernet = IpNet::new(net.addr(), prefix)
+                        .expect("a prefix no longer than the block's own")
+                        .trunc();
+                    self.cidr
+                        .get(&supernet)
+                        .into_iter()
+                        .flatten()
+                        .for_each(|&i| push(i));
                 }
             }
         }
