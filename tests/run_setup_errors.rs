@@ -156,11 +156,22 @@ fn run_proxy_and_policy_parse_pins_and_limits_alike() {
 fn an_unwritable_report_path_is_refused_before_docker_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let unwritable = dir.path().join("missing-directory/report.json");
+    // A valid policy with a warning: refused before it is said, cold and through a daemon
+    // (through one, the warning came first).
+    let warned = dir.path().join("warned.yaml");
+    std::fs::write(
+        &warned,
+        "version: 1\nallow:\n  - host: \"*.x.com\"\n  - host: a.x.com\n",
+    )
+    .unwrap();
+    let mut said = Vec::new();
     for server in [None, Some(dir.path().join("no-daemon.sock"))] {
         let mut command = binary();
         command
             .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
             .arg("run")
+            .arg("-p")
+            .arg(&warned)
             .arg("--report")
             .arg(&unwritable);
         if let Some(socket) = &server {
@@ -173,7 +184,10 @@ fn an_unwritable_report_path_is_refused_before_docker_is_touched() {
             "{}",
             stderr(&output)
         );
+        said.push(stderr(&output));
     }
+    assert_eq!(said[0], said[1], "cold and through a daemon");
+    assert!(!said[0].contains("warning"), "{}", said[0]);
     let writable = dir.path().join("report.json");
     let output = binary()
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")

@@ -28,11 +28,12 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         Ok(spec) => spec,
         Err(error) => return Ok(refuse(&error)),
     };
-    for warning in spec.warnings() {
-        say(warning);
-    }
+    // In a cold run's order: a refused report path first, and then no policy warnings.
     if let Some(refused) = super::run::check_report_path(args.report.as_deref()) {
         return Ok(refused);
+    }
+    for warning in spec.warnings() {
+        say(warning);
     }
     // Secrets and upstream CAs as read and checked here: the daemon may not see this
     // process's environment or files. The values go over the socket only, never in a log.
