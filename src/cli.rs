@@ -140,8 +140,11 @@ pub struct RunArgs {
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
     /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
-    /// report, audit log and exit codes; stdin is read to its end first).
-    #[arg(long, value_name = "SOCKET", env = "EGRESS_SANDBOX_SERVER")]
+    /// report, audit log and exit codes; stdin is read to its end first). Default:
+    /// $EGRESS_SANDBOX_SERVER when set and not empty.
+    // Read by `run` itself, not by clap's `env`: clap takes an empty variable for a
+    // missing value ("a value is required for '--server'") where unset is meant.
+    #[arg(long, value_name = "SOCKET")]
     pub server: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]

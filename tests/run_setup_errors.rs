@@ -238,3 +238,22 @@ fn stdin_beyond_what_a_server_run_takes_is_refused_with_the_limit() {
         stderr(&output)
     );
 }
+
+/// `EGRESS_SANDBOX_SERVER=` (set, empty) means no daemon: the run is cold (here it stops at
+/// the unreachable engine). It was a usage error, "a value is required for '--server'",
+/// naming a flag nobody typed.
+#[test]
+fn an_empty_server_variable_is_the_same_as_none() {
+    let output = binary()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .env("EGRESS_SANDBOX_SERVER", "")
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 125, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot reach the Docker engine"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -16,8 +16,16 @@ use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
 pub(crate) const SETUP_FAILED: u8 = 125;
 
+/// Where `--server` defaults from; empty is the same as unset.
+const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
+
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    if let Some(socket) = args.server.clone() {
+    let server = args.server.clone().or_else(|| {
+        std::env::var_os(SERVER_VARIABLE)
+            .filter(|socket| !socket.is_empty())
+            .map(std::path::PathBuf::from)
+    });
+    if let Some(socket) = server {
         return super::run_client::run(args, socket);
     }
     let report_path = args.report.clone();
