@@ -17,8 +17,15 @@ const PROXY_VARIABLES: &[&str] = &[
 
 pub(super) fn check_env(key: &str, value: &str) -> Result<(), SpecError> {
     let shown = format!("{key}={value}");
-    if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+    if key.is_empty() || key.contains('=') {
         return Err(invalid("--env", shown, "expected KEY=VALUE"));
+    }
+    if key.contains('\0') || value.contains('\0') {
+        return Err(invalid(
+            "--env",
+            shown,
+            "a NUL byte cannot be in an environment variable",
+        ));
     }
     if PROXY_VARIABLES.contains(&key) {
         return Err(invalid(
@@ -39,5 +46,7 @@ mod tests {
         assert!(check_env("FOO", "bar").is_ok());
         assert!(check_env("HTTPS_PROXY", "http://evil").is_err());
         assert!(check_env("", "x").is_err());
+        let nul = check_env("A", "x\0y").unwrap_err().to_string();
+        assert!(nul.contains("NUL byte"), "{nul}");
     }
 }
