@@ -245,7 +245,10 @@ fn yaml_error(file: &str, error: &serde_saphyr::Error) -> Diagnostic {
             "expected sequence start",
             "expected a list (`- item` lines, or `[a, b]`) here",
         );
-    let message = message.lines().next().unwrap_or_default().to_owned();
+    let mut message = message.lines().next().unwrap_or_default().to_owned();
+    if message.starts_with("parser budget exceeded: Documents") {
+        message = "a policy is one YAML document; a second one (`---`) begins here".to_owned();
+    }
     Diagnostic::error(file, line, column, format!("YAML: {message}"))
 }
 
@@ -483,7 +486,15 @@ pub(crate) fn check_policy_name(name: &str) -> Result<(), String> {
             name.escape_default()
         ));
     }
-    Ok(())
+    // Records name the policy that decided: these two names already mean something there.
+    match name {
+        "none" => Err(
+            "`name` `none` is reserved: records say `policy: none` when no policy applies (every host refused)"
+                .to_owned(),
+        ),
+        "cli" => Err("`name` `cli` is reserved: it names the rules of `--allow` flags".to_owned()),
+        _ => Ok(()),
+    }
 }
 
 fn is_name_byte(b: u8) -> bool {

@@ -450,6 +450,33 @@ fn many_cidr_rules_are_checked_in_linear_time() {
 }
 
 #[test]
+fn the_names_records_give_no_policy_and_the_allow_flags_are_reserved() {
+    for name in ["none", "cli"] {
+        let yaml = format!("version: 1\nname: {name}\nallow:\n  - host: a.com\n");
+        let error = Policy::from_yaml("test.yaml", &yaml)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "test.yaml:2:7: error: `name` `{name}` is reserved"
+            )),
+            "{error}"
+        );
+    }
+    assert!(Policy::from_yaml("test.yaml", "version: 1\nname: cli-tools\n").is_ok());
+}
+
+/// A second YAML document is named as such, not as the parser's budget.
+#[test]
+fn a_second_document_is_refused_in_plain_words() {
+    let error = Policy::from_yaml("test.yaml", "version: 1\n---\nversion: 1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("a policy is one YAML document"), "{error}");
+    assert!(!error.contains("budget"), "{error}");
+}
+
+#[test]
 fn private_cidr_allow_rules_warn() {
     let found = warnings("version: 1\nallow:\n  - cidr: 10.0.0.0/8\n    ports: [8080]\n");
     assert_eq!(found.len(), 1);
