@@ -3,10 +3,15 @@
 //! Frames are written as they arrive and never collected, so a command that prints 100 MB
 //! costs the caller a frame's worth of memory. Past the cap the rest is read and dropped
 //! (the command is not blocked on a full pipe) and one marker line goes to stderr.
+//!
+//! A caller that reads slowly slows the command down (the relay waits on its sink), until
+//! the run is over (time limit, interrupt, cancel): then the rest is read and dropped, see
+//! [`relay`].
 
 use futures_util::{Stream, StreamExt};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 
 use super::docker::LogOutput;
 
@@ -183,10 +188,19 @@ pub(crate) enum StreamEnd {
 }
 
 /// Relays `frames` into `sinks` until the stream ends.
+///
+/// Once `run_over` is cancelled (the run is being killed) nothing more is written: a write
+/// still waiting on its sink is dropped, and the rest of the stream is read into nothing.
+/// The engine cannot finish killing a container whose attached output is not read: its
+/// exit waits for the copy of the container's output, which waits for this stream. So a
+/// caller that reads nothing (a pipe into `sleep`, an API client that stopped reading)
+/// would otherwise hold the kill, and with it the run's end and teardown, for as long as
+/// it does not read.
 pub(crate) async fn relay<S>(
     mut frames: S,
     sinks: OutputSinks,
     limit: u64,
+    run_over: CancellationToken,
 ) -> (OutputStats, StreamEnd)
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
@@ -213,13 +227,24 @@ where
             }
         };
         let (pass, crossed) = cap.admit(channel, &message);
-        let sink = match channel {
-            Channel::Stdout => &mut stdout,
-            Channel::Stderr => &mut stderr,
+        let marker = crossed.then(|| cap.marker());
+        let write = async {
+            let sink = match channel {
+                Channel::Stdout => &mut stdout,
+                Channel::Stderr => &mut stderr,
+            };
+            sink.write(&message[..pass]).await;
+            if let Some(marker) = marker {
+                stderr.write(marker.as_bytes()).await;
+            }
         };
-        sink.write(&message[..pass]).await;
-        if crossed {
-            stderr.write(cap.marker().as_bytes()).await;
+        tokio::select! {
+            () = write => {}
+            () = run_over.cancelled() => {
+                tracing::debug!("the run is over; dropping the rest of its output");
+                stdout.broken = true;
+                stderr.broken = true;
+            }
         }
     }
     (cap.stats, StreamEnd::Eof)
@@ -280,7 +305,13 @@ mod tests {
         ]);
         let (out_writer, mut out_reader) = tokio::io::duplex(1 << 16);
         let (err_writer, mut err_reader) = tokio::io::duplex(1 << 16);
-        let (stats, end) = relay(frames, OutputSinks::new(out_writer, err_writer), 15).await;
+        let (stats, end) = relay(
+            frames,
+            OutputSinks::new(out_writer, err_writer),
+            15,
+            CancellationToken::new(),
+        )
+        .await;
         assert_eq!(end, StreamEnd::Eof);
         let mut out = String::new();
         let mut err = String::new();
@@ -294,5 +325,30 @@ mod tests {
         );
         assert_eq!(stats.stdout_bytes, 23);
         assert!(stats.truncated);
+    }
+
+    #[tokio::test]
+    async fn once_the_run_is_over_output_nobody_reads_is_drained_into_nothing() {
+        let frames = futures_util::stream::iter((0..100).map(|_| {
+            Ok(LogOutput::StdOut {
+                message: Bytes::from(vec![b'y'; 1 << 16]),
+            })
+        }));
+        // Kept open and never read: the first write waits forever.
+        let (out_writer, _out_reader) = tokio::io::duplex(1024);
+        let run_over = CancellationToken::new();
+        let relay = tokio::spawn(relay(
+            frames,
+            OutputSinks::new(out_writer, tokio::io::sink()),
+            1 << 30,
+            run_over.clone(),
+        ));
+        run_over.cancel();
+        let (stats, end) = tokio::time::timeout(std::time::Duration::from_secs(10), relay)
+            .await
+            .expect("the relay still waits on its sink")
+            .unwrap();
+        assert_eq!(end, StreamEnd::Eof);
+        assert_eq!(stats.stdout_bytes, 100 << 16);
     }
 }

@@ -431,9 +431,16 @@ impl Run<'_> {
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
         let command_over = std::sync::Arc::new(tokio::sync::Notify::new());
+        // Cancelled before a kill: the relay stops waiting on the caller (`output::relay`).
+        let run_over = tokio_util::sync::CancellationToken::new();
         let relay = tokio::spawn({
             let command_over = command_over.clone();
-            let relayed = output::relay(sandbox_output, sinks, self.spec.limits.output);
+            let relayed = output::relay(
+                sandbox_output,
+                sinks,
+                self.spec.limits.output,
+                run_over.clone(),
+            );
             async move {
                 let (stats, end) = relayed.await;
                 tracing::debug!(?end, "sandbox output ended");
@@ -459,6 +466,8 @@ impl Run<'_> {
             tracing::debug!("sandbox ended");
             emit(RunEvent::Ended);
             if !matches!(end, End::Exited(_)) {
+                // First: the engine's kill waits until the sandbox's output is read.
+                run_over.cancel();
                 // The container, not a process: a double-forked child that ignores SIGTERM
                 // dies too.
                 if let Err(error) = engine.kill_container(sandbox, "SIGKILL").await {

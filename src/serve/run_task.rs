@@ -25,6 +25,7 @@ use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
 const STREAM_LINES: usize = 64;
 /// How long the run's last lines (audit records, then `exit`) may wait for a client that
 /// does not read, once the run is over; then the stream is cut and the objects removed.
+/// One bound for all of them: the audit records and the `exit` line share it.
 const LAST_LINES_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An `audit` event: the record is the proxy's line, byte for byte.
@@ -173,8 +174,9 @@ async fn run(
         crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
     // Every sender of run events is gone with the run: the follower has seen them all. Not
     // waited for without a bound: teardown must never hang on it.
+    let last_lines_by = tokio::time::Instant::now() + LAST_LINES_WAIT;
     let mut follower = follower;
-    let run_id = match tokio::time::timeout(LAST_LINES_WAIT, &mut follower).await {
+    let run_id = match tokio::time::timeout_at(last_lines_by, &mut follower).await {
         Ok(joined) => joined.ok().flatten(),
         Err(_) => {
             tracing::warn!("the run's events did not end with the run");
@@ -212,7 +214,7 @@ async fn run(
             }))
         }
     };
-    if tokio::time::timeout(LAST_LINES_WAIT, lines.send(last_line))
+    if tokio::time::timeout_at(last_lines_by, lines.send(last_line))
         .await
         .is_err()
     {

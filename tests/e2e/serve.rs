@@ -1011,3 +1011,67 @@ fn a_client_that_does_not_read_costs_the_daemon_no_memory() {
     assert_run_removed(&run_id);
     daemon.stop();
 }
+
+/// `DELETE` kills the run at once even when its client has stopped reading (found in
+/// review: the answer said cancelled, but the containers stayed up until the client closed
+/// or bollard's 120 s request timeout: the engine does not finish a kill while the
+/// container's attached output is not read, and the relay was waiting on the full stream).
+/// The bound catches that hang; it is no timing. The objects go once the client closes.
+#[test]
+fn delete_kills_the_run_of_a_client_that_stopped_reading() {
+    use std::io::{Read, Write};
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let request = with_network(
+        &network,
+        json!({"argv": ["sh", "-c", "yes xxx"], "output_limit": "1GiB", "timeout": "5m"}),
+    )
+    .to_string();
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    write!(
+        stream,
+        "POST /v1/runs HTTP/1.1\r\nHost: egress-sandbox\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{request}",
+        request.len()
+    )
+    .unwrap();
+    // Up to the first output (the command runs), then not another byte: the stream fills.
+    stream
+        .set_read_timeout(Some(HANG_BOUND))
+        .expect("read timeout");
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("\"event\":\"output\"") {
+        let mut chunk = [0u8; 4096];
+        let read = stream.read(&mut chunk).unwrap();
+        assert!(read > 0, "the stream ended early");
+        seen.extend_from_slice(&chunk[..read]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    let start = text.find("\"run\":\"r-").expect("a started event") + 7;
+    let run_id = text[start..start + text[start..].find('"').unwrap()].to_owned();
+    let sandbox = leftovers(&run_id)
+        .containers
+        .into_iter()
+        .find(|name| !name.ends_with("-proxy"))
+        .expect("the run's sandbox container");
+
+    // `docker wait` returns when the sandbox has stopped.
+    let (stopped_tx, stopped) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = stopped_tx.send(Command::new("docker").args(["wait", &sandbox]).output());
+    });
+    runtime()
+        .block_on(daemon.client().cancel(&run_id, false))
+        .unwrap();
+    let waited = stopped
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the sandbox was not killed within 30 s of DELETE")
+        .expect("docker wait runs");
+    assert!(
+        waited.status.success(),
+        "docker wait: {}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    drop(stream);
+    assert_run_removed(&run_id);
+    daemon.stop();
+}

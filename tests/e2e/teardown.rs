@@ -1,5 +1,6 @@
 //! Teardown when egress-sandbox itself is stopped: SIGTERM tears the run down; after a
-//! SIGKILL the objects stay, and `egress-sandbox gc` removes them.
+//! SIGKILL the objects stay, and `egress-sandbox gc` removes them. A caller that reads no
+//! output does not hold up a time-limit kill.
 
 use std::time::Duration;
 
@@ -101,5 +102,25 @@ fn a_proxy_killed_mid_run_kills_the_sandbox_and_the_run_fails_with_125() {
             && summary.contains("killed (exit 125)"),
         "{summary}"
     );
+    run.assert_nothing_left();
+}
+
+/// A time-limit kill is not held up by a caller that reads no output (found in review:
+/// `run --timeout 3s -- yes | sleep 25` said "killed after 3.0s" but returned, and left its
+/// containers running, only when `sleep` ended: the engine does not finish a kill while
+/// the container's attached output is not read, and the relay was waiting on the full
+/// pipe). The bound catches that hang; it is no timing.
+#[test]
+fn a_time_limit_kill_is_not_held_up_by_a_caller_that_reads_no_output() {
+    let network = TestNetwork::create();
+    let run = Run::new(&network)
+        .timeout("2s")
+        .option("--output-limit", "1GiB")
+        .stdout_unread()
+        .hang_bound(Duration::from_secs(30))
+        .run(&["yes"]);
+
+    run.assert_code(124);
+    assert_eq!(run.report()["status"], "timeout", "{}", run.describe());
     run.assert_nothing_left();
 }

@@ -47,6 +47,8 @@ pub struct Run {
     policies: usize,
     /// Fed to the run's stdin, then closed; none: stdin is /dev/null.
     stdin: Option<Vec<u8>>,
+    /// Keep the run's stdout pipe open but never read it (a caller that reads nothing).
+    stdout_unread: bool,
 }
 
 impl Run {
@@ -85,6 +87,7 @@ impl Run {
             hang_bound: HANG_BOUND,
             policies: 0,
             stdin: None,
+            stdout_unread: false,
         }
     }
 
@@ -141,6 +144,13 @@ impl Run {
         self
     }
 
+    /// The run's stdout is a pipe nobody reads (it fills up and stays full) until the run
+    /// ends; the finished run's `stdout` is then empty.
+    pub fn stdout_unread(mut self) -> Self {
+        self.stdout_unread = true;
+        self
+    }
+
     pub fn hang_bound(mut self, bound: Duration) -> Self {
         self.hang_bound = bound;
         self
@@ -168,12 +178,18 @@ impl Run {
                 let _ = pipe.write_all(&input);
             });
         }
-        let stdout = Capture::start(child.stdout.take().expect("piped stdout"));
+        let stdout_pipe = child.stdout.take().expect("piped stdout");
+        let (stdout, unread_stdout) = if self.stdout_unread {
+            (Capture::start(std::io::empty()), Some(stdout_pipe))
+        } else {
+            (Capture::start(stdout_pipe), None)
+        };
         let stderr = Capture::start(child.stderr.take().expect("piped stderr"));
         RunningRun {
             pid: child.id(),
             child,
             stdout,
+            unread_stdout,
             stderr,
             dir: self.dir,
             report: self.report,
@@ -289,6 +305,8 @@ pub struct RunningRun {
     pub pid: u32,
     child: Child,
     stdout: Capture,
+    /// Held open, never read ([`Run::stdout_unread`]); closed once the run has ended.
+    unread_stdout: Option<std::process::ChildStdout>,
     stderr: Capture,
     dir: TempDir,
     report: PathBuf,
@@ -343,6 +361,7 @@ impl RunningRun {
     /// Waits for the end of the run (bounded), calling `tick` between polls.
     pub fn wait_with(mut self, tick: impl FnMut()) -> Finished {
         let status = wait_bounded(&mut self.child, self.hang_bound, tick);
+        drop(self.unread_stdout.take());
         let (stdout, stdout_bytes) = self.stdout.finish();
         let (stderr, stderr_bytes) = self.stderr.finish();
         let report_text = std::fs::read_to_string(&self.report).ok();
