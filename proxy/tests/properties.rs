@@ -192,4 +192,58 @@ proptest! {
             prop_assert_eq!(denying.decide(&target, 443).reason, Reason::Denied, "{}", form);
         }
     }
+
+    /// The cidr index finds what looking at every rule in order finds: the first allow
+    /// rule whose block holds the address and takes the port (else a port miss names the
+    /// first block holding it), and a deny block refusing first. Blocks of mixed lengths
+    /// around one address, so that several hold it.
+    #[test]
+    fn cidr_rules_decide_as_a_look_at_every_rule_in_order(
+        addr in any::<u32>(),
+        rules in proptest::collection::vec((0u8..=32, any::<u32>(), any::<bool>(), any::<bool>()), 1..24),
+    ) {
+        let addr = Ipv4Addr::from(addr | 0x0100_0000); // never 0.0.0.0/8
+        let mut allow = Vec::new();
+        let mut deny = Vec::new();
+        for (prefix, noise, near, port_80) in &rules {
+            // Half the blocks hold the address, the rest are anywhere.
+            let base = if *near { u32::from(addr) } else { *noise };
+            let mask = if *prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+            let block = format!("{}/{prefix}", Ipv4Addr::from(base & mask));
+            let holds = *prefix == 0 || (u32::from(addr) & mask) == (base & mask);
+            if *port_80 {
+                allow.push((block, holds, 80u16));
+            } else if !allow.is_empty() && allow.len() % 3 == 0 {
+                deny.push((block, holds));
+            } else {
+                allow.push((block, holds, 443u16));
+            }
+        }
+        let mut yaml = String::from("version: 1\nname: p\nallow:\n");
+        for (block, _, port) in &allow {
+            yaml.push_str(&format!("  - cidr: {block}\n    ports: [{port}]\n"));
+        }
+        if !deny.is_empty() {
+            yaml.push_str("deny:\n");
+            for (block, _) in &deny {
+                yaml.push_str(&format!("  - cidr: {block}\n"));
+            }
+        }
+        let set = policy(&yaml);
+        let target = Target::Ip(IpAddr::V4(addr));
+        for port in [80u16, 443] {
+            let decision = set.decide(&target, port);
+            let expected = if let Some(index) = deny.iter().position(|(_, holds)| *holds) {
+                (Verdict::Block, Reason::Denied, Some(format!("p:deny[{index}]")))
+            } else if let Some(index) = allow.iter().position(|(_, holds, p)| *holds && *p == port) {
+                (Verdict::Allow, Reason::Rule, Some(format!("p:allow[{index}]")))
+            } else if let Some(index) = allow.iter().position(|(_, holds, _)| *holds) {
+                (Verdict::Block, Reason::PortNotAllowed, Some(format!("p:allow[{index}]")))
+            } else {
+                (Verdict::Block, Reason::IpLiteral, None)
+            };
+            let got = (decision.verdict, decision.reason, decision.rule.map(|r| r.to_string()));
+            prop_assert_eq!(got, expected, "{}:{}\n{}", addr, port, yaml);
+        }
+    }
 }

@@ -46,10 +46,50 @@ struct NameRules {
     deny_wildcard: Vec<IndexedRule>,
 }
 
-#[derive(Debug)]
-struct CidrRule {
-    net: IpNet,
-    indexed: IndexedRule,
+/// One list's `cidr` rules by block (host bits cleared). An address's candidates are its
+/// block at each prefix length the rules use: one hash lookup per length (at most 33 for
+/// IPv4, 129 for IPv6), where looking at every rule cost each connection ~5 ns a rule —
+/// 0.2 ms per checked address under a 43,000-block deny list.
+#[derive(Debug, Default)]
+struct CidrIndex {
+    by_block: HashMap<IpNet, Vec<IndexedRule>>,
+    /// Prefix lengths in use, ascending, per family.
+    v4_prefixes: Vec<u8>,
+    v6_prefixes: Vec<u8>,
+}
+
+impl CidrIndex {
+    fn push(&mut self, net: IpNet, rule: IndexedRule) {
+        let prefixes = match net {
+            IpNet::V4(_) => &mut self.v4_prefixes,
+            IpNet::V6(_) => &mut self.v6_prefixes,
+        };
+        if let Err(at) = prefixes.binary_search(&net.prefix_len()) {
+            prefixes.insert(at, net.prefix_len());
+        }
+        self.by_block.entry(net.trunc()).or_default().push(rule);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_block.is_empty()
+    }
+
+    /// The first (lowest order) rule whose block contains `addr` and that `accepts`.
+    fn first(&self, addr: IpAddr, accepts: impl Fn(&IndexedRule) -> bool) -> Option<&IndexedRule> {
+        let prefixes = match addr {
+            IpAddr::V4(_) => &self.v4_prefixes,
+            IpAddr::V6(_) => &self.v6_prefixes,
+        };
+        prefixes
+            .iter()
+            .filter_map(|&prefix| {
+                let block = IpNet::new(addr, prefix).ok()?.trunc();
+                self.by_block.get(&block)
+            })
+            .flatten()
+            .filter(|rule| accepts(rule))
+            .min_by_key(|rule| rule.order)
+    }
 }
 
 /// FxHash-style hasher for names: fast on short strings, not keyed (see module docs).
@@ -111,8 +151,8 @@ struct Index {
     /// Label counts of keys with exact rules / with wildcard rules.
     exact_labels: u128,
     wildcard_labels: u128,
-    allow_cidrs: Vec<CidrRule>,
-    deny_cidrs: Vec<CidrRule>,
+    allow_cidrs: CidrIndex,
+    deny_cidrs: CidrIndex,
     /// The policies as given, to describe a rule for `policy test`.
     policies: Vec<Policy>,
     /// One credential per (host, port): the first policy's, when several agree.
@@ -211,8 +251,8 @@ impl PolicySet {
         let mut names = NameMap::default();
         let mut exact_labels = 0u128;
         let mut wildcard_labels = 0u128;
-        let mut allow_cidrs = Vec::new();
-        let mut deny_cidrs = Vec::new();
+        let mut allow_cidrs = CidrIndex::default();
+        let mut deny_cidrs = CidrIndex::default();
         let mut order: u32 = 0;
         for policy in &policies {
             for (list, rules) in [
@@ -251,13 +291,10 @@ impl PolicySet {
                             };
                             bucket.push(indexed);
                         }
-                        RuleTarget::Cidr(net) => {
-                            let cidr = CidrRule { net: *net, indexed };
-                            match list {
-                                RuleList::Allow => allow_cidrs.push(cidr),
-                                RuleList::Deny => deny_cidrs.push(cidr),
-                            }
-                        }
+                        RuleTarget::Cidr(net) => match list {
+                            RuleList::Allow => allow_cidrs.push(*net, indexed),
+                            RuleList::Deny => deny_cidrs.push(*net, indexed),
+                        },
                     }
                 }
             }
@@ -538,13 +575,9 @@ impl PolicySet {
         if let Some(rule) = find_cidr(&self.index.allow_cidrs, addr, port) {
             return allow(&rule.rule);
         }
-        let port_miss = self
-            .index
-            .allow_cidrs
-            .iter()
-            .find(|cidr| cidr.net.contains(&addr));
+        let port_miss = self.index.allow_cidrs.first(addr, |_| true);
         match port_miss {
-            Some(cidr) => self.refuse(Reason::PortNotAllowed, Some(&cidr.indexed.rule)),
+            Some(rule) => self.refuse(Reason::PortNotAllowed, Some(&rule.rule)),
             None => self.refuse(Reason::IpLiteral, None),
         }
     }
@@ -632,7 +665,7 @@ fn block(reason: Reason, rule: Option<&RuleRef>) -> Decision {
 /// The deny cidr rule refusing `addr`: matched on the address and, for IPv6 forms that
 /// carry an IPv4 address (NAT64, 6to4, compatible, Teredo …), on that IPv4 address too —
 /// a deny rule holds for every spelling of the address it names.
-fn find_deny_cidr(rules: &[CidrRule], addr: IpAddr, port: u16) -> Option<&IndexedRule> {
+fn find_deny_cidr(rules: &CidrIndex, addr: IpAddr, port: u16) -> Option<&IndexedRule> {
     if rules.is_empty() {
         return None;
     }
@@ -653,12 +686,8 @@ fn find_deny_cidr(rules: &[CidrRule], addr: IpAddr, port: u16) -> Option<&Indexe
 }
 
 /// The first (lowest order) cidr rule containing `addr` and taking `port`.
-fn find_cidr(rules: &[CidrRule], addr: IpAddr, port: u16) -> Option<&IndexedRule> {
-    rules
-        .iter()
-        .filter(|cidr| cidr.net.contains(&addr) && cidr.indexed.ports.contains(port))
-        .map(|cidr| &cidr.indexed)
-        .min_by_key(|rule| rule.order)
+fn find_cidr(rules: &CidrIndex, addr: IpAddr, port: u16) -> Option<&IndexedRule> {
+    rules.first(addr, |rule| rule.ports.contains(port))
 }
 
 /// `::ffff:a.b.c.d` is matched as `a.b.c.d`, so IPv4 `cidr` rules cover it.
