@@ -35,8 +35,12 @@ export class RequestRefused extends Error {
 /** The run could not be set up (Docker refused), or the stream broke off. */
 export class DaemonError extends Error {}
 
-const duration = (value) =>
-  value === undefined || value === null || typeof value === "string" ? value ?? undefined : `${Math.round(value * 1000)}ms`;
+/** Seconds → whole milliseconds, rounded up (0.0001 s is 1ms, never "0ms"); a string as is. */
+const duration = (value) => {
+  if (value === undefined || value === null || typeof value === "string") return value ?? undefined;
+  if (!(value > 0)) throw new RangeError(`timeout must be a positive number of seconds, got ${value}`);
+  return `${Math.ceil(value * 1000)}ms`;
+};
 const b64 = (data) => Buffer.from(data).toString("base64");
 
 export class Client {

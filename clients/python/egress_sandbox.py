@@ -14,6 +14,7 @@ connection (an exception in `on_output`, a KeyboardInterrupt) cancels the run on
 import base64
 import http.client
 import json
+import math
 import os
 import socket as _socket
 
@@ -88,9 +89,14 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 def _duration(value):
+    """Seconds → whole milliseconds, rounded up (0.0001 s is 1ms, never "0ms", which the
+    daemon would refuse as a value nobody wrote); a string goes as it is."""
     if value is None or isinstance(value, str):
         return value
-    return "%dms" % round(float(value) * 1000)
+    seconds = float(value)
+    if not seconds > 0:
+        raise ValueError("timeout must be a positive number of seconds, got %r" % (value,))
+    return "%dms" % math.ceil(seconds * 1000)
 
 
 def _b64(data):

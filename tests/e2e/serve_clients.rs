@@ -27,6 +27,12 @@ try:
     refused = None
 except RequestRefused as error:
     refused = error.field
+tiny = client.run(["sleep", "5"], egress_network=network, timeout=0.0001)
+try:
+    client.run(["true"], egress_network=network, timeout=0)
+    zero_timeout = "accepted"
+except ValueError:
+    zero_timeout = "refused"
 refused_flags = []
 for flag in ({"audit_limit": 0}, {"runtime": "run c"}):
     try:
@@ -43,6 +49,7 @@ print(json.dumps({
     "stdout": result.stdout.decode(), "stderr": result.stderr.decode(),
     "blocked": result.blocked, "records": result.records, "run_id": result.run_id,
     "seen": sorted(set(seen)), "refused": refused, "refused_flags": refused_flags,
+    "tiny_timeout": [tiny.status, tiny.exit_code], "zero_timeout": zero_timeout,
     "cancelled": [cancelled.status, cancelled.exit_code, cancelled.run_id],
 }))
 "#;
@@ -61,6 +68,11 @@ let refused = null;
 try { await client.run([], { egressNetwork: network }); } catch (error) {
   if (error instanceof RequestRefused) refused = error.field; else throw error;
 }
+const tiny = await client.run(["sleep", "5"], { egressNetwork: network, timeout: 0.0001 });
+let zeroTimeout = "accepted";
+try { await client.run(["true"], { egressNetwork: network, timeout: 0 }); } catch (error) {
+  if (error instanceof RangeError) zeroTimeout = "refused"; else throw error;
+}
 const refusedFlags = [];
 for (const flag of [{ auditLimit: 0 }, { runtime: "run c" }]) {
   try { await client.run(["true"], { egressNetwork: network, stdin: null, ...flag }); } catch (error) {
@@ -74,6 +86,7 @@ console.log(JSON.stringify({
   stdout: result.stdout.toString(), stderr: result.stderr.toString(),
   blocked: result.blocked, records: result.records, run_id: result.run_id,
   seen: [...seen].sort(), refused, refused_flags: refusedFlags,
+  tiny_timeout: [tiny.status, tiny.exit_code], zero_timeout: zeroTimeout,
   cancelled: [cancelled.status, cancelled.exit_code, cancelled.run_id],
 }));
 "#;
@@ -100,6 +113,14 @@ fn check(outcome: &Value, expected_stdout: &str) {
     );
     assert_eq!(outcome["seen"][0], "stdout", "{outcome:#}");
     assert_eq!(outcome["refused"], "argv");
+    // A timeout in seconds below a millisecond is 1ms (it went as "0ms" and was refused);
+    // zero is refused by the client itself.
+    assert_eq!(
+        outcome["tiny_timeout"],
+        serde_json::json!(["timeout", 124]),
+        "{outcome:#}"
+    );
+    assert_eq!(outcome["zero_timeout"], "refused", "{outcome:#}");
     // The clients send `audit_limit` and `runtime` (each refused here for its value).
     assert_eq!(
         outcome["refused_flags"],
