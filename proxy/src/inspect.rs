@@ -250,16 +250,17 @@ pub(crate) fn plain_plan(shared: &Shared, target: &Target, port: u16) -> Option<
             tls,
         })
     };
+    let credential_on = |port: u16| {
+        policy
+            .inspection(target, port)
+            .is_some_and(|inspection| inspection.credential.is_some())
+    };
     match policy.inspection(target, port) {
-        Some(inspection) if inspection.credential.is_some() => plan(port, true),
+        Some(_) if credential_on(port) => plan(port, true),
+        // Before a `methods`/`paths` rule that admits port 80 too: a credential on 443
+        // is what `http://HOST/` means, and it goes over TLS.
+        _ if port == 80 && credential_on(443) => plan(443, true),
         Some(_) => plan(port, false),
-        None if port == 80
-            && policy
-                .inspection(target, 443)
-                .is_some_and(|inspection| inspection.credential.is_some()) =>
-        {
-            plan(443, true)
-        }
         None => None,
     }
 }
@@ -575,7 +576,12 @@ fn judge(
         attempt.set_decision(&host_decision);
         return Err(Refusal::of(attempt, String::new()));
     }
-    if NEVER_FORWARDED_METHODS.contains(&parts.method.as_str()) {
+    // In any letter case: methods are case-sensitive, but an upstream may fold them, and
+    // `trace` echoing the real key is TRACE echoing it.
+    if NEVER_FORWARDED_METHODS
+        .iter()
+        .any(|never| never.eq_ignore_ascii_case(parts.method.as_str()))
+    {
         attempt.set_outcome(Outcome::Blocked, Reason::MethodNotAllowed, None);
         return Err(Refusal::of(
             attempt,

@@ -584,35 +584,45 @@ async fn plain_http_to_a_credential_host_goes_upstream_over_tls_with_the_key() {
     };
     drop(probe);
     let api = TlsEcho::start("127.0.0.77:443", ca.server_config("api.example.com")).await;
-    let yaml = "version: 1\nname: test\nallow:\n  - host: api.example.com\n  - cidr: 127.0.0.77/32\n    ports: [443]\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n";
-    let credentials = credentials(Some(&ca));
-    let mut proxy = TestProxy::start_with(yaml, &[("api.example.com", "127.0.0.77")], move |c| {
-        c.credentials = credentials
-    })
-    .await;
-    let response = exchange(
-        proxy.addr,
-        format!("GET http://api.example.com/v1/models?x=1 HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await;
-    assert_eq!(status(&response), 200, "{response}");
-    let heads = api.heads();
-    assert_eq!(heads.len(), 1, "the TLS upstream got the request");
-    assert!(
-        heads[0].contains(&format!("authorization: Bearer {SECRET}")),
-        "{heads:?}"
-    );
-    assert!(heads[0].contains("host: api.example.com"), "{heads:?}");
-    let records = proxy.shutdown_and_records().await;
-    let http = http_records(&records);
-    assert_eq!(http.len(), 1, "{records:#?}");
-    assert_eq!(http[0].port, Some(443));
-    assert_eq!(
-        http[0].request.as_ref().unwrap().credential.as_deref(),
-        Some("API_KEY")
-    );
-    assert_eq!(http[0].request.as_ref().unwrap().path, "/v1/models");
-    assert_no_secret(&records);
+    // Also when a `methods` rule admits port 80 for the host: it was judged as plain HTTP
+    // to port 80, and the client's placeholder refused as credential misuse.
+    for (index, rule) in ["", "    ports: [80, 443]\n    methods: [GET]\n"]
+        .into_iter()
+        .enumerate()
+    {
+        let yaml = format!(
+            "version: 1\nname: test\nallow:\n  - host: api.example.com\n{rule}  - cidr: 127.0.0.77/32\n    ports: [443]\ncredentials:\n  - host: api.example.com\n    secret: API_KEY\n"
+        );
+        let credentials = credentials(Some(&ca));
+        let mut proxy =
+            TestProxy::start_with(&yaml, &[("api.example.com", "127.0.0.77")], move |c| {
+                c.credentials = credentials
+            })
+            .await;
+        let response = exchange(
+            proxy.addr,
+            format!("GET http://api.example.com/v1/models?x=1 HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert_eq!(status(&response), 200, "{rule:?}: {response}");
+        let heads = api.heads();
+        assert_eq!(heads.len(), index + 1, "the TLS upstream got the request");
+        assert!(
+            heads[index].contains(&format!("authorization: Bearer {SECRET}")),
+            "{heads:?}"
+        );
+        assert!(heads[index].contains("host: api.example.com"), "{heads:?}");
+        let records = proxy.shutdown_and_records().await;
+        let http = http_records(&records);
+        assert_eq!(http.len(), 1, "{records:#?}");
+        assert_eq!(http[0].port, Some(443));
+        assert_eq!(
+            http[0].request.as_ref().unwrap().credential.as_deref(),
+            Some("API_KEY")
+        );
+        assert_eq!(http[0].request.as_ref().unwrap().path, "/v1/models");
+        assert_no_secret(&records);
+    }
 }
 
 #[tokio::test]
@@ -730,9 +740,12 @@ async fn connect_and_trace_inside_an_inspected_tunnel_are_refused() {
     let mut tls = tunnel(proxy.addr, "api.example.com", port, &[run_ca(&proxy)])
         .await
         .unwrap();
+    // Any letter case: `trace` passed (an upstream that folds case echoed the key).
     for line in [
         "TRACE / HTTP/1.1".to_owned(),
         "TRACK / HTTP/1.1".to_owned(),
+        "trace / HTTP/1.1".to_owned(),
+        "Track / HTTP/1.1".to_owned(),
         format!("CONNECT api.example.com:{port} HTTP/1.1"),
     ] {
         let response = request(
@@ -770,7 +783,7 @@ async fn connect_and_trace_inside_an_inspected_tunnel_are_refused() {
         .iter()
         .filter(|r| r.reason == Reason::MethodNotAllowed)
         .count();
-    assert_eq!(refused, 3, "{records:#?}");
+    assert_eq!(refused, 5, "{records:#?}");
 }
 
 /// The tripwire sees a placeholder whatever its letter case or percent-encoding, and in
