@@ -204,16 +204,19 @@ impl ClientConnection {
                 let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
                 (authority.as_bytes().to_vec(), 80)
             }
-            (_, Some(_)) => {
+            // The record's host shows scheme and host (or the path) of what was asked for,
+            // never a query or user information: those may carry secrets.
+            (_, Some(scheme)) => {
+                let host = without_userinfo(uri.authority().map_or("", |a| a.as_str()));
                 return Err((
-                    uri.to_string().into_bytes(),
+                    format!("{scheme}://{host}").into_bytes(),
                     Reason::Unsupported,
                     "only http:// URLs can be proxied; use CONNECT for https",
                 ));
             }
             (Door::Explicit, None) => {
                 return Err((
-                    uri.to_string().into_bytes(),
+                    uri.path().as_bytes().to_vec(),
                     Reason::BadRequest,
                     "a proxy request needs an absolute URL (http://host/path)",
                 ));
@@ -239,7 +242,7 @@ impl ClientConnection {
         };
         if text.contains('@') {
             return Err((
-                authority,
+                without_userinfo(text).as_bytes().to_vec(),
                 Reason::BadRequest,
                 "user information in URLs is refused",
             ));
@@ -386,6 +389,13 @@ fn upstream_failure(attempt: &mut Attempt, error: &hyper::Error) -> Refusal {
         host: attempt.host.clone(),
         detail: format!("the upstream failed: {error}"),
     }
+}
+
+/// `user:password@host:port` → `host:port`: what a record may show of an authority.
+fn without_userinfo(authority: &str) -> &str {
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
 }
 
 /// The path and query the upstream is asked for: an absolute URL with no path

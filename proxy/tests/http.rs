@@ -269,32 +269,38 @@ async fn refused(
     record
 }
 
+/// Refusals record what was asked for without its query or user information (they were
+/// logged whole: `https://a.test/x?key=…`, `user:pw@a.test`).
 #[tokio::test]
 async fn malformed_and_unsupported_requests_get_400() {
-    refused(
-        "GET /path HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    let record = refused(
+        "GET /path?key=q1 HTTP/1.1\r\nHost: a.test\r\n\r\n",
         400,
         Reason::BadRequest,
     )
     .await;
-    refused(
-        "GET https://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    assert_eq!(record.host, "/path");
+    let record = refused(
+        "GET https://a.test/x?key=q2 HTTP/1.1\r\nHost: a.test\r\n\r\n",
         400,
         Reason::Unsupported,
     )
     .await;
-    refused(
-        "GET ftp://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    assert_eq!(record.host, "https://a.test");
+    let record = refused(
+        "GET ftp://u:pw@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
         400,
         Reason::Unsupported,
     )
     .await;
-    refused(
-        "GET http://user:pw@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    assert_eq!(record.host, "ftp://a.test");
+    let record = refused(
+        "GET http://user:pw@a.test/?key=q3 HTTP/1.1\r\nHost: a.test\r\n\r\n",
         400,
         Reason::BadRequest,
     )
     .await;
+    assert_eq!(record.host, "a.test");
     refused(
         "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
         400,
