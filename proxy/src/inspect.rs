@@ -396,6 +396,8 @@ pub(crate) async fn serve_tunnel<S>(
             UpstreamState::Failed(Reason::UpstreamTls, error.to_string())
         }
     };
+    // What a request hyper refuses before the service sees it is recorded as.
+    let (refused_host, refused_client) = (name.to_string(), client_addr);
     let connection = Arc::new(InspectedConnection {
         shared: shared.clone(),
         client: client_addr,
@@ -419,8 +421,19 @@ pub(crate) async fn serve_tunnel<S>(
             tokio::time::timeout(limits.shutdown_grace, served.as_mut()).await.unwrap_or(Ok(()))
         }
     };
-    if let Err(error) = result {
-        tracing::debug!(%error, "inspected connection ended");
+    match result {
+        // A malformed or oversized head is answered by hyper (400/431) or closed, never
+        // seen by the service: still an attempt, recorded as at the plain door.
+        Err(error) if error.is_parse() || error.is_parse_too_large() => {
+            tracing::debug!(%error, "malformed request in an inspected tunnel");
+            let mut attempt = Attempt::new(shared.gate.audit(), Kind::Http, Some(refused_client));
+            attempt.host = refused_host;
+            attempt.port = Some(port);
+            attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);
+            attempt.record().await;
+        }
+        Err(error) => tracing::debug!(%error, "inspected connection ended"),
+        Ok(()) => {}
     }
 }
 

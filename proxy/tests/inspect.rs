@@ -786,6 +786,50 @@ async fn connect_and_trace_inside_an_inspected_tunnel_are_refused() {
     assert_eq!(refused, 5, "{records:#?}");
 }
 
+/// A request hyper refuses inside an inspected tunnel (a folded header line, a head over
+/// the limit) gets its `bad_request` record, as at the plain door; it had none.
+#[tokio::test]
+async fn a_malformed_request_inside_an_inspected_tunnel_is_recorded() {
+    let ca = TestCa::new();
+    let api = TlsEcho::start("127.0.0.1:0", ca.server_config("api.example.com")).await;
+    let port = api.addr.port();
+    let yaml = credential_only_yaml(port, &format!("tls:\n  ports: [{port}]\n"));
+    let mut proxy = start_proxy(&yaml, Some(&ca)).await;
+    let huge = format!(
+        "GET /v1/x HTTP/1.1\r\nHost: api.example.com\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    for malformed in [
+        "GET /v1/x HTTP/1.1\r\nHost: api.example.com\r\nX-Folded: a\r\n b\r\n\r\n".to_owned(),
+        huge,
+    ] {
+        let mut tls = tunnel(proxy.addr, "api.example.com", port, &[run_ca(&proxy)])
+            .await
+            .unwrap();
+        let _ = tls.write_all(malformed.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(HANG, tls.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 400")
+                || answer.starts_with("HTTP/1.1 431")
+                || answer.is_empty(),
+            "{answer}"
+        );
+    }
+    let records = proxy.shutdown_and_records().await;
+    let refused: Vec<_> = http_records(&records)
+        .into_iter()
+        .filter(|r| r.reason == Reason::BadRequest && r.host == "api.example.com")
+        .collect();
+    assert_eq!(refused.len(), 2, "{records:#?}");
+    assert!(
+        api.heads().is_empty(),
+        "nothing went upstream: {:?}",
+        api.heads()
+    );
+}
+
 /// The tripwire sees a placeholder whatever its letter case or percent-encoding, and in
 /// the name of a CONNECT (refused before the name is resolved).
 #[tokio::test]
