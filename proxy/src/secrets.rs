@@ -109,15 +109,33 @@ impl Placeholders {
             return None;
         }
         for text in texts {
-            let normal = percent_decoded_lowercase(text);
-            if let Some((name, _)) = self.entries.iter().find(|(name, needle)| {
-                Some(name.as_str()) != except && memchr::memmem::find(&normal, needle).is_some()
-            }) {
-                return Some(name);
+            let basic = basic_credentials(text);
+            for text in std::iter::once(text).chain(basic.as_deref()) {
+                let normal = percent_decoded_lowercase(text);
+                if let Some((name, _)) = self.entries.iter().find(|(name, needle)| {
+                    Some(name.as_str()) != except && memchr::memmem::find(&normal, needle).is_some()
+                }) {
+                    return Some(name);
+                }
             }
         }
         None
     }
+}
+
+/// `Basic <base64 of user:password>` decoded: what client libraries send on their own for
+/// `auth=(user, token)`, a `user:token@` URL or git, so a placeholder given as a password
+/// is found there too.
+fn basic_credentials(text: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let scheme = text.get(..6)?;
+    if !scheme.eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let encoded = text[6..].trim_ascii();
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
 }
 
 /// `text` with each valid `%XX` escape decoded once and ASCII letters lower-cased.
@@ -163,6 +181,33 @@ mod tests {
         assert!(shown.contains("<redacted>"));
         assert_eq!(secret.value.expose(), "sk-live-123");
         assert!(secret.placeholder.len() >= MIN_PLACEHOLDER_BYTES);
+    }
+
+    /// `Authorization: Basic base64(user:placeholder)`, as `requests` sends for
+    /// `auth=(user, token)`, carries the placeholder too (it passed the tripwire).
+    #[test]
+    fn the_tripwire_sees_a_placeholder_given_as_a_basic_auth_password() {
+        use base64::Engine;
+        let placeholder = placeholder_from([0xab; 16]);
+        let placeholders = Placeholders::new([("KEY", placeholder.as_str())]);
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("user:{placeholder}"));
+        for header in [format!("Basic {encoded}"), format!("basic  {encoded} ")] {
+            assert_eq!(
+                placeholders.find([header.as_bytes()], None),
+                Some("KEY"),
+                "{header}"
+            );
+        }
+        let innocent = base64::engine::general_purpose::STANDARD.encode("user:password");
+        assert_eq!(
+            placeholders.find([format!("Basic {innocent}").as_bytes()], None),
+            None
+        );
+        assert_eq!(
+            placeholders.find([b"Basic !!not base64".as_slice()], None),
+            None
+        );
     }
 
     #[test]
