@@ -14,13 +14,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::Response;
+use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
 
-use crate::audit::Attempt;
+use crate::audit::{Attempt, Outcome};
 use crate::body::{BoxError, ProxyBody};
+use crate::policy::Reason;
+use crate::refusal::{Refusal, refuse};
 use crate::shutdown::Shutdown;
 
 /// The request body's side of an exchange: what it has sent upstream and whether it is done.
@@ -101,9 +103,29 @@ impl Drop for CountingBody {
     }
 }
 
+/// The upstream's answer, as [`counted_response`] passes it on; but a 502 when the upstream
+/// switched protocols: the proxy removed the request's `Upgrade` (it relays HTTP only), so
+/// a `101` would leave the client on a connection nobody relays, its next requests lost.
+pub(crate) async fn answer(
+    response: Response<Incoming>,
+    mut attempt: Attempt,
+    upload: Arc<Upload>,
+    shutdown: Shutdown,
+) -> Response<ProxyBody> {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
+        let refusal = Refusal::of(
+            &attempt,
+            "the upstream switched protocols (101), which the proxy does not relay",
+        );
+        return refuse(attempt, &refusal).await;
+    }
+    counted_response(response, attempt, upload, shutdown)
+}
+
 /// The upstream's answer with its body counted; the attempt's record is written once this
 /// body and the request body (`upload`) are both done, or at shutdown.
-pub(crate) fn counted_response(
+fn counted_response(
     response: Response<Incoming>,
     attempt: Attempt,
     upload: Arc<Upload>,

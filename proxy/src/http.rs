@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind};
 use crate::body::ProxyBody;
-use crate::exchange::{Upload, counted_response, counting_body};
+use crate::exchange::{Upload, answer, counting_body};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
@@ -185,7 +185,7 @@ impl ClientConnection {
             .forward(request, &target, port, &mut attempt, &upload)
             .await
         {
-            Ok(response) => counted_response(response, attempt, upload, self.shutdown.clone()),
+            Ok(response) => answer(response, attempt, upload, self.shutdown.clone()).await,
             Err(refusal) => refuse(attempt, &refusal).await,
         }
     }

@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
 use crate::ca::{CaError, RunCa};
-use crate::exchange::{Upload, counted_response, counting_body};
+use crate::exchange::{Upload, counting_body};
 use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
@@ -319,7 +319,7 @@ pub(crate) async fn forward_plain(
     let upload = Upload::new();
     let outgoing = Request::from_parts(parts, counting_body(body, upload.clone()));
     match sender.send_request(outgoing).await {
-        Ok(response) => answered(response, attempt, upload, shutdown),
+        Ok(response) => answered(response, attempt, upload, shutdown).await,
         Err(error) => refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     }
 }
@@ -492,7 +492,7 @@ impl InspectedConnection {
             if sender.ready().await.is_ok() {
                 match sender.try_send_request(outgoing).await {
                     Ok(response) => {
-                        return answered(response, attempt, upload, self.shutdown.clone());
+                        return answered(response, attempt, upload, self.shutdown.clone()).await;
                     }
                     Err(mut error) => match error.take_message() {
                         Some(request) if attempt_number == 0 => outgoing = request,
@@ -672,7 +672,7 @@ where
 }
 
 /// The upstream's answer, its status in the record.
-fn answered(
+async fn answered(
     response: Response<Incoming>,
     mut attempt: Attempt,
     upload: Arc<Upload>,
@@ -681,7 +681,7 @@ fn answered(
     if let Some(fields) = attempt.request.as_mut() {
         fields.status = Some(response.status().as_u16());
     }
-    counted_response(response, attempt, upload, shutdown)
+    crate::exchange::answer(response, attempt, upload, shutdown).await
 }
 
 fn upstream_tls_failure(attempt: &mut Attempt, error: &std::io::Error) -> Refusal {

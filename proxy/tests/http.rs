@@ -141,6 +141,47 @@ async fn an_upload_sent_after_an_early_answer_is_counted_in_its_record() {
     assert_eq!(received, BODY);
 }
 
+/// An upstream that answers `101 Switching Protocols` (the proxy removed the request's
+/// `Upgrade`) gets the client a 502 and a failed record; the 101 was passed on, leaving the
+/// client on a connection nobody relayed.
+#[tokio::test]
+async fn an_upstream_that_switches_protocols_is_a_502() {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.2", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while common::find(&seen, b"\r\n\r\n").is_none() {
+            let n = stream.read(&mut buffer).await.unwrap();
+            if n == 0 {
+                return;
+            }
+            seen.extend_from_slice(&buffer[..n]);
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .await;
+        let _ = stream.read(&mut buffer).await;
+    });
+    let yaml = allow_yaml(&[("a.test", port)], &loopback_cidr(port));
+    let mut proxy = TestProxy::start(&yaml, &[("a.test", "127.0.0.2")]).await;
+    let response = exchange(
+        proxy.addr,
+        format!("GET http://a.test:{port}/ws HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status(&response), 502, "{response}");
+    let record = proxy.record().await;
+    assert_eq!(
+        (record.decision, record.reason),
+        (Outcome::Failed, Reason::ConnectFailed)
+    );
+    assert_eq!(record.host, "a.test");
+}
+
 #[tokio::test]
 async fn refused_host_gets_403_and_is_never_resolved_or_reached() {
     let canary = Site::canary("127.0.0.3").await;
