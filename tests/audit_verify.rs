@@ -384,23 +384,34 @@ fn unreadable_inputs_are_usage_errors() {
 /// Every command that reads audit logs treats one it cannot read as `verify` does: exit 2
 /// (a usage error; 125 is for a sandbox that could not be set up), and the reason is said
 /// once.
+/// Every command besides `verify` that reads a log, run on `log` (an HTML report goes to
+/// `dir`): each one's arguments and output.
+fn run_every_log_reader(dir: &Path, log: &str) -> Vec<(Vec<String>, Output)> {
+    let html = dir.join("out.html");
+    let commands: [&[&str]; 4] = [
+        &["audit", "summary", log],
+        &["audit", "export", "--format", "ocsf", log],
+        &["audit", "report", "--html", html.to_str().unwrap(), log],
+        &["policy", "suggest", log],
+    ];
+    commands
+        .into_iter()
+        .map(|args| {
+            let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+                .args(args)
+                .output()
+                .expect("the binary runs");
+            (args.iter().map(|a| a.to_string()).collect(), output)
+        })
+        .collect()
+}
+
 #[test]
 fn every_log_reader_refuses_an_unreadable_log_as_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.jsonl");
     let missing = missing.to_str().unwrap();
-    let html = dir.path().join("out.html");
-    let commands: [&[&str]; 4] = [
-        &["audit", "summary", missing],
-        &["audit", "export", "--format", "ocsf", missing],
-        &["audit", "report", "--html", html.to_str().unwrap(), missing],
-        &["policy", "suggest", missing],
-    ];
-    for args in commands {
-        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
-            .args(args)
-            .output()
-            .expect("the binary runs");
+    for (args, output) in run_every_log_reader(dir.path(), missing) {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(missing), "{args:?}: {stderr}");
@@ -461,18 +472,7 @@ fn a_line_that_is_not_utf8_is_skipped_by_every_log_reader() {
     bytes.extend_from_slice(format!("{}\n", lines[1..].join("\n")).as_bytes());
     std::fs::write(&damaged, bytes).unwrap();
     let damaged = damaged.to_str().unwrap();
-    let html = dir.path().join("out.html");
-    let commands: [&[&str]; 4] = [
-        &["audit", "summary", damaged],
-        &["audit", "export", "--format", "ocsf", damaged],
-        &["audit", "report", "--html", html.to_str().unwrap(), damaged],
-        &["policy", "suggest", damaged],
-    ];
-    for args in commands {
-        let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
-            .args(args)
-            .output()
-            .expect("the binary runs");
+    for (args, output) in run_every_log_reader(dir.path(), damaged) {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
         let warning = format!("{damaged}:2: not an audit record");
