@@ -128,3 +128,54 @@ fn gc_skips_and_reports_owners_of_another_host_identity() {
     assert!(said.contains("another host or PID namespace"), "{said}");
     assert!(said.contains("has no host identity"), "{said}");
 }
+
+/// Where `/proc` hides other users' processes (`hidepid=2`, common on shared hosts), an
+/// owner missing from `/proc` is not gone: `gc` run by another member of the docker group
+/// asks the kernel, and keeps the live run (it removed it, taking "not in /proc" for dead).
+#[test]
+fn gc_keeps_a_live_run_whose_owner_proc_hides() {
+    let docker_gid = std::process::Command::new("getent")
+        .args(["group", "docker"])
+        .output()
+        .ok()
+        .and_then(|output| {
+            String::from_utf8(output.stdout)
+                .ok()?
+                .split(':')
+                .nth(2)
+                .map(str::to_owned)
+        })
+        .expect("a docker group (the socket's group) to run gc as another member of");
+    let image = any_local_image();
+    let live_run = random_id();
+    let (live_container, live_network) = make_leftovers(&live_run, &own_owner_label(), &image);
+    let dead_run = random_id();
+    let (dead_container, dead_network) = make_leftovers(
+        &dead_run,
+        &format!("4294967294:1:{}", host_identity()),
+        &image,
+    );
+    let script = format!(
+        "mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid=65534 --regid={docker_gid} --clear-groups {} gc",
+        env!("CARGO_BIN_EXE_egress-sandbox")
+    );
+    let output = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let left_live = objects_labelled("egress-sandbox.run", &live_run);
+    let left_dead = objects_labelled("egress-sandbox.run", &dead_run);
+    remove_leftovers(&live_container, &live_network);
+    remove_leftovers(&dead_container, &dead_network);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        left_live.len(),
+        2,
+        "gc removed a live run: {}",
+        stdout(&output)
+    );
+    assert!(
+        left_dead.is_empty(),
+        "gc left a dead owner's run: {left_dead:?}"
+    );
+}

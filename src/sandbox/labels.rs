@@ -153,8 +153,17 @@ impl Owner {
 
     /// Whether that very process still runs. Meaningful only where `host` is the current
     /// host identity: a pid is looked up in this PID namespace.
+    ///
+    /// A process missing from `/proc` is not proof of its end: with `hidepid` another
+    /// user's processes are hidden there. Then the kernel is asked (a signal 0): only "no
+    /// such process" is an end; a process that exists but cannot be looked at may be the
+    /// owner (or a process that took its pid), and is taken for alive — `gc` removed live
+    /// runs of other users.
     pub fn is_alive_here(&self) -> bool {
-        matches!(process_start_time(self.pid), Ok(Some(start)) if start == self.start_time)
+        match process_start_time(self.pid) {
+            Ok(Some(start)) => start == self.start_time,
+            Ok(None) | Err(_) => process_exists(self.pid),
+        }
     }
 
     /// The labels every object of run `id` carries.
@@ -176,7 +185,22 @@ impl fmt::Display for Owner {
     }
 }
 
-/// Start time of `pid` in clock ticks since boot; `None` when there is no such process.
+/// Whether the kernel knows a process `pid` in this PID namespace (signal 0: it exists
+/// unless the answer is "no such process", even where it may not be signalled).
+fn process_exists(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    !matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
+}
+
+/// Start time of `pid` in clock ticks since boot; `None` when `/proc` shows no such process.
 fn process_start_time(pid: u32) -> std::io::Result<Option<u64>> {
     let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
