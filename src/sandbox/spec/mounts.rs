@@ -54,14 +54,29 @@ pub(super) fn check_mount(source: &Path, target: &str, writable: bool) -> Result
             "the target must be an absolute path",
         ));
     }
-    let normalized = target.trim_end_matches('/');
-    let normalized = if normalized.is_empty() {
-        "/"
-    } else {
+    // Judged as the kernel resolves it: `/etc//resolv.conf` and `/./etc/resolv.conf` are
+    // /etc/resolv.conf (they passed, and replaced the sandbox's resolver); a `..` could
+    // climb anywhere, so it is refused rather than resolved.
+    let components: Vec<&str> = target
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect();
+    if components.contains(&"..") {
+        return Err(invalid(
+            "--mount",
+            &shown,
+            "the target must not contain `..`",
+        ));
+    }
+    let normalized = format!("/{}", components.join("/"));
+    let normalized = normalized.as_str();
+    let under = |root: &str| {
         normalized
+            .strip_prefix(root)
+            .is_some_and(|rest| rest.starts_with('/'))
     };
     if RESERVED_TARGETS.contains(&normalized)
-        || normalized.starts_with("/.egress-sandbox/")
+        || ["/.egress-sandbox", "/proc", "/sys"].into_iter().any(under)
         || normalized.contains(',')
     {
         return Err(invalid(
@@ -89,6 +104,27 @@ mod tests {
         assert!(check_mount(dir.path(), "relative", false).is_err());
         assert!(check_mount(dir.path(), "/tmp", false).is_err());
         assert!(check_mount(&dir.path().join("missing"), "/data", false).is_err());
+        // Spelled otherwise, the reserved targets are still refused.
+        for reserved in [
+            "/etc//resolv.conf",
+            "/./etc/resolv.conf",
+            "//tmp/",
+            "/proc/../etc",
+            "/proc/sys",
+            "/sys/fs/cgroup",
+            "/.egress-sandbox/gate",
+        ] {
+            assert!(
+                check_mount(dir.path(), reserved, false).is_err(),
+                "{reserved}"
+            );
+        }
+        assert_eq!(
+            check_mount(dir.path(), "//data/./x/", false)
+                .unwrap()
+                .target,
+            "/data/x"
+        );
         let socket = dir.path().join("s.sock");
         let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
         assert!(check_mount(&socket, "/var/run/docker.sock", false).is_err());
