@@ -69,13 +69,24 @@ fn time_limit_kills_the_whole_container_with_124() {
 
 #[test]
 fn sigterm_tears_down_and_exits_143() {
+    signal_tears_down_and_exits_143("TERM");
+}
+
+/// A hangup (the terminal or SSH session went away) ends the run as SIGTERM does; it killed
+/// `run` and left the sandbox running past its time limit.
+#[test]
+fn sighup_tears_down_and_exits_143() {
+    signal_tears_down_and_exits_143("HUP");
+}
+
+fn signal_tears_down_and_exits_143(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
     let mut child = start_long_run(&report);
     let pid = child.id();
-    send_signal(pid, "TERM");
+    send_signal(pid, signal);
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(143));
+    assert_eq!(status.code(), Some(143), "SIG{signal}");
     let report = read_report(&report);
     assert_eq!(report["status"], "interrupted");
     assert_nothing_left(report["run"].as_str().unwrap());

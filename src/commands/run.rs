@@ -237,14 +237,19 @@ pub(crate) fn say(message: impl std::fmt::Display) {
     eprintln!("{}", visible(&message.to_string()));
 }
 
-/// Resolves with the first SIGINT or SIGTERM.
+/// Resolves with the first SIGINT, SIGTERM or SIGHUP. A hangup (the terminal or SSH session
+/// that started the run went away) ends the run as SIGTERM does (143): by default it would
+/// kill this process and leave the sandbox running past its time limit, its proxy's records
+/// read by nobody.
 fn interruption() -> std::io::Result<impl std::future::Future<Output = Interruption>> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     Ok(async move {
         tokio::select! {
             _ = interrupt.recv() => Interruption::Interrupt,
             _ = terminate.recv() => Interruption::Terminate,
+            _ = hangup.recv() => Interruption::Terminate,
         }
     })
 }

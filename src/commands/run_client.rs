@@ -67,6 +67,8 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
             signal(SignalKind::interrupt()).context("cannot install signal handlers")?;
         let mut terminate =
             signal(SignalKind::terminate()).context("cannot install signal handlers")?;
+        // A hangup is taken as SIGTERM, as by a cold run (`run::interruption`).
+        let mut hangup = signal(SignalKind::hangup()).context("cannot install signal handlers")?;
         let run_id = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let exit_code = std::cell::Cell::new(None::<i32>);
         let streamed = {
@@ -93,7 +95,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
                     }
                     cancelled = cancel(&client, &run_id, false).await;
                 }
-                _ = terminate.recv() => {
+                _ = async { tokio::select! { _ = terminate.recv() => {}, _ = hangup.recv() => {} } } => {
                     if cancelled {
                         return anyhow::Ok(given_up(true));
                     }
