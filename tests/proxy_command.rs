@@ -294,3 +294,28 @@ fn sigterm_right_after_the_ready_line_still_writes_the_end_record() {
         assert_eq!(end["records"], 0, "round {round}: {text}");
     }
 }
+
+/// A log that cannot be written (`/dev/full`: a full disk) makes the proxy's end a failure,
+/// exit 1 with a sentence saying so; it served, lost every record, and exited 0.
+#[test]
+fn an_audit_log_that_cannot_be_written_is_a_failed_exit() {
+    let mut proxy = ProxyProcess::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--allow",
+        "a.test",
+        "--audit-log",
+        "/dev/full",
+    ]);
+    let ready = proxy.line();
+    let listen: SocketAddr = ready["listen"].as_str().unwrap().parse().unwrap();
+    let mut stream = TcpStream::connect(listen).unwrap();
+    stream
+        .write_all(b"GET http://refused.test/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let status = proxy.terminate();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}

@@ -192,6 +192,8 @@ pub struct AuditSink {
     writer: std::thread::Thread,
     counts: Arc<Mutex<AuditCounts>>,
     dropped: Arc<AtomicU64>,
+    /// Writes and flushes of the log that failed (a full disk, a reader gone).
+    write_errors: Arc<AtomicU64>,
     run: Option<Arc<str>>,
     policy: Arc<str>,
 }
@@ -215,11 +217,13 @@ impl AuditSink {
             AuditDestination::Channel(channel) => writer::Output::Channel(channel),
         };
         let dropped = Arc::new(AtomicU64::new(0));
+        let write_errors = Arc::new(AtomicU64::new(0));
         let settings = writer::WriterSettings {
             run: run.clone(),
             policy: policy.to_owned(),
             limit,
             dropped_elsewhere: dropped.clone(),
+            write_errors: write_errors.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("audit-writer".into())
@@ -229,6 +233,7 @@ impl AuditSink {
             writer: thread.thread().clone(),
             counts: Arc::default(),
             dropped,
+            write_errors,
             run: run.map(Arc::from),
             policy: Arc::from(policy),
         })
@@ -291,6 +296,12 @@ impl AuditSink {
     /// `end` record reports it in `dropped`.
     pub fn count_dropped(&self) {
         self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many writes or flushes of the log failed so far. Lines may be missing from it
+    /// (the chain then shows where); nonzero means the log is not a complete record.
+    pub fn write_errors(&self) -> u64 {
+        self.write_errors.load(Ordering::Relaxed)
     }
 
     /// A snapshot of the records sent so far, per (decision, reason).

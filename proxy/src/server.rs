@@ -206,6 +206,12 @@ impl RunningProxy {
         self.audit.counts()
     }
 
+    /// The audit sink, which outlives [`RunningProxy::shutdown`]: after it, its
+    /// `write_errors` says whether the log is whole.
+    pub fn audit_sink(&self) -> crate::audit::AuditSink {
+        self.audit.clone()
+    }
+
     /// Waits until every record sent so far is written.
     pub async fn flush(&self) {
         self.audit.flush().await;

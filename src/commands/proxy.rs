@@ -28,11 +28,14 @@ pub fn run(args: ProxyArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config, ca_cert_out))?;
-    Ok(ExitCode::SUCCESS)
+    runtime.block_on(serve(config, ca_cert_out))
 }
 
-async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<()> {
+/// Exit status of a proxy that served, but could not write its whole audit log: what it
+/// let through is not all on record, which its caller must not take for a clean end.
+const AUDIT_INCOMPLETE: u8 = 1;
+
+async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<ExitCode> {
     // Watched before the ready line: a SIGTERM right after it must still end in a clean
     // shutdown (tunnel records, the end record), not the default action.
     let stop = StopSignals::watch()?;
@@ -71,8 +74,17 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<()> 
     let running = bound.start();
     stop.wait().await;
     tracing::info!("shutting down");
+    let audit = running.audit_sink();
     running.shutdown().await;
-    Ok(())
+    match audit.write_errors() {
+        0 => Ok(ExitCode::SUCCESS),
+        errors => {
+            eprintln!(
+                "egress-sandbox: error: the audit log is incomplete: {errors} write(s) failed (see the errors above); `audit verify` shows where lines are missing"
+            );
+            Ok(ExitCode::from(AUDIT_INCOMPLETE))
+        }
+    }
 }
 
 /// SIGTERM and SIGINT, watched from creation on.

@@ -58,6 +58,8 @@ pub(super) struct WriterSettings {
     pub limit: u64,
     /// Attempts dropped elsewhere (DNS queries over the rate), reported in `end`.
     pub dropped_elsewhere: Arc<AtomicU64>,
+    /// Failed writes and flushes, for the proxy's exit status.
+    pub write_errors: Arc<AtomicU64>,
 }
 
 struct Writer {
@@ -107,8 +109,8 @@ pub(super) fn run(
                 Err(mpsc::error::TryRecvError::Disconnected) => break true,
             }
         };
-        if wrote || !waiting.is_empty() {
-            writer.output.flush();
+        if (wrote || !waiting.is_empty()) && !writer.output.flush() {
+            writer.settings.write_errors.fetch_add(1, Ordering::Relaxed);
         }
         for done in waiting.drain(..) {
             let _ = done.send(());
@@ -193,6 +195,7 @@ impl Writer {
         let mut line = self.chain.seal(line);
         line.push('\n');
         if let Err(error) = writer.write_all(line.as_bytes()) {
+            self.settings.write_errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!(%error, "cannot write the audit log");
         }
     }
@@ -204,11 +207,14 @@ enum Sink {
 }
 
 impl Sink {
-    fn flush(&mut self) {
+    /// False when the flush failed.
+    fn flush(&mut self) -> bool {
         if let Sink::Writer(writer) = self
             && let Err(error) = writer.flush()
         {
             tracing::error!(%error, "cannot flush the audit log");
+            return false;
         }
+        true
     }
 }
