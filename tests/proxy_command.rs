@@ -210,6 +210,30 @@ fn bad_policies_and_addresses_refuse_to_start() {
         assert!(output.stdout.is_empty(), "{args:?}: no ready line");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("error"), "{args:?}: {stderr}");
+        // Each diagnostic on a line of its own (they were joined, breaks shown as `\x0a`).
+        assert!(!stderr.contains("\\x0a"), "{args:?}: {stderr}");
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "-p",
+            "/nonexistent-1",
+            "-p",
+            "/nonexistent-2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    for file in ["/nonexistent-1", "/nonexistent-2"] {
+        assert!(
+            stderr
+                .lines()
+                .any(|line| line.starts_with(&format!("{file}:1:1: error:"))),
+            "{stderr}"
+        );
     }
 }
 

@@ -267,7 +267,12 @@ fn load_policies(
         accept(Policy::from_allow_flags(allow).map(|policy| (policy, Vec::new())));
     }
     if !failures.is_empty() {
-        bail!("invalid policy:\n{}", failures.join("\n"));
+        // One diagnostic per line, as `run` and `policy check` print them (joined into the
+        // error, their line breaks showed as `\x0a`).
+        for line in failures.iter().flat_map(|failure| failure.lines()) {
+            eprintln!("{}", egress_proxy::text::visible(line));
+        }
+        bail!("invalid policy (the errors above); the proxy did not start");
     }
     if policies.is_empty() {
         tracing::warn!("no policy given: every attempt will be refused");
