@@ -76,6 +76,22 @@ fn missing_image_is_refused_and_the_run_network_removed() {
     assert_nothing_left_by(pid);
 }
 
+/// An image reference the engine cannot parse is the flag's fault, said so, not a hint
+/// that the Docker daemon may be down (what the engine's 400 was reported as).
+#[test]
+fn an_invalid_image_reference_is_refused_as_such() {
+    for image in ["UPPER/bad", "a@sha256:zz"] {
+        let (code, err, pid) = run_as_child(&["--image", image, "--", "true"]);
+        assert_eq!(code, 125, "{err}");
+        assert!(
+            err.contains(&format!("--image {image:?} is not a valid image reference")),
+            "{err}"
+        );
+        assert!(!err.contains("is the Docker daemon running"), "{err}");
+        assert_nothing_left_by(pid);
+    }
+}
+
 #[test]
 fn missing_egress_network_is_refused() {
     let image = any_local_image();

@@ -44,6 +44,8 @@ pub enum ImageError {
          build or load it on this machine (docker build, docker load), then pass its local name to --image"
     )]
     Missing { image: String },
+    #[error("--image {image:?} is not a valid image reference: {message}")]
+    InvalidReference { image: String, message: String },
     #[error(
         "{} is dynamically linked (it needs {interpreter}), so it cannot run in the FROM-scratch \
          proxy image; use a static build: `cargo build --release` inside the egress-sandbox \
@@ -168,13 +170,27 @@ pub async fn ensure_base_image_with(
 }
 
 /// For `--image`: Ok if `image` exists in the local engine, [`ImageError::Missing`] otherwise.
+/// A reference the engine cannot parse (`UPPER/case`, `a@sha256:zz`) is the flag's fault,
+/// said so, not the engine's (it was reported as "a Docker API request failed").
 pub async fn require_local_image(engine: &Engine, image: &str) -> Result<(), ImageError> {
-    if image_exists(engine.docker(), image).await? {
-        Ok(())
-    } else {
-        Err(ImageError::Missing {
+    match engine.docker().inspect_image(image).await {
+        Ok(_) => Ok(()),
+        Err(error) if super::docker::is_not_found(&error) => Err(ImageError::Missing {
             image: image.to_owned(),
-        })
+        }),
+        Err(error) => {
+            let error = DockerError::from(error);
+            match error.status() {
+                Some(400) => Err(ImageError::InvalidReference {
+                    image: image.to_owned(),
+                    message: error
+                        .engine_message()
+                        .unwrap_or("refused by the engine")
+                        .to_owned(),
+                }),
+                _ => Err(ImageError::Docker(error)),
+            }
+        }
     }
 }
 
