@@ -208,7 +208,7 @@ pub struct ProxyArgs {
     /// Allow HOST[:PORT]; repeatable.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     pub allow: Vec<String>,
-    /// Where audit records go: a file (appended) or - for stdout [default: -].
+    /// Where audit records go: a file (appended) or - for stdout.
     #[arg(long = "audit-log", value_name = "FILE|-", default_value = "-")]
     pub audit_log: String,
     /// Pin NAME to IP instead of resolving it; the floor still applies. Repeatable.
