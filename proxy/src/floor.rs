@@ -178,35 +178,17 @@ pub fn embedded_ipv4_of(addr: Ipv6Addr) -> Option<[Ipv4Addr; 2]> {
     embedded_ipv4(u128::from(addr))
 }
 
-/// The IPv4 addresses an IPv6 address carries (the same one twice unless Teredo), for the forms that reach IPv4 hosts.
-/// `::` and `::1` fall in the IPv4-compatible range and come out as `0.0.0.0`/`0.0.0.1`,
-/// which the IPv4 list refuses.
+/// The IPv4 addresses an IPv6 address carries (the same one twice unless Teredo: its
+/// server, then its client), for the forms that reach IPv4 hosts ([`IPV4_CARRIERS`], the
+/// one list of them). `::` and `::1` fall in the IPv4-compatible range and come out as
+/// `0.0.0.0`/`0.0.0.1`, which the IPv4 list refuses.
 fn embedded_ipv4(bits: u128) -> Option<[Ipv4Addr; 2]> {
-    let low32 = Ipv4Addr::from(bits as u32);
-    // IPv4-compatible ::a.b.c.d (::/96) and IPv4-mapped ::ffff:a.b.c.d (::ffff:0:0/96).
-    if bits >> 32 == 0 || bits >> 32 == 0xffff {
-        return Some([low32, low32]);
-    }
-    // SIIT IPv4-translated ::ffff:0:a.b.c.d (::ffff:0:0:0/96).
-    if bits >> 32 == 0xffff_0000 {
-        return Some([low32, low32]);
-    }
-    // NAT64 well-known prefix 64:ff9b::/96.
-    if prefix_matches_v6(bits, 0x0064_ff9b << 96, 96) {
-        return Some([low32, low32]);
-    }
-    // 6to4 2002:a.b.c.d::/48 (bits 16..48).
-    if prefix_matches_v6(bits, 0x2002 << 112, 16) {
-        let v4 = Ipv4Addr::from((bits >> 80) as u32);
-        return Some([v4, v4]);
-    }
-    // Teredo 2001:0:SERVER:FLAGS:PORT:CLIENT — the client address is stored inverted.
-    if prefix_matches_v6(bits, 0x2001_0000 << 96, 32) {
-        let server = Ipv4Addr::from((bits >> 64) as u32);
-        let client = Ipv4Addr::from(!(bits as u32));
-        return Some([server, client]);
-    }
-    None
+    let mut carried = IPV4_CARRIERS
+        .iter()
+        .filter(|carrier| carrier.holds(bits))
+        .map(|carrier| carrier.ipv4_in(bits));
+    let first = carried.next()?;
+    Some([first, carried.next().unwrap_or(first)])
 }
 
 /// One IPv6 form that carries an IPv4 address (the forms of [`embedded_ipv4`]): its block,
@@ -219,6 +201,24 @@ struct Ipv4Carrier {
     inverted: bool,
 }
 
+impl Ipv4Carrier {
+    fn holds(&self, bits: u128) -> bool {
+        let (block, len) = self.block;
+        prefix_matches_v6(bits, block, len)
+    }
+
+    /// The 32 bits at `offset`, inverted back if the form stores them inverted.
+    fn field(&self, bits: u128) -> u32 {
+        let field = (bits >> (96 - self.offset)) as u32;
+        if self.inverted { !field } else { field }
+    }
+
+    fn ipv4_in(&self, bits: u128) -> Ipv4Addr {
+        Ipv4Addr::from(self.field(bits))
+    }
+}
+
+/// Teredo's two entries share a block: the server comes first, then the client.
 const IPV4_CARRIERS: &[Ipv4Carrier] = &[
     Ipv4Carrier {
         form: "IPv4-compatible",
@@ -293,8 +293,7 @@ pub fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
                 return None;
             };
             let fixed = part.prefix_len().saturating_sub(carrier.offset).min(32);
-            let field = (u128::from(part.network()) >> (96 - carrier.offset)) as u32;
-            let field = if carrier.inverted { !field } else { field };
+            let field = carrier.field(u128::from(part.network()));
             let ipv4 = ipnet::Ipv4Net::new(Ipv4Addr::from(field), fixed)
                 .expect("a prefix of at most 32")
                 .trunc();
