@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, AuditSink, Outcome};
 use crate::floor::Floor;
-use crate::policy::{Decision, PolicySet, Reason, SniCheck, Verdict};
+use crate::policy::{Decision, PolicySet, Reason, Verdict};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
 use crate::secrets::Placeholders;
@@ -123,8 +123,7 @@ impl Gate {
         attempt: &mut Attempt,
         port: u16,
     ) -> Result<(), Refusal> {
-        let tls = self.policy.tls();
-        if tls.sni == SniCheck::Strict && tls.ports.contains(&port) {
+        if self.policy.reserves_for_tls(port) {
             attempt.set_outcome(Outcome::Blocked, Reason::SniMismatch, None);
             return Err(Refusal::of(
                 attempt,

@@ -250,19 +250,14 @@ pub(crate) fn plain_plan(shared: &Shared, target: &Target, port: u16) -> Option<
             tls,
         })
     };
-    let credential_on = |port: u16| {
-        policy
-            .inspection(target, port)
-            .is_some_and(|inspection| inspection.credential.is_some())
-    };
-    match policy.inspection(target, port) {
-        Some(_) if credential_on(port) => plan(port, true),
-        // Before a `methods`/`paths` rule that admits port 80 too: a credential on 443
-        // is what `http://HOST/` means, and it goes over TLS.
-        _ if port == 80 && credential_on(443) => plan(443, true),
-        Some(_) => plan(port, false),
-        None => None,
+    // Before a `methods`/`paths` rule that admits port 80 too: a credential on 443 is what
+    // `http://HOST/` means, and it goes over TLS.
+    if let Some(tls_port) = policy.credential_tls_port(target, port) {
+        return plan(tls_port, true);
     }
+    policy
+        .inspection(target, port)
+        .and_then(|_| plan(port, false))
 }
 
 /// One plain HTTP request to an inspected target: judged, credential set, sent over a fresh

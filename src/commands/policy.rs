@@ -192,8 +192,12 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
         }
         checked_address = true;
     }
-    let reserved =
-        plain && decision.verdict != Verdict::Block && reserved_for_tls(&set, &target, port);
+    // As the proxy judges it: plain HTTP to a TLS-reserved port is refused, unless a
+    // credential makes the proxy send it over TLS itself.
+    let reserved = plain
+        && decision.verdict != Verdict::Block
+        && set.reserves_for_tls(port)
+        && set.credential_tls_port(&target, port).is_none();
     if reserved {
         decision = Decision {
             verdict: Verdict::Block,
@@ -343,17 +347,6 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
         warn!("egress-sandbox: error: {conflict}");
     }
     Some(set)
-}
-
-/// Whether the proxy refuses plain HTTP to `target:port` as it does at its doors: a strict
-/// SNI check reserves `tls.ports` for TLS, unless the request goes to a credential there,
-/// which the proxy itself sends over TLS (`http://` upgraded).
-fn reserved_for_tls(set: &PolicySet, target: &Target, port: u16) -> bool {
-    let tls = set.tls();
-    let upgraded = set
-        .inspection(target, port)
-        .is_some_and(|inspection| inspection.credential.is_some());
-    tls.sni == egress_proxy::policy::SniCheck::Strict && tls.ports.contains(&port) && !upgraded
 }
 
 /// `host[:port]` (port default 443) or a URL `http(s)://host[:port]/...` (port from the

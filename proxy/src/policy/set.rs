@@ -455,6 +455,29 @@ impl PolicySet {
         &self.index.tls
     }
 
+    /// Whether plain HTTP to `port` is refused as not TLS (`sni_mismatch`): the strict SNI
+    /// check reserves `tls.ports` for TLS. The proxy's doors and `policy test` both ask this.
+    pub fn reserves_for_tls(&self, port: u16) -> bool {
+        self.index.tls.sni == SniCheck::Strict && self.index.tls.ports.contains(&port)
+    }
+
+    /// The port a plain request to `target:port` goes to over TLS the proxy originates,
+    /// because a credential applies: the credential's own port, or 443 for `http://HOST/`
+    /// (port 80) when the credential is on 443. A credential only ever travels over TLS.
+    pub fn credential_tls_port(&self, target: &Target, port: u16) -> Option<u16> {
+        let credential_on = |port: u16| {
+            self.inspection(target, port)
+                .is_some_and(|inspection| inspection.credential.is_some())
+        };
+        if credential_on(port) {
+            Some(port)
+        } else if port == 80 && credential_on(443) {
+            Some(443)
+        } else {
+            None
+        }
+    }
+
     /// The rule as written, e.g. `host: api.openai.com, ports: [443]`, for `policy test`
     /// and messages. None for a rule not in this set.
     pub fn describe_rule(&self, rule: &RuleRef) -> Option<String> {
