@@ -135,9 +135,8 @@ fn counted_response(
     crate::http::strip_hop_by_hop(&mut parts.headers);
     let body = CountedBody {
         inner: body,
-        attempt: Some(attempt),
+        record: Some((attempt, shutdown)),
         upload,
-        shutdown: Some(shutdown),
     };
     Response::from_parts(parts, body.boxed())
 }
@@ -145,9 +144,9 @@ fn counted_response(
 /// A response body that counts what it delivers into the attempt it owns.
 struct CountedBody {
     inner: Incoming,
-    attempt: Option<Attempt>,
+    /// The attempt, and the hold on shutdown its record keeps until written; taken on drop.
+    record: Option<(Attempt, Shutdown)>,
     upload: Arc<Upload>,
-    shutdown: Option<Shutdown>,
 }
 
 impl Body for CountedBody {
@@ -161,7 +160,7 @@ impl Body for CountedBody {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
-            && let Some(attempt) = self.attempt.as_mut()
+            && let Some((attempt, _)) = self.record.as_mut()
         {
             attempt.bytes_down += data.len() as u64;
         }
@@ -182,8 +181,7 @@ impl Drop for CountedBody {
     /// task that waits for the upload's end or for shutdown. The task holds a [`Shutdown`],
     /// so the proxy's end waits for the record.
     fn drop(&mut self) {
-        let (Some(mut attempt), Some(mut shutdown)) = (self.attempt.take(), self.shutdown.take())
-        else {
+        let Some((mut attempt, mut shutdown)) = self.record.take() else {
             return;
         };
         let upload = self.upload.clone();
