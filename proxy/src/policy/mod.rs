@@ -25,6 +25,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+mod block_index;
 mod credential;
 mod diagnostic;
 mod flags;
