@@ -40,6 +40,18 @@ pub enum Command {
     /// command, with its environment and working directory) in its place.
     #[command(name = "sandbox-gate", hide = true)]
     SandboxGate(SandboxGateArgs),
+    /// Started by `run` and `serve`: removes the objects of OWNER once its stdin ends,
+    /// unless OWNER said first that it removed them itself (it was killed otherwise).
+    #[command(hide = true)]
+    Watchdog(WatchdogArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchdogArgs {
+    /// The owner label's value (`pid:start time:boot id:pid namespace`) of the process
+    /// watched over.
+    #[arg(long, value_name = "STAMP")]
+    pub owner: String,
 }
 
 #[derive(Debug, Args)]

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => commands::gc::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::SandboxGate(args) => commands::sandbox_gate::run(args),
+        Command::Watchdog(args) => commands::watchdog::run(args),
     };
     match result {
         Ok(code) => code,

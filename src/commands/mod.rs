@@ -17,6 +17,7 @@ pub mod run_client;
 pub mod run_flags;
 pub mod sandbox_gate;
 pub mod serve;
+pub mod watchdog;
 
 /// Prints `error` as one line on stderr, `egress-sandbox: error: …` with its causes, and
 /// returns `code`. A cause whose text the message already holds is not repeated (an

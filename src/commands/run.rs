@@ -11,6 +11,7 @@ use super::run_flags;
 use crate::cli::RunArgs;
 use crate::report::{RunReport, summary_line};
 use crate::sandbox::spec::{RunSpec, SpecError};
+use crate::sandbox::watchdog::Watchdog;
 use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
@@ -50,6 +51,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(sandbox) => sandbox,
             Err(error) => return anyhow::Ok(Err(error)),
         };
+        // Held until the run's objects are removed; if this process is killed first, it
+        // removes them.
+        let _watchdog = start_watchdog(&sandbox);
         anyhow::Ok(
             sandbox
                 .run_until(spec, OutputSinks::stdio(), interrupt)
@@ -84,6 +88,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(outcome.exit_code).unwrap_or(SETUP_FAILED),
     ))
+}
+
+/// The watchdog that removes this process's runs if it is killed (`sandbox::watchdog`);
+/// without one (it could not start), `gc` is what is left, and the user is told so.
+pub(crate) fn start_watchdog(sandbox: &Sandbox) -> Option<Watchdog> {
+    Watchdog::spawn(sandbox)
+        .map_err(|error| {
+            say(format_args!(
+                "egress-sandbox: warning: cannot start the watchdog ({error}): if this process \
+                 is killed, `egress-sandbox gc` removes what it leaves"
+            ))
+        })
+        .ok()
 }
 
 /// The handle `run` and `serve` run through: this very binary is the proxy binary, and

@@ -34,6 +34,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .await
             .and_then(|sandbox| sandbox.keep_binary())
             .context("cannot serve")?;
+        // Held until the daemon has removed every run and slot; if it is killed, it does.
+        let _watchdog = super::run::start_watchdog(&sandbox);
         serve(sandbox, options, stop, |options| {
             // The line scripts and tests wait for: the socket accepts connections now.
             eprintln!("egress-sandbox: serving on {}", options.socket.display());

@@ -113,9 +113,26 @@ fn judge(labels: &HashMap<String, String>, here: &HostIdentity) -> Verdict {
 /// networks. Reports what it removed and what it left, with the reason.
 pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, EngineError> {
     let filters = HashMap::from([("label", vec![RUN_LABEL])]);
-    let mut report = GcReport::default();
+    remove_judged(engine, &filters, |labels| judge(labels, here)).await
+}
 
-    for container in engine.list_containers(&filters).await? {
+/// Removes every object of one owner (its label value, `Owner`'s display form), without
+/// asking whether it lives: for the watchdog, which saw its process end. (While a dead
+/// process is a zombie, the kernel still answers for its pid: `gc`'s check would keep it.)
+pub async fn sweep_owner(engine: &Engine, owner: &str) -> Result<GcReport, EngineError> {
+    let label = format!("{OWNER_LABEL}={owner}");
+    let filters = HashMap::from([("label", vec![label.as_str()])]);
+    remove_judged(engine, &filters, |_| Verdict::Remove).await
+}
+
+/// Removes the containers, then the networks, that `filters` lists and `judge` condemns.
+async fn remove_judged(
+    engine: &Engine,
+    filters: &HashMap<&str, Vec<&str>>,
+    judge: impl Fn(&HashMap<String, String>) -> Verdict,
+) -> Result<GcReport, EngineError> {
+    let mut report = GcReport::default();
+    for container in engine.list_containers(filters).await? {
         let labels = container.labels.unwrap_or_default();
         let Some(id) = container.id else { continue };
         let name = container
@@ -123,58 +140,63 @@ pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, Eng
             .and_then(|names| names.into_iter().next())
             .map(|name| name.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
-        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
-        match judge(&labels, here) {
-            Verdict::Skip(reason) => report.skipped.push(Skipped {
-                kind: "container",
-                name,
-                run,
-                reason,
-            }),
-            Verdict::Remove => {
-                let error = engine
-                    .remove_container(&id)
-                    .await
-                    .err()
-                    .map(|e| e.to_string());
-                report.removed.push(Swept {
-                    kind: "container",
-                    name,
-                    run,
-                    error,
-                });
+        let error = match judge(&labels) {
+            Verdict::Skip(reason) => {
+                report.skip("container", name, &labels, reason);
+                continue;
             }
-        }
+            Verdict::Remove => engine.remove_container(&id).await.err(),
+        };
+        report.removed("container", name, &labels, error);
     }
-
-    for network in engine.list_networks(&filters).await? {
+    for network in engine.list_networks(filters).await? {
         let labels = network.labels.unwrap_or_default();
         let Some(id) = network.id else { continue };
         let name = network.name.unwrap_or_else(|| id.clone());
-        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
-        match judge(&labels, here) {
-            Verdict::Skip(reason) => report.skipped.push(Skipped {
-                kind: "network",
-                name,
-                run,
-                reason,
-            }),
-            Verdict::Remove => {
-                let error = engine
-                    .remove_network(&id)
-                    .await
-                    .err()
-                    .map(|e| e.to_string());
-                report.removed.push(Swept {
-                    kind: "network",
-                    name,
-                    run,
-                    error,
-                });
+        let error = match judge(&labels) {
+            Verdict::Skip(reason) => {
+                report.skip("network", name, &labels, reason);
+                continue;
             }
-        }
+            Verdict::Remove => engine.remove_network(&id).await.err(),
+        };
+        report.removed("network", name, &labels, error);
     }
     Ok(report)
+}
+
+impl GcReport {
+    fn skip(
+        &mut self,
+        kind: &'static str,
+        name: String,
+        labels: &HashMap<String, String>,
+        reason: SkipReason,
+    ) {
+        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
+        self.skipped.push(Skipped {
+            kind,
+            name,
+            run,
+            reason,
+        });
+    }
+
+    fn removed(
+        &mut self,
+        kind: &'static str,
+        name: String,
+        labels: &HashMap<String, String>,
+        error: Option<bollard::errors::Error>,
+    ) {
+        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
+        self.removed.push(Swept {
+            kind,
+            name,
+            run,
+            error: error.map(|error| error.to_string()),
+        });
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 //! - `teardown`: owns every object of a run and removes it on every path.
 //! - `slot`: a run's set-up in two parts, the slot (spec-independent) and its claim,
 //!   shared by cold runs and the daemon's warm pool.
+//! - [`watchdog`]: removes a process's runs when it dies without doing so (`kill -9`).
 //! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
 //!   daemon, embedders): it names its proxy binary and connects to the engine once.
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
@@ -53,6 +54,7 @@ pub mod tally;
 pub(crate) mod task_files;
 pub(crate) mod teardown;
 pub(crate) mod trust;
+pub mod watchdog;
 
 pub use credentials::CredentialError;
 pub use docker::{DockerError, Engine, EngineError};

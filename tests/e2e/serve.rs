@@ -143,10 +143,15 @@ impl Daemon {
         String::from_utf8(body.to_vec()).unwrap()
     }
 
-    /// SIGKILL: the daemon dies on the spot and removes nothing.
-    pub fn kill(mut self) {
+    /// SIGKILL: the daemon dies on the spot and removes nothing itself. Returns everything
+    /// written to its stderr, which its watchdog holds open until it is done.
+    pub fn kill(mut self) -> String {
         self.child.kill().expect("SIGKILL the daemon");
         self.child.wait().expect("reap the daemon");
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        self.stderr.lock().unwrap().clone()
     }
 
     /// SIGTERM; the daemon must exit 0 within the bound, leaving nothing of its own.

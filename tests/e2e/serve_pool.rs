@@ -336,7 +336,34 @@ fn sigterm_removes_every_slot() {
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// A daemon killed with SIGKILL cannot remove its slots; they carry its owner stamp like any
+/// A daemon killed with SIGKILL cannot remove its slots; its watchdog sees it end and
+/// removes them (and would remove its live runs alike: they carry the same owner stamp).
+#[test]
+fn a_killed_daemons_slots_are_removed_by_its_watchdog() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::with_pool(2, &network);
+    let slots = slot_ids(&daemon);
+    assert_eq!(slots.len(), 2, "{slots:?}");
+    let pid = daemon.pid();
+    let stderr = daemon.kill();
+    for slot in &slots {
+        let said = format!(
+            "egress-sandbox: process {pid} ended without removing its runs; removed container \
+             egress-run-{slot}-sandbox (run {slot})"
+        );
+        assert!(stderr.contains(&said), "{stderr}");
+        let left = leftovers(slot);
+        assert!(left.is_empty(), "the watchdog left slot {slot}: {left:?}");
+    }
+    let (left, _) = objects_owned_by(pid);
+    left.remove();
+    assert!(
+        left.is_empty(),
+        "the watchdog left the daemon's objects: {left:?}"
+    );
+}
+
+/// Without its watchdog too, the slots stay; they carry the daemon's owner stamp like any
 /// run's objects, so `gc` proves the owner dead and removes them.
 #[test]
 fn a_killed_daemons_slots_are_removed_by_gc() {
@@ -345,6 +372,7 @@ fn a_killed_daemons_slots_are_removed_by_gc() {
     let slots = slot_ids(&daemon);
     assert_eq!(slots.len(), 2, "{slots:?}");
     let pid = daemon.pid();
+    crate::support::kill_watchdog_of(pid);
     daemon.kill();
     for slot in &slots {
         let left = leftovers(slot);

@@ -1,5 +1,5 @@
 //! Teardown when egress-sandbox itself is stopped: SIGTERM tears the run down; after a
-//! SIGKILL the objects stay, and `egress-sandbox gc` removes them. A caller that reads no
+//! SIGKILL its watchdog does, and without the watchdog too `egress-sandbox gc` does. A caller that reads no
 //! output does not hold up a time-limit kill.
 
 use std::time::Duration;
@@ -48,10 +48,36 @@ fn sigint_mid_run_tears_down_and_exits_130() {
     interrupted_run_tears_down("INT", 130);
 }
 
+/// SIGKILL (or the OOM killer, or a crash) gives `run` no chance to tear down; before the
+/// watchdog, the sandbox ran on past its time limit, unaudited, until someone ran `gc`. The
+/// watchdog sees `run` end without standing down and removes the run's objects at once.
+/// `run`'s stderr stays open until the watchdog is done: its end is the event waited for.
 #[test]
-fn sigkill_leaves_objects_that_gc_removes() {
+fn sigkill_mid_run_is_torn_down_by_the_watchdog() {
     let network = TestNetwork::create();
     let (running, run_id) = started_run(&network);
+    running.signal("KILL");
+    let run = running.wait();
+    assert_eq!(run.status.code(), None, "not killed: {}", run.status);
+    let said = format!(
+        "egress-sandbox: process {} ended without removing its runs; removed container \
+         egress-run-{run_id}-sandbox (run {run_id})",
+        run.pid
+    );
+    assert!(run.stderr.contains(&said), "{}", run.stderr);
+    let left = leftovers(&run_id);
+    assert!(left.is_empty(), "the watchdog left {left:?}");
+    let (owned, _) = objects_owned_by(run.pid);
+    assert!(owned.is_empty(), "the watchdog left {owned:?}");
+}
+
+/// With the watchdog killed as well (or the machine down), the objects stay; they carry
+/// their owner's stamp, so `gc` proves the owner dead and removes them.
+#[test]
+fn sigkill_of_run_and_its_watchdog_leaves_objects_that_gc_removes() {
+    let network = TestNetwork::create();
+    let (running, run_id) = started_run(&network);
+    crate::support::kill_watchdog_of(running.pid);
     running.signal("KILL");
     let run = running.wait();
     assert_eq!(

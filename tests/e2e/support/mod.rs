@@ -98,3 +98,44 @@ impl Default for GoSignal {
         Self::new()
     }
 }
+
+/// SIGKILLs the watchdog of process `owner` (`egress-sandbox watchdog --owner PID:…`, found
+/// in /proc), so a test can leave the owner's objects behind for `gc`; panics if there is
+/// none, and returns once it is gone.
+pub fn kill_watchdog_of(owner: u32) {
+    let stamp = format!("{owner}:");
+    let watchdog = std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|byte| *byte == 0).collect();
+            args.windows(3).any(|window| {
+                window[0] == b"watchdog"
+                    && window[1] == b"--owner"
+                    && window[2].starts_with(stamp.as_bytes())
+            })
+        })
+        .unwrap_or_else(|| panic!("process {owner} has no watchdog"));
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &watchdog.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success(), "kill -KILL {watchdog} failed");
+    // Its parent (the owner) reaps it; until then it is a zombie, which holds nothing open.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_to_string(format!("/proc/{watchdog}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watchdog {watchdog} did not die"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
