@@ -30,6 +30,9 @@ pub struct RunReport<'a> {
     pub audit: AuditCounts,
     /// Hex SHA-256 of the run's `end` audit line (null when the proxy never wrote it).
     pub audit_head: Option<&'a str>,
+    /// Present only when the `--audit-log` file could not take every record: why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_log_error: Option<&'a str>,
 }
 
 impl<'a> RunReport<'a> {
@@ -55,6 +58,7 @@ impl<'a> RunReport<'a> {
                     .sum::<u64>(),
             audit: outcome.audit,
             audit_head: outcome.audit_head.as_deref(),
+            audit_log_error: outcome.audit_log_error.as_deref(),
         }
     }
 
@@ -128,7 +132,18 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
             outcome.audit.dropped
         ));
     }
+    if let Some(error) = &outcome.audit_log_error {
+        line.push_str(&audit_log_incomplete(error));
+    }
     line
+}
+
+/// What the summary line adds when the `--audit-log` file could not take every record.
+pub fn audit_log_incomplete(error: &str) -> String {
+    format!(
+        "; the audit log is incomplete ({})",
+        egress_proxy::text::visible(error)
+    )
 }
 
 #[cfg(test)]
@@ -161,7 +176,29 @@ mod tests {
             audit: tally.audit(),
             audit_head: None,
             teardown_errors: Vec::new(),
+            audit_log_error: None,
         }
+    }
+
+    /// A log that could not take every record says so in the summary and the report;
+    /// a complete one adds nothing to either.
+    #[test]
+    fn an_incomplete_audit_log_is_said_in_the_summary_and_the_report() {
+        let mut outcome = outcome(&AuditTally::default());
+        let complete = RunReport::new(&outcome).to_json();
+        assert!(!complete.contains("audit_log_error"), "{complete}");
+        outcome.audit_log_error = Some("No space left on device (os error 28)".into());
+        assert_eq!(
+            summary_line(&outcome),
+            "egress-sandbox: exit 0 after 1.4s; 0 blocked; the audit log is incomplete \
+             (No space left on device (os error 28))"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&RunReport::new(&outcome).to_json()).unwrap();
+        assert_eq!(
+            report["audit_log_error"],
+            "No space left on device (os error 28)"
+        );
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         },
         None => None,
     };
+    let mut audit_log_error = None;
     let request = request_from(&args, &credentials)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -75,9 +76,19 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
             let run_id = run_id.clone();
             let exit_code = &exit_code;
             let audit_log = &mut audit_log;
+            let audit_log_error = &mut audit_log_error;
             let report_path = args.report.clone();
             client.run(&request, move |event| {
-                handle(event, &run_id, exit_code, audit_log, report_path.as_deref())
+                handle(
+                    event,
+                    &run_id,
+                    exit_code,
+                    AuditFile {
+                        file: audit_log,
+                        error: audit_log_error,
+                    },
+                    report_path.as_deref(),
+                )
             })
         };
         tokio::pin!(streamed);
@@ -145,11 +156,19 @@ async fn cancel(
     }
 }
 
+/// The `--audit-log` file this client appends the run's records to, and why it stopped
+/// (the daemon cannot know: the report and summary line are completed here, as a cold run
+/// writes them).
+struct AuditFile<'a> {
+    file: &'a mut Option<std::fs::File>,
+    error: &'a mut Option<String>,
+}
+
 fn handle(
     event: Event,
     run_id: &std::sync::Mutex<Option<String>>,
     exit_code: &std::cell::Cell<Option<i32>>,
-    audit_log: &mut Option<std::fs::File>,
+    audit_log: AuditFile<'_>,
     report_path: Option<&std::path::Path>,
 ) {
     match event {
@@ -166,12 +185,13 @@ fn handle(
             };
         }
         Event::Audit { record } => {
-            if let Some(file) = audit_log {
+            if let Some(file) = audit_log.file {
                 let mut line = record.get().as_bytes().to_vec();
                 line.push(b'\n');
                 if let Err(error) = file.write_all(&line) {
                     tracing::error!(%error, "cannot append to the audit log; no further records are written there");
-                    *audit_log = None;
+                    *audit_log.error = Some(error.to_string());
+                    *audit_log.file = None;
                 }
             }
         }
@@ -185,8 +205,15 @@ fn handle(
                     "egress-sandbox: could not remove {failure}; `egress-sandbox gc` will"
                 ));
             }
+            let (report, summary) = match audit_log.error.as_deref() {
+                Some(error) => (
+                    with_audit_log_error(report.get(), error),
+                    summary + &crate::report::audit_log_incomplete(error),
+                ),
+                None => (report.get().to_string(), summary),
+            };
             if let Some(path) = report_path
-                && let Err(error) = write_report(path, report.get())
+                && let Err(error) = write_report(path, &report)
             {
                 say(format_args!(
                     "egress-sandbox: cannot write the report {}: {error}",
@@ -195,7 +222,7 @@ fn handle(
             }
             eprintln!("{summary}");
             exit_code.set(
-                serde_json::from_str::<serde_json::Value>(report.get())
+                serde_json::from_str::<serde_json::Value>(&report)
                     .ok()
                     .and_then(|report| report["exit_code"].as_i64())
                     .and_then(|code| i32::try_from(code).ok()),
@@ -206,6 +233,14 @@ fn handle(
             exit_code.set(Some(i32::from(SETUP_FAILED)));
         }
     }
+}
+
+/// The daemon's compact report with the field a cold run adds last when its audit log
+/// is incomplete (`RunReport::audit_log_error`).
+fn with_audit_log_error(compact: &str, error: &str) -> String {
+    let fields = compact.trim_end().strip_suffix('}').unwrap_or(compact);
+    let error = serde_json::to_string(error).expect("a string always serialises");
+    format!("{fields},\"audit_log_error\":{error}}}")
 }
 
 /// The report as `run` writes it: pretty JSON, fields in the daemon's order, a newline.

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedSender;
@@ -29,18 +30,26 @@ pub enum RunEvent {
 pub(super) struct AuditTee {
     file: Option<File>,
     events: Option<UnboundedSender<RunEvent>>,
+    /// Why the file took no more records (the first error), for the outcome to say.
+    file_failed: Arc<OnceLock<String>>,
 }
 
 impl AuditTee {
-    /// `None` when nobody wants the records.
+    /// `None` when nobody wants the records. A failure to write the file is kept in
+    /// `file_failed`.
     pub(super) fn sink(
         file: Option<File>,
         events: Option<UnboundedSender<RunEvent>>,
+        file_failed: Arc<OnceLock<String>>,
     ) -> Option<AuditSink> {
         if file.is_none() && events.is_none() {
             return None;
         }
-        Some(Box::new(AuditTee { file, events }))
+        Some(Box::new(AuditTee {
+            file,
+            events,
+            file_failed,
+        }))
     }
 }
 
@@ -51,6 +60,7 @@ impl Write for AuditTee {
             && let Err(error) = file.write_all(line)
         {
             tracing::error!(%error, "cannot append to the audit log; no further records are written there");
+            let _ = self.file_failed.set(error.to_string());
             self.file = None;
         }
         if let Some(events) = &self.events {
@@ -74,7 +84,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut sink = AuditTee::sink(Some(File::create(&path).unwrap()), Some(tx)).unwrap();
+        let failed = Arc::default();
+        let mut sink = AuditTee::sink(
+            Some(File::create(&path).unwrap()),
+            Some(tx),
+            Arc::clone(&failed),
+        )
+        .unwrap();
         sink.write_all(b"{\"a\":1}\n").unwrap();
         drop(sink);
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n");
@@ -82,6 +98,26 @@ mod tests {
             rx.try_recv().unwrap(),
             RunEvent::Audit(Bytes::from_static(b"{\"a\":1}"))
         );
-        assert!(AuditTee::sink(None, None).is_none());
+        assert!(failed.get().is_none());
+        assert!(AuditTee::sink(None, None, failed).is_none());
+    }
+
+    /// A full disk: the run goes on, and why the log is incomplete is kept for the outcome.
+    #[test]
+    fn a_file_that_cannot_be_written_is_dropped_and_why_is_kept() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let failed = Arc::<OnceLock<String>>::default();
+        let full = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/dev/full")
+            .unwrap();
+        let mut sink = AuditTee::sink(Some(full), Some(tx), Arc::clone(&failed)).unwrap();
+        sink.write_all(b"{\"a\":1}\n").unwrap();
+        sink.write_all(b"{\"a\":2}\n").unwrap();
+        assert!(
+            failed.get().unwrap().contains("No space left on device"),
+            "{failed:?}"
+        );
+        assert!(rx.try_recv().is_ok() && rx.try_recv().is_ok());
     }
 }

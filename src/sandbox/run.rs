@@ -35,6 +35,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -130,6 +131,10 @@ pub struct RunOutcome {
     pub audit_head: Option<String>,
     /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
     pub teardown_errors: Vec<String>,
+    /// Why the `--audit-log` file holds only part of the records (a full disk, say): the
+    /// first write error, after which nothing more was written there. `None` when every
+    /// record was written, or no file was asked for.
+    pub audit_log_error: Option<String>,
 }
 
 /// Why the sandbox could not be set up (exit 125). Nothing is left behind.
@@ -303,7 +308,12 @@ pub(crate) async fn run_parts(
     sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
-    let audit_log = AuditTee::sink(audit_file, sinks.events.clone());
+    let audit_log_failed = Arc::default();
+    let audit_log = AuditTee::sink(
+        audit_file,
+        sinks.events.clone(),
+        Arc::clone(&audit_log_failed),
+    );
     let (objects, slot) = match warm {
         Some((objects, slot)) => (objects, Some(slot)),
         None => match cold_objects(sandbox, spec).await {
@@ -318,7 +328,10 @@ pub(crate) async fn run_parts(
         spec,
     };
     tokio::pin!(interrupt);
-    let result = run.go(slot, audit_log, sinks, &mut interrupt).await;
+    let mut result = run.go(slot, audit_log, sinks, &mut interrupt).await;
+    if let Ok(outcome) = &mut result {
+        outcome.audit_log_error = audit_log_failed.get().cloned();
+    }
     // Only a set-up that was cut short (an error in one branch drops the others, or an
     // interrupt) can have a create request in flight whose object we never heard of.
     let sweep = result.as_ref().map_or(true, |outcome| {
@@ -532,6 +545,7 @@ impl Run<'_> {
             audit: tally.audit(),
             audit_head: head,
             teardown_errors: Vec::new(),
+            audit_log_error: None,
         })
     }
 
@@ -636,6 +650,7 @@ impl Run<'_> {
             audit: AuditCounts::default(),
             audit_head: None,
             teardown_errors: Vec::new(),
+            audit_log_error: None,
         }
     }
 }

@@ -789,6 +789,34 @@ fn run_with_server_matches_a_cold_run_byte_for_byte() {
         "{}",
         warm.describe()
     );
+    // An audit log the records cannot all be written to (a full disk) is said to be
+    // incomplete, in the summary line and in the report; through the daemon too, whose
+    // client writes the file.
+    let cold = Run::new(&network).audit_log_on_a_full_disk().run(&["true"]);
+    let warm = Run::new(&network)
+        .audit_log_on_a_full_disk()
+        .option("--server", &daemon.socket)
+        .run(&["true"]);
+    cold.assert_code(0);
+    warm.assert_code(0);
+    let incomplete = "; the audit log is incomplete (No space left on device (os error 28))";
+    assert!(
+        cold.summary_line().ends_with(incomplete),
+        "{}",
+        cold.describe()
+    );
+    assert_eq!(
+        cold.report()["audit_log_error"],
+        "No space left on device (os error 28)"
+    );
+    assert_eq!(
+        normalise(warm.summary_line()),
+        normalise(cold.summary_line())
+    );
+    assert_eq!(
+        normalise(warm.report_text.as_deref().unwrap()),
+        normalise(cold.report_text.as_deref().unwrap())
+    );
     // And the environment variable works as the flag does.
     let by_env = Run::new(&network)
         .caller_env(
