@@ -74,6 +74,11 @@ pub struct ServeArgs {
     /// requests that name none [default: egress-sandbox-egress].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// Runs live at once (from the request until their containers and network are
+    /// removed); a request beyond gets 503 with Retry-After. At least 1.
+    #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_runs: usize,
 }
 
 #[derive(Debug, Args)]

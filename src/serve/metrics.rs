@@ -36,6 +36,7 @@ pub struct Metrics {
     tearing_down: Gauge,
     pool_ready: Gauge,
     starts: Family<PathLabel, Counter>,
+    refused_busy: Counter,
 }
 
 impl Default for Metrics {
@@ -96,8 +97,15 @@ impl Metrics {
             "Runs accepted, by set-up path: warm (a pool slot) or cold",
             starts.clone(),
         );
+        let refused_busy = Counter::default();
+        registry.register(
+            "runs_refused_busy",
+            "Run requests refused (503) because --max-runs runs were live",
+            refused_busy.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
+            refused_busy,
             pool_ready,
             starts,
             runs,
@@ -164,6 +172,10 @@ impl Metrics {
 
     pub fn tearing_down(&self) -> &Gauge {
         &self.tearing_down
+    }
+
+    pub fn refused_busy(&self) -> &Counter {
+        &self.refused_busy
     }
 
     pub fn encode(&self) -> String {

@@ -62,10 +62,16 @@ pub struct ServeOptions {
     pub pool: usize,
     /// The egress network of the pool's slots, and of requests that name none.
     pub egress_network: Option<String>,
+    /// Runs at most live at once (from the request to their objects' removal); a request
+    /// beyond is refused with 503 and `Retry-After`. 0 is taken as 1.
+    pub max_runs: usize,
 }
 
 /// Warm slots kept ready by default.
 pub const DEFAULT_POOL: usize = 2;
+
+/// Runs live at once by default: each is two containers and a network on one engine.
+pub const DEFAULT_MAX_RUNS: usize = 32;
 
 impl ServeOptions {
     pub fn new(socket: PathBuf) -> ServeOptions {
@@ -75,6 +81,7 @@ impl ServeOptions {
             metrics_listen: None,
             pool: DEFAULT_POOL,
             egress_network: None,
+            max_runs: DEFAULT_MAX_RUNS,
         }
     }
 }
@@ -145,6 +152,10 @@ struct Shared {
     /// The egress network of requests that name none (the pool's).
     egress_network: Option<String>,
     runs: Mutex<HashMap<String, Cancel>>,
+    /// One permit per live run (`ServeOptions::max_runs`), held until its objects are
+    /// removed: the engine never holds more runs' objects than that (besides the pool).
+    run_permits: Arc<tokio::sync::Semaphore>,
+    max_runs: usize,
     /// Runs in flight: shutdown waits until each has torn down.
     tracker: Arc<Tracker>,
     /// API connections: shutdown lets each deliver its last event (bounded).
@@ -227,6 +238,8 @@ pub async fn serve(
         pool,
         egress_network: options.egress_network.clone(),
         runs: Mutex::new(HashMap::new()),
+        run_permits: Arc::new(tokio::sync::Semaphore::new(options.max_runs.max(1))),
+        max_runs: options.max_runs.max(1),
         tracker: Arc::new(Tracker::default()),
         connections: Arc::new(Tracker::default()),
         shutdown,
@@ -393,7 +406,24 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
             &BadRequest::new("", "the daemon is stopping"),
         );
     }
-    let lines = run_task::start(shared, checked.spec, checked.stdin);
+    let Ok(permit) = shared.run_permits.clone().try_acquire_owned() else {
+        shared.metrics.refused_busy().inc();
+        let mut busy = json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &BadRequest::new(
+                "",
+                format!(
+                    "the daemon has its limit of {} runs live (serve --max-runs); try again \
+                     when one has ended",
+                    shared.max_runs
+                ),
+            ),
+        );
+        busy.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return busy;
+    };
+    let lines = run_task::start(shared, checked.spec, checked.stdin, permit);
     let stream = futures_util::stream::unfold(lines, |mut lines| async move {
         let line = lines.recv().await?;
         Some((Ok::<_, Infallible>(Frame::data(line)), lines))

@@ -93,7 +93,13 @@ impl tokio::io::AsyncWrite for OutputEvents {
 }
 
 /// Starts the run in the background; the returned receiver is the response body.
-pub(super) fn start(shared: Arc<Shared>, spec: RunSpec, stdin: Vec<u8>) -> Receiver<Bytes> {
+/// Runs `spec` in the background, holding `permit` until its objects are removed.
+pub(super) fn start(
+    shared: Arc<Shared>,
+    spec: RunSpec,
+    stdin: Vec<u8>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Receiver<Bytes> {
     let (lines, body) = channel(STREAM_LINES);
     // The few warnings fit the fresh stream.
     for warning in spec.warnings() {
@@ -116,6 +122,8 @@ pub(super) fn start(shared: Arc<Shared>, spec: RunSpec, stdin: Vec<u8>) -> Recei
                 tracing::warn!(run = %run_id, "could not remove {failure}; `egress-sandbox gc` will");
             }
             tracing::debug!(run = %run_id, "run objects removed");
+            // Before the gauge falls: a client that saw it fall may ask for a run at once.
+            drop(permit);
             shared.metrics.tearing_down().dec();
         }
     });

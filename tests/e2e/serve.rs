@@ -518,6 +518,97 @@ fn start_long_run(daemon: &Daemon, network: &TestNetwork) -> (String, mpsc::Rece
     (run_id, done)
 }
 
+/// `POST /v1/runs` as raw HTTP over the socket: the status line and the headers of the
+/// answer, lowercased (the test client does not show headers).
+fn post_head(daemon: &Daemon, request: &Value) -> String {
+    use std::io::{Read, Write};
+    let body = serde_json::to_vec(request).unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+    stream.set_read_timeout(Some(HANG_BOUND)).unwrap();
+    write!(
+        stream,
+        "POST /v1/runs HTTP/1.1\r\nHost: daemon\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(&body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+    head.to_ascii_lowercase()
+}
+
+/// Waits (bounded) until the daemon's `/metrics` has the line `line`.
+fn wait_for_metric(daemon: &Daemon, line: &str) {
+    let deadline = Instant::now() + HANG_BOUND;
+    while !daemon.metrics().lines().any(|seen| seen == line) {
+        assert!(
+            Instant::now() < deadline,
+            "no {line:?} in\n{}",
+            daemon.metrics()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A daemon runs at most `--max-runs` runs at once (until their objects are removed); a
+/// request beyond is a 503 with `Retry-After` that creates nothing, counted in `/metrics`,
+/// and `run --server` says why with 125. Once a run is removed, the next is accepted.
+#[test]
+fn a_run_past_max_runs_is_a_503_with_retry_after_and_creates_nothing() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start_with(&["--pool", "0", "--max-runs", "1"]);
+    let (run_id, done) = start_long_run(&daemon, &network);
+    let (owned_before, _) = objects_owned_by(daemon.pid());
+    let request = with_network(&network, json!({"argv": ["true"]}));
+    let head = post_head(&daemon, &request);
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    assert!(head.contains("\r\nretry-after: 1"), "{head}");
+    match post(&daemon, request.clone()) {
+        Err(ClientError::Refused { status, refusal }) => {
+            assert_eq!(status.as_u16(), 503);
+            assert!(
+                refusal
+                    .error
+                    .contains("limit of 1 runs live (serve --max-runs)"),
+                "{}",
+                refusal.error
+            );
+        }
+        Ok(run) => panic!("a run past the limit was accepted: {:#?}", run.events),
+        Err(other) => panic!("{other}"),
+    }
+    let busy = binary()
+        .args(["run", "--server"])
+        .arg(&daemon.socket)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&busy.stderr);
+    assert_eq!(busy.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("(serve --max-runs)"), "{stderr}");
+    wait_for_metric(&daemon, "egress_sandbox_runs_refused_busy_total 3");
+    let (owned_after, _) = objects_owned_by(daemon.pid());
+    assert_eq!(
+        owned_after, owned_before,
+        "a refused request created objects"
+    );
+
+    runtime()
+        .block_on(daemon.client().cancel(&run_id, false))
+        .unwrap();
+    done.recv_timeout(HANG_BOUND)
+        .expect("the stream did not end");
+    // Its objects gone, the removal had begun (the gauge rose); the gauge's fall follows
+    // the permit's release.
+    assert_run_removed(&run_id);
+    wait_for_metric(&daemon, "egress_sandbox_runs_tearing_down 0");
+    let run = post(&daemon, request).expect("accepted once the first run is removed");
+    assert_eq!(run.report()["exit_code"], 0, "{:#?}", run.events);
+    daemon.stop();
+}
+
 #[test]
 fn delete_cancels_a_run_which_ends_interrupted_with_nothing_left() {
     let network = TestNetwork::create();
