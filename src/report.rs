@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::sandbox::run::{RunOutcome, RunStatus};
+use crate::sandbox::run::{Interruption, RunOutcome, RunStatus};
 pub use crate::sandbox::tally::{
     AttemptCounts, AuditCounts, AuditTally, REPORT_GROUPS, RefusalGroup, Refusals,
 };
@@ -87,6 +87,13 @@ pub fn summary_line(outcome: &RunOutcome) -> String {
             humantime::format_duration(outcome.timeout)
         ),
         RunStatus::Oom => format!("egress-sandbox: killed for memory (exit 137) after {after}"),
+        RunStatus::Interrupted if outcome.exit_code == Interruption::OutputClosed.exit_code() => {
+            format!(
+                "egress-sandbox: the output's reader went away; the sandbox was killed (exit {}) \
+                 after {after}",
+                outcome.exit_code
+            )
+        }
         RunStatus::Interrupted => format!(
             "egress-sandbox: interrupted (exit {}) after {after}",
             outcome.exit_code

@@ -17,6 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use crate::cli::RunArgs;
+use crate::sandbox::Interruption;
 use crate::serve::client::{Client, ClientError, Event};
 use egress_proxy::handoff::Secrets;
 
@@ -72,7 +73,10 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         let mut hangup = signal(SignalKind::hangup()).context("cannot install signal handlers")?;
         let run_id = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let exit_code = std::cell::Cell::new(None::<i32>);
+        // Told when writing the output met a broken pipe (`run --server … | head`).
+        let output_closed = tokio::sync::Notify::new();
         let streamed = {
+            let output_closed = &output_closed;
             let run_id = run_id.clone();
             let exit_code = &exit_code;
             let audit_log = &mut audit_log;
@@ -83,6 +87,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
                     event,
                     &run_id,
                     exit_code,
+                    output_closed,
                     AuditFile {
                         file: audit_log,
                         error: audit_log_error,
@@ -97,20 +102,28 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         // waiting for that answer (a daemon that does not give it must not hold the
         // caller's terminal).
         let mut cancelled = false;
+        let mut pipe_closed = false;
         let result = loop {
             tokio::select! {
                 result = &mut streamed => break result,
+                // As a cold run ends when its output's reader went away (SIGPIPE's way).
+                () = output_closed.notified(), if !pipe_closed => {
+                    pipe_closed = true;
+                    if !cancelled {
+                        cancelled = cancel(&client, &run_id, Interruption::OutputClosed).await;
+                    }
+                }
                 _ = interrupt.recv() => {
                     if cancelled {
                         return anyhow::Ok(given_up(false));
                     }
-                    cancelled = cancel(&client, &run_id, false).await;
+                    cancelled = cancel(&client, &run_id, Interruption::Interrupt).await;
                 }
                 _ = async { tokio::select! { _ = terminate.recv() => {}, _ = hangup.recv() => {} } } => {
                     if cancelled {
                         return anyhow::Ok(given_up(true));
                     }
-                    cancelled = cancel(&client, &run_id, true).await;
+                    cancelled = cancel(&client, &run_id, Interruption::Terminate).await;
                 }
             }
         };
@@ -142,12 +155,12 @@ fn given_up(terminate: bool) -> i32 {
 async fn cancel(
     client: &Client,
     run_id: &std::sync::Mutex<Option<String>>,
-    terminate: bool,
+    signal: Interruption,
 ) -> bool {
     let Some(id) = run_id.lock().expect("run id lock").clone() else {
         return false;
     };
-    match client.cancel(&id, terminate).await {
+    match client.cancel(&id, signal).await {
         Ok(()) => true,
         Err(error) => {
             tracing::warn!(%error, "cannot cancel the run");
@@ -168,6 +181,7 @@ fn handle(
     event: Event,
     run_id: &std::sync::Mutex<Option<String>>,
     exit_code: &std::cell::Cell<Option<i32>>,
+    output_closed: &tokio::sync::Notify,
     audit_log: AuditFile<'_>,
     report_path: Option<&std::path::Path>,
 ) {
@@ -177,12 +191,15 @@ fn handle(
         Event::Started { run } => *run_id.lock().expect("run id lock") = Some(run),
         Event::Output { stream, b64 } => {
             let bytes = STANDARD.decode(b64).unwrap_or_default();
-            let _ = if stream == "stderr" {
+            let written = if stream == "stderr" {
                 std::io::stderr().write_all(&bytes)
             } else {
                 let mut stdout = std::io::stdout();
                 stdout.write_all(&bytes).and_then(|()| stdout.flush())
             };
+            if written.is_err_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe) {
+                output_closed.notify_one();
+            }
         }
         Event::Audit { record } => {
             if let Some(file) = audit_log.file {

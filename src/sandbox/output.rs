@@ -27,6 +27,10 @@ pub struct OutputSinks {
     pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
     /// Receives the run's id, its start and end, and each audit record as it comes.
     pub events: Option<tokio::sync::mpsc::UnboundedSender<super::events::RunEvent>>,
+    /// A write refused as a broken pipe (the reader went away) ends the run
+    /// ([`Interruption::OutputClosed`](super::Interruption::OutputClosed)); otherwise the
+    /// rest of that stream is dropped and the command runs on.
+    pub(crate) closed_pipe_ends_run: bool,
 }
 
 impl OutputSinks {
@@ -37,6 +41,8 @@ impl OutputSinks {
             stderr: Box::new(tokio::io::stderr()),
             stdin: Some(Box::new(tokio::io::stdin())),
             events: None,
+            // As a command in a shell pipeline: `run … | head` ends when `head` has.
+            closed_pipe_ends_run: true,
         }
     }
 
@@ -50,6 +56,7 @@ impl OutputSinks {
             stderr: Box::new(stderr),
             stdin: None,
             events: None,
+            closed_pipe_ends_run: false,
         }
     }
 
@@ -157,6 +164,8 @@ impl OutputCap {
 struct Sink {
     writer: Box<dyn AsyncWrite + Send + Unpin>,
     broken: bool,
+    /// Cancelled when a write meets a broken pipe, if that is to end the run.
+    closed: Option<CancellationToken>,
 }
 
 impl Sink {
@@ -172,6 +181,11 @@ impl Sink {
         if let Err(error) = result {
             tracing::debug!(%error, "output sink closed; dropping the rest");
             self.broken = true;
+            if error.kind() == std::io::ErrorKind::BrokenPipe
+                && let Some(closed) = &self.closed
+            {
+                closed.cancel();
+            }
         }
     }
 }
@@ -201,18 +215,22 @@ pub(crate) async fn relay<S>(
     sinks: OutputSinks,
     limit: u64,
     run_over: CancellationToken,
+    output_closed: CancellationToken,
 ) -> (OutputStats, StreamEnd)
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
 {
     let mut cap = OutputCap::new(limit);
+    let closed = sinks.closed_pipe_ends_run.then_some(output_closed);
     let mut stdout = Sink {
         writer: sinks.stdout,
         broken: false,
+        closed: closed.clone(),
     };
     let mut stderr = Sink {
         writer: sinks.stderr,
         broken: false,
+        closed,
     };
     while let Some(frame) = frames.next().await {
         let (channel, message) = match frame {
@@ -310,6 +328,7 @@ mod tests {
             OutputSinks::new(out_writer, err_writer),
             15,
             CancellationToken::new(),
+            CancellationToken::new(),
         )
         .await;
         assert_eq!(end, StreamEnd::Eof);
@@ -327,6 +346,37 @@ mod tests {
         assert!(stats.truncated);
     }
 
+    /// A reader that went away (`run … | head`) ends a run whose sinks are the process's
+    /// own (as SIGPIPE ends a command in a pipeline); other sinks only drop the rest.
+    #[tokio::test]
+    async fn a_broken_pipe_ends_the_run_only_for_sinks_that_ask() {
+        for ends_run in [true, false] {
+            let frames = futures_util::stream::iter((0..3).map(|_| {
+                Ok(LogOutput::StdOut {
+                    message: Bytes::from_static(b"line\n"),
+                })
+            }));
+            let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+            drop(reader);
+            writer.set_nonblocking(true).unwrap();
+            let writer = tokio::net::UnixStream::from_std(writer).unwrap();
+            let mut sinks = OutputSinks::new(writer, tokio::io::sink());
+            sinks.closed_pipe_ends_run = ends_run;
+            let closed = CancellationToken::new();
+            let (stats, end) = relay(
+                frames,
+                sinks,
+                1 << 20,
+                CancellationToken::new(),
+                closed.clone(),
+            )
+            .await;
+            assert_eq!(end, StreamEnd::Eof);
+            assert_eq!(stats.stdout_bytes, 15, "the rest is still drained");
+            assert_eq!(closed.is_cancelled(), ends_run);
+        }
+    }
+
     #[tokio::test]
     async fn once_the_run_is_over_output_nobody_reads_is_drained_into_nothing() {
         let frames = futures_util::stream::iter((0..100).map(|_| {
@@ -342,6 +392,7 @@ mod tests {
             OutputSinks::new(out_writer, tokio::io::sink()),
             1 << 30,
             run_over.clone(),
+            CancellationToken::new(),
         ));
         run_over.cancel();
         let (stats, end) = tokio::time::timeout(std::time::Duration::from_secs(10), relay)

@@ -92,6 +92,10 @@ pub const PROXY_FAILED_EXIT: i32 = 125;
 pub enum Interruption {
     Interrupt,
     Terminate,
+    /// The reader of the run's output went away (`run … | head`): what SIGPIPE is to a
+    /// command in a shell pipeline. Only sinks made with [`OutputSinks::stdio`] end a run
+    /// this way; others drop the rest of the output and let the command run on.
+    OutputClosed,
 }
 
 impl Interruption {
@@ -99,6 +103,8 @@ impl Interruption {
         match self {
             Interruption::Interrupt => 130,
             Interruption::Terminate => 143,
+            // 128 + SIGPIPE, as a shell reports a command that wrote to a closed pipe.
+            Interruption::OutputClosed => 141,
         }
     }
 }
@@ -446,6 +452,8 @@ impl Run<'_> {
         let command_over = std::sync::Arc::new(tokio::sync::Notify::new());
         // Cancelled before a kill: the relay stops waiting on the caller (`output::relay`).
         let run_over = tokio_util::sync::CancellationToken::new();
+        // Cancelled when the output's reader went away and the sinks say that ends the run.
+        let output_closed = tokio_util::sync::CancellationToken::new();
         let relay = tokio::spawn({
             let command_over = command_over.clone();
             let relayed = output::relay(
@@ -453,6 +461,7 @@ impl Run<'_> {
                 sinks,
                 self.spec.limits.output,
                 run_over.clone(),
+                output_closed.clone(),
             );
             async move {
                 let (stats, end) = relayed.await;
@@ -473,6 +482,7 @@ impl Run<'_> {
                 status = &mut wait => End::Exited(self.exit_status(status).await),
                 () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
                 signal = interrupt.as_mut() => End::Interrupted(signal),
+                () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
                 () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
             };
             let duration = started.elapsed();

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::request::RunRequest;
+use crate::sandbox::Interruption;
 
 /// One line of the run's event stream. `record` and `report` keep their exact JSON text.
 #[derive(Debug)]
@@ -220,11 +221,11 @@ impl Client {
     }
 
     /// `DELETE /v1/runs/{id}`: the run ends as interrupted (by SIGTERM with `terminate`).
-    pub async fn cancel(&self, run: &str, terminate: bool) -> Result<(), ClientError> {
-        let path = if terminate {
-            format!("/v1/runs/{run}?signal=TERM")
-        } else {
-            format!("/v1/runs/{run}")
+    pub async fn cancel(&self, run: &str, signal: Interruption) -> Result<(), ClientError> {
+        let path = match signal {
+            Interruption::Terminate => format!("/v1/runs/{run}?signal=TERM"),
+            Interruption::OutputClosed => format!("/v1/runs/{run}?signal=PIPE"),
+            _ => format!("/v1/runs/{run}"),
         };
         let response = self.send(Method::DELETE, &path, Bytes::new()).await?;
         let status = response.status();

@@ -435,9 +435,10 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         .expect("a valid response")
 }
 
-/// The signal a `DELETE` reports: INT by default, `signal=TERM` or `signal=INT`. Anything
-/// else is refused rather than read as INT: a caller who asked for another signal (KILL)
-/// must not believe it was sent.
+/// The signal a `DELETE` reports: INT by default, `signal=TERM`, `signal=INT`, or
+/// `signal=PIPE` (the caller's reader of the output went away: `run --server … | head`).
+/// Anything else is refused rather than read as INT: a caller who asked for another signal
+/// (KILL) must not believe it was sent.
 fn cancel_signal(query: Option<&str>) -> Result<Interruption, BadRequest> {
     let mut signal = Interruption::Interrupt;
     for pair in query
@@ -448,16 +449,17 @@ fn cancel_signal(query: Option<&str>) -> Result<Interruption, BadRequest> {
         signal = match pair {
             "signal=INT" => Interruption::Interrupt,
             "signal=TERM" => Interruption::Terminate,
+            "signal=PIPE" => Interruption::OutputClosed,
             other if other.starts_with("signal=") => {
                 return Err(BadRequest::new(
                     "signal",
-                    "the signal is INT (the default) or TERM",
+                    "the signal is INT (the default), TERM or PIPE",
                 ));
             }
             _ => {
                 return Err(BadRequest::new(
                     "query",
-                    "the only parameter is signal=INT or signal=TERM",
+                    "the only parameter is signal=INT, signal=TERM or signal=PIPE",
                 ));
             }
         };
@@ -509,7 +511,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cancel_names_int_or_term_and_nothing_else() {
+    fn a_cancel_names_int_term_or_pipe_and_nothing_else() {
         assert_eq!(cancel_signal(None).unwrap(), Interruption::Interrupt);
         assert_eq!(
             cancel_signal(Some("signal=TERM")).unwrap(),
@@ -518,6 +520,10 @@ mod tests {
         assert_eq!(
             cancel_signal(Some("signal=INT")).unwrap(),
             Interruption::Interrupt
+        );
+        assert_eq!(
+            cancel_signal(Some("signal=PIPE")).unwrap(),
+            Interruption::OutputClosed
         );
         assert_eq!(
             cancel_signal(Some("signal=KILL")).unwrap_err().field,

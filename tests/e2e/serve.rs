@@ -19,6 +19,7 @@ use tempfile::TempDir;
 
 use crate::support::run::binary;
 use crate::support::{Run, TestNetwork, assert_nothing_left, leftovers, objects_owned_by};
+use egress_sandbox::sandbox::Interruption;
 
 const START_BOUND: Duration = Duration::from_secs(60);
 const HANG_BOUND: Duration = Duration::from_secs(120);
@@ -596,7 +597,7 @@ fn a_run_past_max_runs_is_a_503_with_retry_after_and_creates_nothing() {
     );
 
     runtime()
-        .block_on(daemon.client().cancel(&run_id, false))
+        .block_on(daemon.client().cancel(&run_id, Interruption::Interrupt))
         .unwrap();
     done.recv_timeout(HANG_BOUND)
         .expect("the stream did not end");
@@ -609,13 +610,53 @@ fn a_run_past_max_runs_is_a_503_with_retry_after_and_creates_nothing() {
     daemon.stop();
 }
 
+/// A reader of the output that goes away (`run … | head`) ends the run as SIGPIPE ends a
+/// command in a shell pipeline: the sandbox is killed, status `interrupted`, exit 141 —
+/// cold and through the daemon alike (the client cancels with `signal=PIPE`). Before, the
+/// command ran on, its output dropped, to its end or its time limit.
+#[test]
+fn a_closed_output_pipe_ends_the_run_with_141_cold_and_through_the_daemon() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let endless = "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.05; done";
+    // The time limit is far above the hang bound: only the closed pipe can end these runs.
+    let cold = Run::new(&network)
+        .timeout("600s")
+        .hang_bound(Duration::from_secs(90))
+        .stdout_closed_after("line 1\n")
+        .run(&["sh", "-c", endless]);
+    let warm = Run::new(&network)
+        .option("--server", &daemon.socket)
+        .timeout("600s")
+        .hang_bound(Duration::from_secs(90))
+        .stdout_closed_after("line 1\n")
+        .run(&["sh", "-c", endless]);
+    for run in [&cold, &warm] {
+        run.assert_code(141);
+        assert_eq!(run.report()["status"], "interrupted", "{}", run.describe());
+        assert!(
+            run.summary_line()
+                .contains("the output's reader went away; the sandbox was killed (exit 141)"),
+            "{}",
+            run.describe()
+        );
+    }
+    assert_eq!(
+        normalise(warm.summary_line()),
+        normalise(cold.summary_line())
+    );
+    cold.assert_nothing_left();
+    assert_run_removed(&warm.run_id());
+    daemon.stop();
+}
+
 #[test]
 fn delete_cancels_a_run_which_ends_interrupted_with_nothing_left() {
     let network = TestNetwork::create();
     let daemon = Daemon::start();
     let (run_id, done) = start_long_run(&daemon, &network);
     runtime()
-        .block_on(daemon.client().cancel(&run_id, false))
+        .block_on(daemon.client().cancel(&run_id, Interruption::Interrupt))
         .unwrap();
     let events = done
         .recv_timeout(HANG_BOUND)
@@ -625,7 +666,11 @@ fn delete_cancels_a_run_which_ends_interrupted_with_nothing_left() {
     assert_eq!(last["report"]["status"], "interrupted");
     assert_eq!(last["report"]["exit_code"], 130);
     assert_run_removed(&run_id);
-    let unknown = runtime().block_on(daemon.client().cancel("r-00000000", false));
+    let unknown = runtime().block_on(
+        daemon
+            .client()
+            .cancel("r-00000000", Interruption::Interrupt),
+    );
     assert!(matches!(unknown, Err(ClientError::Refused { status, .. }) if status.as_u16() == 404));
     daemon.stop();
 }
@@ -1184,7 +1229,7 @@ fn delete_kills_the_run_of_a_client_that_stopped_reading() {
         let _ = stopped_tx.send(Command::new("docker").args(["wait", &sandbox]).output());
     });
     runtime()
-        .block_on(daemon.client().cancel(&run_id, false))
+        .block_on(daemon.client().cancel(&run_id, Interruption::Interrupt))
         .unwrap();
     let waited = stopped
         .recv_timeout(Duration::from_secs(30))

@@ -49,6 +49,8 @@ pub struct Run {
     stdin: Option<Vec<u8>>,
     /// Keep the run's stdout pipe open but never read it (a caller that reads nothing).
     stdout_unread: bool,
+    /// Close the run's stdout pipe once this was read (a reader that goes away: `| head`).
+    stdout_closed_after: Option<String>,
 }
 
 impl Run {
@@ -88,7 +90,14 @@ impl Run {
             policies: 0,
             stdin: None,
             stdout_unread: false,
+            stdout_closed_after: None,
         }
+    }
+
+    /// Reads the run's stdout until `needle`, then closes the pipe, as `run … | head` does.
+    pub fn stdout_closed_after(mut self, needle: &str) -> Self {
+        self.stdout_closed_after = Some(needle.to_owned());
+        self
     }
 
     /// The audit log file is on a full disk: its path is a link to `/dev/full`, where
@@ -187,11 +196,11 @@ impl Run {
         }
         let stdout_pipe = child.stdout.take().expect("piped stdout");
         let (stdout, unread_stdout) = if self.stdout_unread {
-            (Capture::start(std::io::empty()), Some(stdout_pipe))
+            (Capture::start(std::io::empty(), None), Some(stdout_pipe))
         } else {
-            (Capture::start(stdout_pipe), None)
+            (Capture::start(stdout_pipe, self.stdout_closed_after), None)
         };
-        let stderr = Capture::start(child.stderr.take().expect("piped stderr"));
+        let stderr = Capture::start(child.stderr.take().expect("piped stderr"), None);
         RunningRun {
             pid: child.id(),
             child,
@@ -281,7 +290,8 @@ struct Capture {
 }
 
 impl Capture {
-    fn start(mut stream: impl Read + Send + 'static) -> Self {
+    /// Reads `stream` to its end, or until it has read `until` (then the stream is closed).
+    fn start(mut stream: impl Read + Send + 'static, until: Option<String>) -> Self {
         let seen = Arc::new(Mutex::new((Vec::new(), 0u64)));
         let sink = Arc::clone(&seen);
         let reader = thread::spawn(move || {
@@ -291,6 +301,11 @@ impl Capture {
                 let room = CAPTURE_LIMIT.saturating_sub(seen.0.len()).min(read);
                 seen.0.extend_from_slice(&buffer[..room]);
                 seen.1 += read as u64;
+                if let Some(needle) = &until
+                    && String::from_utf8_lossy(&seen.0).contains(needle.as_str())
+                {
+                    break;
+                }
             }
         });
         Capture { seen, reader }
