@@ -18,6 +18,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use egress_sandbox::sandbox::watchdog::Watchdog;
 use egress_sandbox::sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
 
 /// Prints a line, then asks for a host outside the allowlist through the proxy
@@ -59,6 +60,9 @@ async fn embed() -> Result<(), Box<dyn std::error::Error>> {
     let sandbox = Sandbox::connect(&binary)
         .await?
         .on_progress(|progress| eprintln!("embed: {progress}"));
+    // If this program is killed (kill -9) while a run is live, the watchdog (a child
+    // process made from the same binary) removes the run's containers and network.
+    let _watchdog = Watchdog::spawn(&sandbox)?;
 
     let spec = RunSpec::builder(["python3", "-c", CODE])
         .allow("example.com")
