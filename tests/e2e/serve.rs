@@ -146,12 +146,14 @@ impl Daemon {
 
     /// SIGKILL: the daemon dies on the spot and removes nothing itself. Returns everything
     /// written to its stderr, which its watchdog holds open until it is done.
+    /// The daemon is reaped only after that: until then it is a zombie, which the kernel
+    /// still answers for, so no sweep of another test takes its objects first.
     pub fn kill(mut self) -> String {
         self.child.kill().expect("SIGKILL the daemon");
-        self.child.wait().expect("reap the daemon");
         if let Some(reader) = self.reader.take() {
             reader.join().unwrap();
         }
+        self.child.wait().expect("reap the daemon");
         self.stderr.lock().unwrap().clone()
     }
 

@@ -51,13 +51,14 @@ fn sigint_mid_run_tears_down_and_exits_130() {
 /// SIGKILL (or the OOM killer, or a crash) gives `run` no chance to tear down; before the
 /// watchdog, the sandbox ran on past its time limit, unaudited, until someone ran `gc`. The
 /// watchdog sees `run` end without standing down and removes the run's objects at once.
-/// `run`'s stderr stays open until the watchdog is done: its end is the event waited for.
+/// `run`'s stderr stays open until the watchdog is done: its end is the event waited for
+/// (and `run` is reaped only then, so no sweep elsewhere beats the watchdog to it).
 #[test]
 fn sigkill_mid_run_is_torn_down_by_the_watchdog() {
     let network = TestNetwork::create();
     let (running, run_id) = started_run(&network);
     running.signal("KILL");
-    let run = running.wait();
+    let run = running.wait_killed();
     assert_eq!(run.status.code(), None, "not killed: {}", run.status);
     let said = format!(
         "egress-sandbox: process {} ended without removing its runs; removed container \

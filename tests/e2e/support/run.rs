@@ -381,11 +381,35 @@ impl RunningRun {
     }
 
     /// Waits for the end of the run (bounded), calling `tick` between polls.
-    pub fn wait_with(mut self, tick: impl FnMut()) -> Finished {
-        let status = wait_bounded(&mut self.child, self.hang_bound, tick);
-        drop(self.unread_stdout.take());
-        let (stdout, stdout_bytes) = self.stdout.finish();
-        let (stderr, stderr_bytes) = self.stderr.finish();
+    pub fn wait_with(self, tick: impl FnMut()) -> Finished {
+        self.finish(false, tick)
+    }
+
+    /// After a SIGKILL: waits until the run's output ends (its watchdog holds stderr open
+    /// until it has removed the run's objects), and only then reaps the process. Until
+    /// then it is a zombie, which the kernel still answers for: no `gc` or daemon start-up
+    /// sweep of another test takes its objects before the watchdog does.
+    pub fn wait_killed(self) -> Finished {
+        self.finish(true, || {})
+    }
+
+    fn finish(mut self, output_first: bool, tick: impl FnMut()) -> Finished {
+        let outputs = |run: &mut Self| {
+            drop(run.unread_stdout.take());
+            let stdout = std::mem::replace(&mut run.stdout, Capture::start(std::io::empty(), None));
+            let stderr = std::mem::replace(&mut run.stderr, Capture::start(std::io::empty(), None));
+            (stdout.finish(), stderr.finish())
+        };
+        let (status, ((stdout, stdout_bytes), (stderr, stderr_bytes))) = if output_first {
+            let outputs = outputs(&mut self);
+            (
+                wait_bounded(&mut self.child, self.hang_bound, tick),
+                outputs,
+            )
+        } else {
+            let status = wait_bounded(&mut self.child, self.hang_bound, tick);
+            (status, outputs(&mut self))
+        };
         let report_text = std::fs::read_to_string(&self.report).ok();
         // A link (to /dev/full, `Run::audit_log_on_a_full_disk`) holds nothing to read.
         let is_link = std::fs::symlink_metadata(&self.audit_log)
