@@ -1,4 +1,4 @@
-//! What a run amounts to: the JSON run report (`--report`, schema in api-run.md), the
+//! What a run amounts to: the JSON run report (`--report`, documented in README.md), the
 //! one-line summary on stderr, and the tally of refused attempts that both share with
 //! `audit summary`.
 

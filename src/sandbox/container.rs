@@ -98,7 +98,7 @@ fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
     vec![ulimit("nofile", limit)]
 }
 
-/// The proxy's arguments (api-run.md): it listens on its run-network address only. The
+/// The proxy's arguments: it listens on its run-network address only. The
 /// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it. What is the
 /// run's own (policies, allow flags, pins, run id) is not here: arguments are visible to
 /// anyone who can `docker inspect`, and a policy file name may hold any character, so it
