@@ -98,7 +98,7 @@ impl<'a> Coverage<'a> {
 }
 
 /// `a.b.c` → `b.c`, `c`.
-fn proper_suffixes(name: &str) -> impl Iterator<Item = &str> {
+pub(super) fn proper_suffixes(name: &str) -> impl Iterator<Item = &str> {
     name.match_indices('.')
         .map(move |(dot, _)| &name[dot + 1..])
 }

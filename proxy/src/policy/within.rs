@@ -34,6 +34,9 @@ use super::host_pattern::HostPattern;
 use super::request::{PathPattern, PathTail};
 use super::{Diagnostic, Mode, Policy, PortSet, RequestRules, Rule, RuleTarget, SniCheck};
 use crate::floor::{CarriedIpv4, ipv4_carried_by};
+use index::RuleIndex;
+
+mod index;
 
 /// Every way `policy` reaches beyond `upper`, as error diagnostics in `file` (the checked
 /// policy's name as shown), in rule order. `upper_file` names UPPER in the messages.
@@ -47,8 +50,9 @@ pub fn check_within(
         .into_iter()
         .map(|message| Diagnostic::error(file, 1, 1, message))
         .collect();
+    let lists = Lists::new(policy, upper, upper_file);
     for (index, rule) in policy.allow.iter().enumerate() {
-        for message in rule_gaps(policy, rule, upper, upper_file) {
+        for message in rule_gaps(&lists, rule) {
             errors.push(Diagnostic::error(
                 file,
                 rule.line,
@@ -58,6 +62,38 @@ pub fn check_within(
         }
     }
     errors
+}
+
+/// Both policies' rule lists, each indexed once: a rule's check looks up the rules that
+/// may bear on it rather than scanning every rule of both policies (quadratic: 43,000 rules
+/// checked within an UPPER as long took a minute of CPU).
+struct Lists<'a> {
+    policy: &'a Policy,
+    upper: &'a Policy,
+    upper_file: &'a str,
+    upper_allow: RuleIndex<'a>,
+    upper_deny: RuleIndex<'a>,
+    own_allow: RuleIndex<'a>,
+    own_deny: RuleIndex<'a>,
+}
+
+impl<'a> Lists<'a> {
+    fn new(policy: &'a Policy, upper: &'a Policy, upper_file: &'a str) -> Self {
+        Lists {
+            policy,
+            upper,
+            upper_file,
+            upper_allow: RuleIndex::new(&upper.allow),
+            upper_deny: RuleIndex::new(&upper.deny),
+            own_allow: RuleIndex::new(&policy.allow),
+            own_deny: RuleIndex::new(&policy.deny),
+        }
+    }
+
+    /// UPPER's allow rule `index` holds on `port`.
+    fn upper_allows_on(&self, index: usize, port: u16) -> bool {
+        self.upper.allow[index].ports.contains(port)
+    }
 }
 
 /// Settings that loosen every rule at once: report mode, no SNI check, or fewer ports
@@ -98,14 +134,14 @@ fn loosened_settings(policy: &Policy, upper: &Policy, upper_file: &str) -> Vec<S
 
 /// Why `rule` is not within `upper`, one message per way: ports no UPPER rule covers,
 /// requests an UPPER exact rule narrows, parts UPPER denies.
-fn rule_gaps(policy: &Policy, rule: &Rule, upper: &Policy, upper_file: &str) -> Vec<String> {
+fn rule_gaps(lists: &Lists, rule: &Rule) -> Vec<String> {
     let PortSet::List(ports) = &rule.ports else {
         return Vec::new();
     };
     let mut uncovered = Vec::new();
     let mut narrowed: Vec<(Narrowing, Vec<u16>)> = Vec::new();
     for &port in ports {
-        match port_gap(policy, rule, upper, port) {
+        match port_gap(lists, rule, port) {
             None => {}
             Some(Gap::Uncovered) => uncovered.push(port),
             Some(Gap::Narrowed(narrowing)) => {
@@ -126,7 +162,7 @@ fn rule_gaps(policy: &Policy, rule: &Rule, upper: &Policy, upper_file: &str) -> 
         messages.push(format!("no allow rule there covers {what}"));
     }
     for (narrowing, on) in narrowed {
-        let upper_rule = &upper.allow[narrowing.upper_index];
+        let upper_rule = &lists.upper.allow[narrowing.upper_index];
         messages.push(format!(
             "on port{} {} the engine judges requests to {} by the exact rule allow[{}] there ({upper_rule}), which admits fewer of them",
             plural_s(on.len()),
@@ -135,7 +171,7 @@ fn rule_gaps(policy: &Policy, rule: &Rule, upper: &Policy, upper_file: &str) -> 
             narrowing.upper_index,
         ));
     }
-    messages.extend(denied_part(policy, rule, upper, upper_file));
+    messages.extend(denied_part(lists, rule));
     messages
 }
 
@@ -169,26 +205,29 @@ struct Narrowing {
 }
 
 /// Where UPPER falls short of `rule` on `port`; None when it allows all of it there.
-fn port_gap(policy: &Policy, rule: &Rule, upper: &Policy, port: u16) -> Option<Gap> {
-    let on_port: Vec<(usize, &Rule)> = upper
-        .allow
-        .iter()
-        .enumerate()
-        .filter(|(_, theirs)| theirs.ports.contains(port))
-        .collect();
+fn port_gap(lists: &Lists, rule: &Rule, port: u16) -> Option<Gap> {
     match &rule.target {
-        RuleTarget::Host(pattern) => host_gap(policy, &on_port, pattern, &rule.request, port),
-        RuleTarget::Cidr(net) => {
-            let nets: Vec<IpNet> = on_port
-                .iter()
-                .filter_map(|(_, theirs)| match theirs.target {
-                    RuleTarget::Cidr(net) => Some(net),
-                    RuleTarget::Host(_) => None,
-                })
-                .collect();
-            (!net_covered_by_union(*net, &nets)).then_some(Gap::Uncovered)
-        }
+        RuleTarget::Host(pattern) => host_gap(lists, pattern, &rule.request, port),
+        RuleTarget::Cidr(net) => (!cidr_covered(lists, *net, port)).then_some(Gap::Uncovered),
     }
+}
+
+/// `net` lies inside the union of UPPER's cidr allow rules on `port`.
+fn cidr_covered(lists: &Lists, net: IpNet, port: u16) -> bool {
+    let index = &lists.upper_allow;
+    covered_by_union(
+        net,
+        &|net| {
+            index
+                .cidr_containing(net)
+                .any(|at| lists.upper_allows_on(at, port))
+        },
+        &|net| {
+            index
+                .cidr_inside(net)
+                .any(|at| lists.upper_allows_on(at, port))
+        },
+    )
 }
 
 /// A host pattern needs an UPPER rule over it on the port, and every name UPPER narrows
@@ -196,30 +235,38 @@ fn port_gap(policy: &Policy, rule: &Rule, upper: &Policy, port: u16) -> Option<G
 /// under it if it is a wildcard (except those the checked policy decides by its own exact
 /// rule, which is checked in turn).
 fn host_gap(
-    policy: &Policy,
-    on_port: &[(usize, &Rule)],
+    lists: &Lists,
     pattern: &HostPattern,
     request: &RequestRules,
     port: u16,
 ) -> Option<Gap> {
-    let covered = on_port.iter().any(|(_, theirs)| {
-        matches!(&theirs.target, RuleTarget::Host(their_pattern) if pattern.is_covered_by(their_pattern))
-    });
+    let upper = &lists.upper.allow;
+    let covered = lists
+        .upper_allow
+        .hosts_covering(pattern)
+        .into_iter()
+        .filter(|&at| lists.upper_allows_on(at, port))
+        .any(|at| {
+            matches!(&upper[at].target, RuleTarget::Host(their_pattern) if pattern.is_covered_by(their_pattern))
+        });
     if !covered {
         return Some(Gap::Uncovered);
     }
     let names: Vec<&str> = match pattern {
         HostPattern::Exact(name) => vec![name.as_str()],
-        HostPattern::Wildcard(_) => on_port
+        HostPattern::Wildcard(suffix) => lists
+            .upper_allow
+            .hosts_under(suffix)
             .iter()
-            .filter_map(|(_, theirs)| exact_name(theirs))
+            .filter(|&&at| lists.upper_allows_on(at, port))
+            .filter_map(|&at| exact_name(&upper[at]))
             .filter(|name| HostPattern::Exact((*name).to_owned()).is_covered_by(pattern))
-            .filter(|name| !has_exact_rule(policy, name, port))
+            .filter(|name| !has_exact_rule(lists, name, port))
             .collect(),
     };
     names
         .into_iter()
-        .find_map(|name| narrowing(on_port, name, request))
+        .find_map(|name| narrowing(lists, name, request, port))
         .map(Gap::Narrowed)
 }
 
@@ -230,26 +277,31 @@ fn exact_name(rule: &Rule) -> Option<&str> {
     }
 }
 
-fn has_exact_rule(policy: &Policy, name: &str, port: u16) -> bool {
-    policy
-        .allow
+/// The checked policy has an exact allow rule for `name` on `port`.
+fn has_exact_rule(lists: &Lists, name: &str, port: u16) -> bool {
+    lists
+        .own_allow
+        .exact(name)
         .iter()
-        .any(|rule| exact_name(rule) == Some(name) && rule.ports.contains(port))
+        .any(|&at| lists.policy.allow[at].ports.contains(port))
 }
 
-/// UPPER's exact rules for `name` decide its requests when there are any; Some when none of
-/// them admits all of `request`.
-fn narrowing(on_port: &[(usize, &Rule)], name: &str, request: &RequestRules) -> Option<Narrowing> {
-    let mut deciding = on_port
+/// UPPER's exact rules for `name` on `port` decide its requests when there are any; Some
+/// when none of them admits all of `request`.
+fn narrowing(lists: &Lists, name: &str, request: &RequestRules, port: u16) -> Option<Narrowing> {
+    let mut deciding = lists
+        .upper_allow
+        .exact(name)
         .iter()
-        .filter(|(_, theirs)| exact_name(theirs) == Some(name));
+        .copied()
+        .filter(|&at| lists.upper_allows_on(at, port));
     let first = deciding.clone().next()?;
-    if deciding.any(|(_, theirs)| requests_within(request, &theirs.request)) {
+    if deciding.any(|at| requests_within(request, &lists.upper.allow[at].request)) {
         return None;
     }
     Some(Narrowing {
         name: name.to_owned(),
-        upper_index: first.0,
+        upper_index: first,
     })
 }
 
@@ -283,45 +335,77 @@ fn path_within(mine: &PathPattern, theirs: &PathPattern) -> bool {
     }
 }
 
-/// `net` lies inside the union of `nets`. CIDR blocks are nested or disjoint, so a block is
-/// covered when one net contains it, or when it has a net inside it and both its halves
-/// are covered.
+/// `net` lies inside the union of `nets` (the slice form of [`covered_by_union`]).
+#[cfg(test)]
 pub(crate) fn net_covered_by_union(net: IpNet, nets: &[IpNet]) -> bool {
-    if nets.iter().any(|other| other.contains(&net)) {
+    covered_by_union(
+        net,
+        &|net| nets.iter().any(|other| other.contains(&net)),
+        &|net| nets.iter().any(|other| net.contains(other)),
+    )
+}
+
+/// `net` lies inside the union of some blocks, told by whether one of them holds a block
+/// (`holds`) and whether one lies inside it (`inside`). CIDR blocks are nested or
+/// disjoint, so a block is covered when one block holds it, or when it has a block inside
+/// it and both its halves are covered.
+fn covered_by_union(
+    net: IpNet,
+    holds: &dyn Fn(IpNet) -> bool,
+    inside: &dyn Fn(IpNet) -> bool,
+) -> bool {
+    if holds(net) {
         return true;
     }
-    if !nets.iter().any(|other| net.contains(other)) {
+    if !inside(net) {
         return false;
     }
     match net.subnets(net.prefix_len() + 1) {
         Ok(halves) => halves
             .into_iter()
-            .all(|half| net_covered_by_union(half, nets)),
+            .all(|half| covered_by_union(half, holds, inside)),
         Err(_) => false,
     }
 }
 
-/// What UPPER denies of `rule` that `policy` does not deny itself, as a message.
-fn denied_part(policy: &Policy, rule: &Rule, upper: &Policy, upper_file: &str) -> Option<String> {
+/// What UPPER denies of `rule` that `policy` does not deny itself, as a message: the first
+/// UPPER deny rule (in file order) that overlaps it on one of its ports.
+fn denied_part(lists: &Lists, rule: &Rule) -> Option<String> {
     let PortSet::List(ports) = &rule.ports else {
         return None;
     };
-    for (deny_index, deny) in upper.deny.iter().enumerate() {
+    for deny_index in deny_candidates(lists, &rule.target) {
+        let deny = &lists.upper.deny[deny_index];
         for &port in ports.iter().filter(|&&port| deny.ports.contains(port)) {
             let overlaps = overlaps(&rule.target, &deny.target);
             let Some(overlap) = overlaps
                 .iter()
-                .find(|overlap| !denied_by_own_rule(policy, overlap, port))
+                .find(|overlap| !denied_by_own_rule(lists, overlap, port))
             else {
                 continue;
             };
             return Some(format!(
-                "it allows {overlap} on port {port}, which {upper_file} denies (deny[{deny_index}], line {})",
-                deny.line
+                "it allows {overlap} on port {port}, which {} denies (deny[{deny_index}], line {})",
+                lists.upper_file, deny.line
             ));
         }
     }
     None
+}
+
+/// UPPER's deny rules that may overlap `allowed` (ascending): nested names or blocks, and
+/// for an IPv6 block the IPv4 blocks nested with the IPv4 it carries.
+fn deny_candidates(lists: &Lists, allowed: &RuleTarget) -> Vec<usize> {
+    let mut found = lists.upper_deny.overlapping(allowed);
+    if let RuleTarget::Cidr(IpNet::V6(allowed)) = allowed {
+        for carried in ipv4_carried_by(*allowed) {
+            let ipv4 = RuleTarget::Cidr(IpNet::V4(carried.ipv4));
+            found.extend(lists.upper_deny.overlapping(&ipv4));
+        }
+        found.sort_unstable();
+        found.dedup();
+    }
+    found
 }
 
 /// What an allow rule and a deny rule both match.
@@ -386,21 +470,38 @@ fn narrower<'a, T>(a: &'a T, b: &'a T, within: impl Fn(&T, &T) -> bool) -> Optio
 
 /// The checked policy refuses `overlap` on `port` itself: a deny rule of its own covers it
 /// (for carried IPv4: an IPv4 deny block over it, or an IPv6 one over the block).
-fn denied_by_own_rule(policy: &Policy, overlap: &Overlap, port: u16) -> bool {
-    policy
-        .deny
-        .iter()
+fn denied_by_own_rule(lists: &Lists, overlap: &Overlap, port: u16) -> bool {
+    own_deny_candidates(lists, overlap)
+        .into_iter()
+        .map(|at| &lists.policy.deny[at])
         .filter(|rule| rule.ports.contains(port))
-        .any(|rule| match (overlap, &rule.target) {
-            (Overlap::Target(RuleTarget::Host(pattern)), RuleTarget::Host(own)) => {
-                pattern.is_covered_by(own)
-            }
-            (Overlap::Target(RuleTarget::Cidr(net)), RuleTarget::Cidr(own)) => own.contains(net),
-            (Overlap::Carried(carried), RuleTarget::Cidr(own)) => {
-                own.contains(&IpNet::V4(carried.ipv4)) || own.contains(&IpNet::V6(carried.part))
-            }
-            _ => false,
-        })
+        .any(|rule| own_rule_covers(rule, overlap))
+}
+
+/// The checked policy's deny rules that may cover `overlap`, in no particular order.
+fn own_deny_candidates(lists: &Lists, overlap: &Overlap) -> Vec<usize> {
+    let index = &lists.own_deny;
+    match overlap {
+        Overlap::Target(target) => index.covering(target),
+        Overlap::Carried(carried) => index
+            .cidr_containing(IpNet::V4(carried.ipv4))
+            .chain(index.cidr_containing(IpNet::V6(carried.part)))
+            .collect(),
+    }
+}
+
+/// A deny rule of the checked policy covers `overlap` (ports aside).
+fn own_rule_covers(rule: &Rule, overlap: &Overlap) -> bool {
+    match (overlap, &rule.target) {
+        (Overlap::Target(RuleTarget::Host(pattern)), RuleTarget::Host(own)) => {
+            pattern.is_covered_by(own)
+        }
+        (Overlap::Target(RuleTarget::Cidr(net)), RuleTarget::Cidr(own)) => own.contains(net),
+        (Overlap::Carried(carried), RuleTarget::Cidr(own)) => {
+            own.contains(&IpNet::V4(carried.ipv4)) || own.contains(&IpNet::V6(carried.part))
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

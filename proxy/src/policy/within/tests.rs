@@ -309,3 +309,193 @@ fn upper_ipv4_denies_hold_for_the_ipv4_an_allowed_ipv6_block_carries() {
         ),
     );
 }
+
+mod reference;
+
+/// Rules found only through the index: UPPER deny blocks holding the checked block, inside
+/// it, or carried by it; names under a wildcard; coverage by several blocks inside one.
+/// The first UPPER deny rule in file order is named, whichever lookup found it.
+#[test]
+fn indexed_lookups_find_every_rule_that_bears_on_a_rule() {
+    let upper = "version: 1\nallow:\n  - cidr: 10.0.0.0/8\n  - cidr: 64:ff9b::/96\n  - cidr: 198.51.100.0/25\n  - cidr: 198.51.100.128/26\n  - cidr: 198.51.100.192/26\n  - host: \"*.x-corp.com\"\ndeny:\n  - cidr: 10.9.0.0/16\n  - cidr: 10.1.2.0/24\n  - cidr: 10.1.0.0/16\n  - cidr: 10.5.5.5/32\n  - host: a.b.x-corp.com\n";
+    let child = "version: 1\nallow:\n  - cidr: 10.1.2.3/32\n  - cidr: 10.5.0.0/16\n  - cidr: 10.0.0.0/8\n  - cidr: 64:ff9b::a05:500/120\n  - cidr: 198.51.100.0/24\n  - cidr: 198.51.99.0/24\n  - host: \"*.x-corp.com\"\n  - host: \"*.b.x-corp.com\"\n  - host: c.x-corp.com\n";
+    let head = |n: usize, rule: &str| {
+        format!(
+            "child.yaml:{}:5: error: allow[{n}] ({rule}, ports: [443]) is not within upper.yaml: ",
+            n + 3
+        )
+    };
+    assert_eq!(
+        within_of(upper, child),
+        [
+            // Inside two deny blocks: the earlier one (deny[1]) is named.
+            format!(
+                "{}it allows 10.1.2.3/32 on port 443, which upper.yaml denies (deny[1], line 11)",
+                head(0, "cidr: 10.1.2.3/32")
+            ),
+            // Holding a deny block.
+            format!(
+                "{}it allows 10.5.5.5/32 on port 443, which upper.yaml denies (deny[3], line 13)",
+                head(1, "cidr: 10.5.0.0/16")
+            ),
+            format!(
+                "{}it allows 10.9.0.0/16 on port 443, which upper.yaml denies (deny[0], line 10)",
+                head(2, "cidr: 10.0.0.0/8")
+            ),
+            // Carrying a denied IPv4 address.
+            format!(
+                "{}it allows 64:ff9b::a05:500/120 (IPv4 10.5.5.5/32 in NAT64 form) on port 443, which upper.yaml denies (deny[3], line 13)",
+                head(3, "cidr: 64:ff9b::a05:500/120")
+            ),
+            // 198.51.100.0/24 is covered by three blocks inside it; 198.51.99.0/24 by none.
+            format!(
+                "{}no allow rule there covers it",
+                head(5, "cidr: 198.51.99.0/24")
+            ),
+            format!(
+                "{}it allows a.b.x-corp.com on port 443, which upper.yaml denies (deny[4], line 14)",
+                head(6, "host: *.x-corp.com")
+            ),
+            format!(
+                "{}it allows a.b.x-corp.com on port 443, which upper.yaml denies (deny[4], line 14)",
+                head(7, "host: *.b.x-corp.com")
+            ),
+        ]
+    );
+    // The child's own deny rules hold wherever the index finds them: a supernet, a block.
+    let (upper_policy, _) = Policy::from_yaml("upper.yaml", upper).unwrap();
+    let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+    assert_eq!(
+        check_within("child.yaml", &policy, "upper.yaml", &upper_policy),
+        reference::check_within_reference("child.yaml", &policy, "upper.yaml", &upper_policy)
+    );
+    let denying = format!(
+        "{child}deny:\n  - cidr: 10.0.0.0/9\n  - cidr: 10.5.5.0/24\n  - host: \"*.b.x-corp.com\"\n"
+    );
+    assert_eq!(
+        within_of(upper, &denying),
+        [format!(
+            "{}no allow rule there covers it",
+            head(5, "cidr: 198.51.99.0/24")
+        )]
+    );
+}
+
+/// A small seeded generator (xorshift64*), enough to draw rules without a dependency.
+struct Draw(u64);
+
+impl Draw {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+
+    /// A block of 10.0.0.0/22 (or the whole /8, or a NAT64/6to4 block): few addresses, so
+    /// that blocks nest and repeat often.
+    fn cidr(&mut self) -> String {
+        match self.below(12) {
+            0 => self
+                .pick(&[
+                    "10.0.0.0/8",
+                    "64:ff9b::/96",
+                    "64:ff9b::a00:0/118",
+                    "2002:a00::/30",
+                ])
+                .to_owned(),
+            _ => {
+                let prefix = 22 + self.below(11);
+                let address = self.below(1 << 10) as u32 & !((1u32 << (32 - prefix)) - 1);
+                format!("10.0.{}.{}/{prefix}", address >> 8, address & 0xff)
+            }
+        }
+    }
+
+    fn host(&mut self) -> String {
+        let name = format!(
+            "{}{}x-corp.com",
+            self.pick(&["", "", "a.", "b."]),
+            self.pick(&["", "api.", "c.a."])
+        );
+        match self.below(3) {
+            0 if name != "x-corp.com" || self.below(2) == 0 => format!("\"*.{name}\""),
+            _ => name,
+        }
+    }
+
+    /// One rule as YAML lines; `allow` rules may restrict methods and paths.
+    fn rule(&mut self, allow: bool) -> String {
+        let host = (self.below(2) == 0).then(|| self.host());
+        let mut rule = match &host {
+            Some(host) => format!("  - host: {host}\n"),
+            None => format!("  - cidr: {}\n", self.cidr()),
+        };
+        let ports = [
+            "",
+            "",
+            "    ports: [80]\n",
+            "    ports: [443, 80]\n",
+            "    ports: [8443, 443]\n",
+        ];
+        rule.push_str(self.pick(&ports));
+        // Only exact names may restrict requests.
+        let exact = host.is_some_and(|host| !host.starts_with('"'));
+        if allow && exact && self.below(4) == 0 {
+            rule.push_str(self.pick(&[
+                "    methods: [GET]\n",
+                "    paths: [/v1/**]\n",
+                "    methods: [GET, POST]\n    paths: [/v1/*, /health]\n",
+            ]));
+        }
+        rule
+    }
+
+    fn policy(&mut self, allows: usize, denies: usize) -> String {
+        let mut text = "version: 1\nallow:\n".to_owned();
+        (0..allows).for_each(|_| text.push_str(&self.rule(true)));
+        text.push_str("deny:\n");
+        (0..denies).for_each(|_| text.push_str(&self.rule(false)));
+        text
+    }
+}
+
+/// The indexed check says exactly what the plain one (every rule against every rule) said,
+/// in the same order, on random policies dense in nested names and blocks.
+#[test]
+fn indexed_check_agrees_with_the_plain_one_on_random_policies() {
+    let mut draw = Draw(0x5eed_cafe_f00d_0001);
+    let mut errors = 0;
+    for round in 0..60 {
+        let (allows, denies) = if round == 0 { (300, 120) } else { (20, 8) };
+        let upper_text = draw.policy(allows, denies);
+        let child_text = draw.policy(allows, denies / 2);
+        let load = |file, text: &str| match Policy::from_yaml(file, text) {
+            Ok((policy, _)) => policy,
+            Err(error) => panic!(
+                "{text}\n{:?}",
+                error.diagnostics.iter().find(|d| d.is_error())
+            ),
+        };
+        let (upper, policy) = (
+            load("upper.yaml", &upper_text),
+            load("child.yaml", &child_text),
+        );
+        let found = check_within("child.yaml", &policy, "upper.yaml", &upper);
+        let expected =
+            reference::check_within_reference("child.yaml", &policy, "upper.yaml", &upper);
+        let shown = |list: &[Diagnostic]| list.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            shown(&found),
+            shown(&expected),
+            "UPPER:\n{upper_text}\nchild:\n{child_text}"
+        );
+        errors += found.len();
+    }
+    // The policies must reach beyond UPPER often enough for the comparison to mean something.
+    assert!(errors > 300, "{errors} errors only");
+}
