@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
     about = "Run untrusted code in a throwaway Docker container whose only way out is an allowlisting egress proxy"
 )]
 pub struct Cli {
-    /// More diagnostics on stderr (-v info, -vv debug). EGRESS_SANDBOX_LOG overrides.
+    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace). EGRESS_SANDBOX_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 

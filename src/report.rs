@@ -324,7 +324,7 @@ mod tests {
             .map(|i| RefusalGroup {
                 host: format!("h{i}.test"),
                 port: Some(443),
-                reason: Reason::NotAllowed,
+                reason: "not_allowed".into(),
                 count: 2,
             })
             .collect();

@@ -485,3 +485,59 @@ fn a_line_that_is_not_utf8_is_skipped_by_every_log_reader() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&export.stdout).lines().count(), 3);
 }
+
+/// A newer proxy may write reasons this version does not know. Every log reader still reads
+/// the record (`audit summary` counts it under the reason as written, escaped, and says once
+/// how many records had one), and `verify` checks the chain whatever the reason says.
+/// `audit summary` skipped such a record as "not an audit record" (unknown variant).
+#[test]
+fn a_reason_this_version_does_not_know_is_read_by_every_log_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut lines) = one_run(dir.path(), 3);
+    for (index, reason) in [(0, "future_reason"), (1, r"odd\u001b[2Jreason")] {
+        let edited = lines[index].replace(
+            r#""reason":"not_allowed""#,
+            &format!(r#""reason":"{reason}""#),
+        );
+        assert_ne!(edited, lines[index], "a refused record: {}", lines[index]);
+        lines[index] = edited;
+    }
+    rechain(&mut lines, 1);
+    write_lines(&log, &lines);
+    assert_eq!(breaks(&verify(&[&log])), []);
+    let log = log.to_str().unwrap();
+    for (args, output) in run_every_log_reader(dir.path(), log) {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("skipped"), "{args:?}: {stderr}");
+        if args[1] != "summary" {
+            continue;
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stdout.starts_with("3 attempts: 0 allowed, 3 blocked"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("  future_reason\n"), "{stdout}");
+        assert!(stdout.contains(r"  odd\x1b[2Jreason"), "{stdout}");
+        assert!(!stdout.contains('\x1b'), "{stdout:?}");
+        assert_eq!(
+            stderr
+                .matches("2 records had reasons this version does not know")
+                .count(),
+            1,
+            "{stderr}"
+        );
+    }
+}
+
+/// Re-seals `lines[from..]` after an edit, as a newer proxy would have written them: each
+/// line's `prev` is the hash of the line before it.
+fn rechain(lines: &mut [String], from: usize) {
+    for index in from..lines.len() {
+        let prev = sha256_hex(&lines[index - 1]);
+        let line = &lines[index];
+        let cut = line.rfind(r#""prev":""#).expect("a chained line");
+        lines[index] = format!(r#"{}"prev":"{prev}"}}"#, &line[..cut]);
+    }
+}

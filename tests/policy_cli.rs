@@ -577,3 +577,24 @@ fn hostile_text_in_policies_names_and_targets_is_shown_escaped() {
         test.stderr
     );
 }
+
+/// An `EGRESS_SANDBOX_LOG` that is not a valid filter is said once on stderr, and the command
+/// goes on at the `-v` level; it was ignored without a word.
+#[test]
+fn an_invalid_log_variable_is_warned_about_once() {
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/openai.yaml");
+    let output = binary()
+        .env("EGRESS_SANDBOX_LOG", "egress=notalevel")
+        .args(["policy", "check", path_str(&policy)])
+        .output()
+        .expect("run egress-sandbox");
+    let stderr = String::from_utf8(output.stderr).expect("utf-8 stderr");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0]
+            .starts_with("egress-sandbox: warning: ignoring EGRESS_SANDBOX_LOG=egress=notalevel: "),
+        "{stderr}"
+    );
+}

@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 
 use egress_proxy::audit::{AuditRecord, Outcome};
-use egress_proxy::policy::Reason;
 use serde::Serialize;
 
 /// How many refusal groups a report lists at most; the rest is counted in `blocked_more`.
@@ -53,7 +52,11 @@ pub struct RefusalGroup {
     /// person only through [`describe`](Self::describe) or `text::visible`.
     pub host: String,
     pub port: Option<u16>,
-    pub reason: Reason,
+    /// The record's reason as written (`not_allowed`, …). Text, not
+    /// [`Reason`](egress_proxy::policy::Reason): a log written by a newer proxy may hold a
+    /// reason this version does not know, and its refusals still count. Shown to a person
+    /// only through `describe` or `text::visible`, as the host is.
+    pub reason: String,
     pub count: u64,
 }
 
@@ -68,9 +71,10 @@ impl RefusalGroup {
         } else {
             shown.into_owned()
         };
+        let reason = egress_proxy::text::visible(&self.reason);
         let mut text = match self.port {
-            Some(port) => format!("{host}:{port} {}", self.reason),
-            None => format!("{host} {}", self.reason),
+            Some(port) => format!("{host}:{port} {reason}"),
+            None => format!("{host} {reason}"),
         };
         if self.count > 1 {
             text.push_str(&format!(" x{}", self.count));
@@ -104,7 +108,7 @@ pub struct AuditCounts {
 struct GroupKey {
     host: String,
     port: Option<u16>,
-    reason: Reason,
+    reason: String,
 }
 
 /// Counts audit records; bounded in memory (module docs).
@@ -123,15 +127,26 @@ pub struct AuditTally {
 impl AuditTally {
     /// Counts one attempt record.
     pub fn add(&mut self, record: &AuditRecord) {
+        self.add_attempt(
+            record.decision,
+            &record.host,
+            record.port,
+            record.reason.as_str(),
+        );
+    }
+
+    /// Counts one attempt read back from a log, whose reason may be one this version does
+    /// not know (written by a newer proxy): it is grouped under its text.
+    pub fn add_attempt(&mut self, decision: Outcome, host: &str, port: Option<u16>, reason: &str) {
         self.lines += 1;
-        match record.decision {
+        match decision {
             Outcome::Allowed => self.attempts.allowed += 1,
             Outcome::Failed => self.attempts.failed += 1,
             Outcome::Blocked => self.attempts.blocked += 1,
             Outcome::WouldBlock => self.attempts.would_block += 1,
         }
-        if matches!(record.decision, Outcome::Blocked | Outcome::WouldBlock) {
-            self.add_refusal(&record.host, record.port, record.reason);
+        if matches!(decision, Outcome::Blocked | Outcome::WouldBlock) {
+            self.add_refusal(host, port, reason);
         }
     }
 
@@ -163,11 +178,12 @@ impl AuditTally {
         self.end.is_some()
     }
 
-    fn add_refusal(&mut self, host: &str, port: Option<u16>, reason: Reason) {
+    fn add_refusal(&mut self, host: &str, port: Option<u16>, reason: &str) {
         let key = GroupKey {
             host: cut(host, MAX_HOST_BYTES).to_owned(),
             port,
-            reason,
+            // Cut as hosts are: a forged log cannot make one key huge with a reason either.
+            reason: cut(reason, MAX_HOST_BYTES).to_owned(),
         };
         if let Some(count) = self.groups.get_mut(&key) {
             *count += 1;
@@ -211,7 +227,7 @@ impl AuditTally {
             .map(|(key, count)| RefusalGroup {
                 host: key.host.clone(),
                 port: key.port,
-                reason: key.reason,
+                reason: key.reason.clone(),
                 count,
             })
             .collect();
@@ -242,6 +258,7 @@ fn cut(text: &str, max: usize) -> &str {
 pub(crate) mod tests {
     use super::*;
     use egress_proxy::audit::Kind;
+    use egress_proxy::policy::Reason;
 
     pub(crate) fn record(
         host: &str,
@@ -329,7 +346,7 @@ pub(crate) mod tests {
         let group = RefusalGroup {
             host: "\u{1b}[2K\rall-clear\u{202e}.test".into(),
             port: None,
-            reason: Reason::NotAllowed,
+            reason: "not_allowed".into(),
             count: 1,
         };
         let shown = group.describe();
@@ -417,5 +434,17 @@ pub(crate) mod tests {
                 dropped: 41
             }
         );
+    }
+
+    #[test]
+    fn a_reason_this_version_does_not_know_is_grouped_under_its_text() {
+        let mut tally = AuditTally::default();
+        for _ in 0..2 {
+            tally.add_attempt(Outcome::Blocked, "a.test", Some(443), "future\u{1b}[2J");
+        }
+        let groups = tally.refusals().groups;
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].reason, "future\u{1b}[2J");
+        assert_eq!(groups[0].describe(), "a.test:443 future\\x1b[2J x2");
     }
 }

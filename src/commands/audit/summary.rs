@@ -4,6 +4,11 @@
 //! summarised in bounded memory. Hosts come from sandboxes and a log may be old (from
 //! before the proxy escaped them at the source) or forged: everything printed goes through
 //! `text::visible`.
+//!
+//! Lines are read as every other log reader reads them (`audit_tools::log`): a newer proxy
+//! may add fields and reasons, and an auditor with an older tool must still get a summary.
+//! Refusals with a reason this version does not know are grouped under the reason as written,
+//! and how many records had one is said once on stderr.
 
 use std::fmt::Write as _;
 use std::io::BufRead;
@@ -11,9 +16,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use egress_proxy::audit::AuditLine;
+use egress_proxy::policy::Reason;
 use egress_proxy::text::visible;
+use serde::Deserialize as _;
+use serde::de::IntoDeserializer as _;
 
+use crate::audit_tools::log::{Attempt, Entry, parse_line};
 use crate::report::{AuditTally, REPORT_GROUPS};
 
 pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
@@ -24,6 +32,9 @@ pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
         summary.read(path, std::io::BufReader::new(file), &mut |warning| {
             eprintln!("egress-sandbox: warning: {warning}");
         })?;
+    }
+    if let Some(warning) = summary.unknown_reasons_warning() {
+        eprintln!("egress-sandbox: warning: {warning}");
     }
     crate::commands::print_out(&summary.render());
     Ok(ExitCode::SUCCESS)
@@ -37,6 +48,8 @@ struct Summary {
     dropped: u64,
     /// `limit` records: runs that reached their audit limit.
     limits: u64,
+    /// Attempt records whose reason this version does not know (from a newer proxy).
+    unknown_reasons: u64,
 }
 
 impl Summary {
@@ -56,22 +69,41 @@ impl Summary {
             }
             // The proxy's own lines besides attempts (INTERFACE.md contract 3): `limit` once
             // the audit limit is reached, `end` last with what was dropped.
-            match AuditLine::parse(&line) {
-                Ok(AuditLine::Attempt(record)) => self.tally.add(&record),
-                Ok(AuditLine::End(end)) => self.dropped += end.dropped,
-                Ok(AuditLine::Limit(_)) => {
+            match parse(&line) {
+                Ok(Entry::Attempt(attempt)) => self.add(&attempt),
+                Ok(Entry::End(end)) => self.dropped += end.dropped,
+                Ok(Entry::Limit(_)) => {
                     self.limits += 1;
                     self.tally.add_limit();
                 }
-                // serde's message may quote the line's own (hostile) text.
-                Err(error) => warn(format!(
-                    "{shown}:{}: not an audit record ({}); skipped",
-                    index + 1,
-                    visible(&error.to_string())
-                )),
+                // The reason may quote the line's own (hostile) text.
+                Err(why) => warn(format!("{shown}:{}: {}; skipped", index + 1, visible(&why))),
             }
         }
         Ok(())
+    }
+
+    fn add(&mut self, attempt: &Attempt) {
+        if !is_known_reason(&attempt.reason) {
+            self.unknown_reasons += 1;
+        }
+        self.tally.add_attempt(
+            attempt.decision,
+            &attempt.host,
+            attempt.port,
+            &attempt.reason,
+        );
+    }
+
+    /// Said once, after every file: the counts are right, but some refusals are grouped
+    /// under reasons this version cannot explain.
+    fn unknown_reasons_warning(&self) -> Option<String> {
+        (self.unknown_reasons > 0).then(|| {
+            format!(
+                "{} records had reasons this version does not know; they are counted under the reason as written",
+                self.unknown_reasons
+            )
+        })
     }
 
     fn render(&self) -> String {
@@ -108,7 +140,8 @@ impl Summary {
                     .port
                     .map_or_else(|| "-".to_string(), |port| port.to_string());
                 let host = visible(&group.host).into_owned();
-                (group.count, host, port, group.reason.to_string())
+                let reason = visible(&group.reason).into_owned();
+                (group.count, host, port, reason)
             })
             .collect();
         let host_width = rows
@@ -136,6 +169,20 @@ impl Summary {
     }
 }
 
+/// One line, read as `audit_tools::log` reads it for every other log command.
+fn parse(line: &[u8]) -> Result<Entry, String> {
+    let line =
+        std::str::from_utf8(line).map_err(|_| "not an audit record (not UTF-8)".to_owned())?;
+    parse_line(line)
+}
+
+/// Whether `reason` is in this version's vocabulary ([`Reason`], as serde spells it).
+fn is_known_reason(reason: &str) -> bool {
+    let text: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        reason.into_deserializer();
+    Reason::deserialize(text).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +198,7 @@ mod tests {
                 warnings.push(w)
             })
             .unwrap();
+        warnings.extend(summary.unknown_reasons_warning());
         (summary.render(), warnings)
     }
 
@@ -212,5 +260,46 @@ mod tests {
         let (text, warnings) = summarise(&line);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert!(text.contains("a.test"), "{text}");
+    }
+
+    /// A newer proxy's reason: counted under its text (shown visibly), said once.
+    #[test]
+    fn reasons_this_version_does_not_know_are_counted_as_written_and_said_once() {
+        let future =
+            |host: &str, reason: &str| RECORD.replace("HOST", host).replace("not_allowed", reason);
+        let log = [
+            future("a.test", "future_reason"),
+            future("a.test", "future_reason"),
+            future("b.test", r"odd\u001b[2Jreason"),
+            RECORD.replace("HOST", "c.test"),
+        ]
+        .join("\n");
+        let (text, warnings) = summarise(&log);
+        assert!(
+            text.starts_with("4 attempts: 0 allowed, 4 blocked"),
+            "{text}"
+        );
+        assert!(text.contains("a.test      -  future_reason\n"), "{text}");
+        assert!(text.contains(r"b.test      -  odd\x1b[2Jreason"), "{text}");
+        assert!(text.contains("c.test      -  not_allowed\n"), "{text}");
+        assert!(
+            !text.chars().any(|c| must_escape(c) && c != '\n'),
+            "{text:?}"
+        );
+        assert_eq!(
+            warnings,
+            [
+                "3 records had reasons this version does not know; they are counted under the reason as written"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_reason_of_this_version_is_known() {
+        for reason in ["rule", "not_allowed", "credential_misuse", "upstream_tls"] {
+            assert!(is_known_reason(reason), "{reason}");
+        }
+        assert!(!is_known_reason("future_reason"));
+        assert!(!is_known_reason("Rule"));
     }
 }
