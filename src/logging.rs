@@ -30,13 +30,16 @@ pub fn init(verbose: u8) {
         .try_init();
 }
 
-/// The level `-v` flags ask for, for every crate alike.
+/// The level `-v` flags ask for. `-vvv` is trace for this tool's own crates only: the
+/// libraries under them (hyper, rustls, bollard) stay at debug, as with `-vv`, whose logs
+/// are proven free of credentials — their trace output is not (EGRESS_SANDBOX_LOG can
+/// still ask for it).
 fn default_directives(verbose: u8) -> &'static str {
     match verbose {
         0 => "warn",
         1 => "info",
         2 => "debug",
-        _ => "trace",
+        _ => "debug,egress_sandbox=trace,egress_proxy=trace",
     }
 }
 
