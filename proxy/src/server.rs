@@ -80,11 +80,13 @@ impl BoundProxy {
                 _ => return Err(ProxyError::DnsAnswer(listen)),
             },
         };
-        let explicit = bind_tcp(config.listen)?;
+        // The transparent doors first: they take fixed ports (:80, :443 in a run), and
+        // an explicit or DNS listener asked for port 0 must not be given one of those.
         let mut transparent = Vec::new();
         for addr in &config.transparent_listen {
             transparent.push(bind_tcp(*addr)?);
         }
+        let explicit = bind_tcp(config.listen)?;
         let dns = match config.dns_listen {
             Some(addr) => Some(bind_dns(addr).await?),
             None => None,
