@@ -11,6 +11,7 @@ use anyhow::Context;
 use crate::cli::WatchdogArgs;
 use crate::sandbox::docker::Engine;
 use crate::sandbox::gc::sweep_owner;
+use crate::sandbox::labels::{Owner, OwnerLabel};
 use crate::sandbox::watchdog::STAND_DOWN;
 
 pub fn run(args: WatchdogArgs) -> anyhow::Result<ExitCode> {
@@ -21,7 +22,11 @@ pub fn run(args: WatchdogArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let owner = args.owner;
-    let pid = owner.split(':').next().unwrap_or_default().to_string();
+    // How the owner is named in what is said: its pid, or the whole stamp if unreadable.
+    let pid = match Owner::parse(&owner) {
+        OwnerLabel::Owner(parsed) => parsed.pid.to_string(),
+        _ => owner.clone(),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -133,69 +133,61 @@ async fn remove_judged(
 ) -> Result<GcReport, EngineError> {
     let mut report = GcReport::default();
     for container in engine.list_containers(filters).await? {
-        let labels = container.labels.unwrap_or_default();
         let Some(id) = container.id else { continue };
         let name = container
             .names
             .and_then(|names| names.into_iter().next())
             .map(|name| name.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
-        let error = match judge(&labels) {
-            Verdict::Skip(reason) => {
-                report.skip("container", name, &labels, reason);
-                continue;
-            }
-            Verdict::Remove => engine.remove_container(&id).await.err(),
-        };
-        report.removed("container", name, &labels, error);
+        let labels = container.labels.unwrap_or_default();
+        let remove = || engine.remove_container(&id);
+        report
+            .settle("container", name, &labels, &judge, remove)
+            .await;
     }
     for network in engine.list_networks(filters).await? {
-        let labels = network.labels.unwrap_or_default();
         let Some(id) = network.id else { continue };
         let name = network.name.unwrap_or_else(|| id.clone());
-        let error = match judge(&labels) {
-            Verdict::Skip(reason) => {
-                report.skip("network", name, &labels, reason);
-                continue;
-            }
-            Verdict::Remove => engine.remove_network(&id).await.err(),
-        };
-        report.removed("network", name, &labels, error);
+        let labels = network.labels.unwrap_or_default();
+        let remove = || engine.remove_network(&id);
+        report
+            .settle("network", name, &labels, &judge, remove)
+            .await;
     }
     Ok(report)
 }
 
 impl GcReport {
-    fn skip(
+    /// Judges one object by its labels; removes it (with `remove`) if condemned, and
+    /// reports what was done and why.
+    async fn settle<F>(
         &mut self,
         kind: &'static str,
         name: String,
         labels: &HashMap<String, String>,
-        reason: SkipReason,
-    ) {
+        judge: impl Fn(&HashMap<String, String>) -> Verdict,
+        remove: impl FnOnce() -> F,
+    ) where
+        F: std::future::Future<Output = Result<(), bollard::errors::Error>>,
+    {
         let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
-        self.skipped.push(Skipped {
-            kind,
-            name,
-            run,
-            reason,
-        });
-    }
-
-    fn removed(
-        &mut self,
-        kind: &'static str,
-        name: String,
-        labels: &HashMap<String, String>,
-        error: Option<bollard::errors::Error>,
-    ) {
-        let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
-        self.removed.push(Swept {
-            kind,
-            name,
-            run,
-            error: error.map(|error| error.to_string()),
-        });
+        match judge(labels) {
+            Verdict::Skip(reason) => self.skipped.push(Skipped {
+                kind,
+                name,
+                run,
+                reason,
+            }),
+            Verdict::Remove => {
+                let error = remove().await.err().map(|error| error.to_string());
+                self.removed.push(Swept {
+                    kind,
+                    name,
+                    run,
+                    error,
+                });
+            }
+        }
     }
 }
 
