@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
@@ -132,7 +133,7 @@ fn counted_response(
     shutdown: Shutdown,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
-    crate::http::strip_hop_by_hop(&mut parts.headers);
+    strip_hop_by_hop(&mut parts.headers);
     let body = CountedBody {
         inner: body,
         record: Some((attempt, shutdown)),
@@ -198,5 +199,48 @@ impl Drop for CountedBody {
             }
             _ => attempt.bytes_up = upload.bytes(),
         }
+    }
+}
+
+/// The path and query the upstream is asked for: an absolute URL with no path
+/// (`http://host:8080?x=1`) asks for `/` with its query kept, as a browser does.
+pub(crate) fn origin_form(uri: &Uri) -> String {
+    let path = Some(uri.path())
+        .filter(|path| path.starts_with('/'))
+        .unwrap_or("/");
+    match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    }
+}
+
+/// Removes headers that belong to one hop: those named in `Connection`, and the fixed list.
+/// `Transfer-Encoding` goes too: hyper frames each side's body itself.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|value| {
+            String::from_utf8_lossy(value.as_bytes())
+                .split(',')
+                .filter_map(|token| HeaderName::try_from(token.trim()).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("proxy-connection"),
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        HeaderName::from_static("keep-alive"),
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
     }
 }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind};
 use crate::body::ProxyBody;
-use crate::exchange::{Upload, answer, counting_body};
+use crate::exchange::{Upload, answer, counting_body, origin_form, strip_hop_by_hop};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
@@ -398,18 +398,6 @@ fn without_userinfo(authority: &str) -> &str {
         .map_or(authority, |(_, host)| host)
 }
 
-/// The path and query the upstream is asked for: an absolute URL with no path
-/// (`http://host:8080?x=1`) asks for `/` with its query kept, as a browser does.
-pub(crate) fn origin_form(uri: &Uri) -> String {
-    let path = Some(uri.path())
-        .filter(|path| path.starts_with('/'))
-        .unwrap_or("/");
-    match uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path.to_owned(),
-    }
-}
-
 /// The request as the upstream gets it: origin-form, HTTP/1.1, hop-by-hop headers removed,
 /// `Host` set from the target the gate judged (never the client's own `Host`).
 fn upstream_request(
@@ -431,35 +419,4 @@ fn upstream_request(
         parts.headers.insert(header::HOST, value);
     }
     Request::from_parts(parts, counting_body(body, upload))
-}
-
-/// Removes headers that belong to one hop: those named in `Connection`, and the fixed list.
-/// `Transfer-Encoding` goes too: hyper frames each side's body itself.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|value| {
-            String::from_utf8_lossy(value.as_bytes())
-                .split(',')
-                .filter_map(|token| HeaderName::try_from(token.trim()).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        HeaderName::from_static("proxy-connection"),
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
-        HeaderName::from_static("keep-alive"),
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
 }

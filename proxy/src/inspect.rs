@@ -3,7 +3,7 @@
 //! TLS it originates and verifies.
 //!
 //! A target is inspected when the policy gives it a credential or `methods`/`paths`
-//! ([`PolicySet::inspection`]). The CONNECT (or transparent TLS) connection itself went
+//! ([`crate::policy::PolicySet::inspection`]). The CONNECT (or transparent TLS) connection itself went
 //! through the gate exactly as any other — judged, resolved once, floor-checked, connected —
 //! and keeps its own record; only then does this door terminate the client's TLS with a leaf
 //! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream`]). Every
@@ -15,10 +15,10 @@
 //! program needs no CA at all. A run placeholder in a request to any other host is refused
 //! as `credential_misuse`: the sandbox has no business sending it anywhere else.
 //!
-//! Depends on shared pieces only (gate, shared, refusal, body, audit); nothing depends on it
-//! but the doors that hand connections over, so it adds no import circle.
+//! Depends on shared pieces only (gate, shared, refusal, body, audit, and the run-long state in
+//! [`crate::inspector`]); nothing depends on it but the doors that hand connections over, so it
+//! adds no import circle.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -29,163 +29,19 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
-use crate::ca::{CaError, RunCa};
 use crate::exchange::{Upload, counting_body};
-use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict, split_path};
+pub use crate::inspector::{InspectError, Inspector};
+use crate::policy::{Decision, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
-use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
 use crate::shared::{ConnectionSlot, Shared, client_http1};
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
-use crate::upstream::{UpstreamCaError, client_config, connect_tls};
-
-/// Why the proxy cannot serve the policy's credentials.
-#[derive(Debug, thiserror::Error)]
-pub enum InspectError {
-    #[error("the credential for {host} needs the secret {name}, which was not given")]
-    MissingSecret { name: String, host: String },
-    #[error("the secret {0} was given, but no credential of the policy uses it")]
-    UnusedSecret(String),
-    #[error("the secret {0} was given twice")]
-    DuplicateSecret(String),
-    #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
-    ShortPlaceholder(String),
-    #[error("two secrets have the same placeholder")]
-    DuplicatePlaceholder,
-    #[error("{0}")]
-    Conflict(String),
-    #[error(transparent)]
-    Ca(#[from] CaError),
-    #[error("upstream CA: {0}")]
-    Upstream(#[from] UpstreamCaError),
-}
-
-/// What the inspect door holds for the whole run.
-pub struct Inspector {
-    ca: Option<RunCa>,
-    upstream_tls: Arc<ClientConfig>,
-    secrets: HashMap<String, Secret>,
-    /// The tripwire's view of the secrets' placeholders.
-    placeholders: Placeholders,
-}
-
-impl std::fmt::Debug for Inspector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inspector")
-            .field("ca", &self.ca)
-            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Inspector {
-    /// Checks the secrets against the policy's credentials (each credential's secret given,
-    /// each given secret used) and makes the run CA for the inspected names. None when the
-    /// policy inspects nothing and no secret is given.
-    pub fn new(
-        policy: &PolicySet,
-        config: CredentialConfig,
-    ) -> Result<Option<Inspector>, InspectError> {
-        if let Some(conflict) = policy.credential_conflicts().first() {
-            return Err(InspectError::Conflict(conflict.clone()));
-        }
-        let mut secrets: HashMap<String, Secret> = HashMap::new();
-        for secret in config.secrets {
-            if secret.placeholder.len() < MIN_PLACEHOLDER_BYTES {
-                return Err(InspectError::ShortPlaceholder(secret.name));
-            }
-            if secrets
-                .values()
-                .any(|other| other.placeholder == secret.placeholder)
-            {
-                return Err(InspectError::DuplicatePlaceholder);
-            }
-            if secrets.contains_key(&secret.name) {
-                return Err(InspectError::DuplicateSecret(secret.name));
-            }
-            secrets.insert(secret.name.clone(), secret);
-        }
-        let mut credentials: Vec<&Credential> = policy.credentials().collect();
-        credentials.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
-        for credential in &credentials {
-            if !secrets.contains_key(&credential.secret) {
-                return Err(InspectError::MissingSecret {
-                    name: credential.secret.clone(),
-                    host: format!("{}:{}", credential.host, credential.port),
-                });
-            }
-        }
-        let mut names: Vec<&String> = secrets.keys().collect();
-        names.sort();
-        if let Some(unused) = names
-            .into_iter()
-            .find(|name| !credentials.iter().any(|c| &&c.secret == name))
-        {
-            return Err(InspectError::UnusedSecret(unused.clone()));
-        }
-        let hosts = policy.inspected_hosts();
-        if hosts.is_empty() {
-            return Ok(None);
-        }
-        let placeholders = Placeholders::new(
-            secrets
-                .values()
-                .map(|secret| (secret.name.as_str(), secret.placeholder.as_str())),
-        );
-        Ok(Some(Inspector {
-            ca: Some(RunCa::new(hosts, config.ca_lifetime)?),
-            upstream_tls: client_config(&config.upstream_ca)?,
-            secrets,
-            placeholders,
-        }))
-    }
-
-    /// The run CA's certificate (PEM), for the ready line and the sandbox's trust bundle.
-    pub fn ca_certificate_pem(&self) -> Option<&str> {
-        self.ca.as_ref().map(RunCa::certificate_pem)
-    }
-
-    /// The placeholder of each secret, by name (not secret: the sandbox holds them).
-    pub fn placeholders(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.secrets
-            .values()
-            .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
-    }
-
-    /// The tripwire's matcher, which the gate also holds (for the names of CONNECTs and
-    /// transparent connections).
-    pub fn placeholder_matcher(&self) -> &Placeholders {
-        &self.placeholders
-    }
-
-    /// The name of a secret whose placeholder appears in the request line or a header,
-    /// other than `allowed` (the secret of this target's own credential).
-    fn misused_placeholder(&self, parts: &Parts, allowed: Option<&str>) -> Option<&str> {
-        let uri = parts.uri.to_string();
-        let texts = std::iter::once(uri.as_bytes()).chain(
-            parts
-                .headers
-                .iter()
-                .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
-        );
-        self.placeholders.find(texts, allowed)
-    }
-
-    /// The credential header value with the real secret. Never logged.
-    fn credential_value(&self, credential: &Credential) -> Option<HeaderValue> {
-        let secret = self.secrets.get(&credential.secret)?;
-        let mut value =
-            HeaderValue::try_from(credential.header_value(secret.value.expose())).ok()?;
-        value.set_sensitive(true);
-        Some(value)
-    }
-}
+use crate::upstream::connect_tls;
 
 /// A refused request of a plain (not inspected) door that carries a run placeholder.
 pub(crate) fn tripwire(
@@ -569,7 +425,7 @@ fn judge(
         .inspection(&target, port)
         .and_then(|inspection| inspection.credential)
         .cloned();
-    let path_and_query = crate::http::origin_form(&parts.uri);
+    let path_and_query = crate::exchange::origin_form(&parts.uri);
     let path = split_path(&path_and_query);
     attempt.host = name.to_string();
     attempt.port = Some(port);
@@ -621,7 +477,7 @@ fn judge(
     }
     parts.uri = Uri::try_from(path_and_query.as_str()).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
-    crate::http::strip_hop_by_hop(&mut parts.headers);
+    crate::exchange::strip_hop_by_hop(&mut parts.headers);
     let host = if port == 443 || port == 80 {
         name.to_string()
     } else {

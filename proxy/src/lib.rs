@@ -24,10 +24,14 @@
 //!   shutdown), `body` (the one body type of answers and forwarded requests), [`relay`]
 //!   (moves a tunnel's bytes; [`splice`] keeps them in the kernel), a private `pool` of idle
 //!   upstream connections per target, `dns_rate` (the DNS responder's per-client rate
-//!   limit), [`config`] (the typed configuration).
+//!   limit), [`config`] (the typed configuration), `exchange` (one forwarded request: its
+//!   head as the upstream gets it, both bodies counted, the record written once both end),
+//!   [`inspector`] (the run's secrets, placeholders, run CA ([`ca`], [`secrets`]) and
+//!   upstream TLS ([`upstream`]), which `shared` holds).
 //! - The doors: [`http`] (the explicit listener and transparent HTTP), [`connect`] (CONNECT
 //!   tunnels, handed over by `http`), [`transparent`] (first-byte routing, TLS by [`sni`]),
-//!   [`dns`] (the responder). A door takes a connection, an `Arc<Shared>` and a
+//!   [`dns`] (the responder), [`inspect`] (inspected hosts: requests read in clear, judged
+//!   one by one, given their credential; handed over by `connect`, `transparent` and `http`). A door takes a connection, an `Arc<Shared>` and a
 //!   [`shutdown::Shutdown`], turns what the client sent into a target, asks the gate, and
 //!   answers refusals with [`refusal`]. Doors depend on the shared pieces and on the gate,
 //!   never on [`server`].
@@ -67,6 +71,7 @@ pub mod gate;
 pub mod handoff;
 pub mod http;
 pub mod inspect;
+pub mod inspector;
 pub mod listen;
 pub mod policy;
 mod pool;

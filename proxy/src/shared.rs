@@ -31,7 +31,7 @@ pub(crate) struct Shared {
     /// Empty splice pipes of closed tunnels, for the next tunnels.
     pub pipes: PipePool,
     /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
-    pub inspect: Option<crate::inspect::Inspector>,
+    pub inspect: Option<crate::inspector::Inspector>,
     /// DNS queries per second per client, shared by the UDP and TCP responders.
     pub dns_rate: crate::dns_rate::RateLimiter,
 }
@@ -42,7 +42,7 @@ impl Shared {
     pub fn new(
         config: ProxyConfig,
         dns_answer: Option<Ipv4Addr>,
-        inspect: Option<crate::inspect::Inspector>,
+        inspect: Option<crate::inspector::Inspector>,
     ) -> std::io::Result<Shared> {
         let audit = AuditSink::start(
             config.audit,

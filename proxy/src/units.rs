@@ -44,7 +44,7 @@ pub fn parse_size(raw: &str) -> Result<u64, UnitError> {
     }
 }
 
-/// `1048576` → `1MiB`: sizes shown the way people write them (and [`parse_size`] reads).
+/// `1048576` → `1MiB`: sizes shown the way people write them (and [`parse_size()`] reads).
 pub fn format_size(bytes: u64) -> String {
     for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
         if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {

@@ -1,0 +1,160 @@
+//! What the inspect door holds for the whole run: the secrets, their placeholders, the run CA
+//! and the TLS settings toward upstreams — checked against the policy's credentials once,
+//! when the proxy starts.
+//!
+//! A module of its own so that the shared state (`shared`) can hold it without depending on
+//! the door (`inspect`), which depends on the shared state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use http::request::Parts;
+use rustls::ClientConfig;
+
+use crate::ca::{CaError, RunCa};
+use crate::policy::{Credential, PolicySet};
+use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
+use crate::upstream::{UpstreamCaError, client_config};
+
+/// Why the proxy cannot serve the policy's credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("the credential for {host} needs the secret {name}, which was not given")]
+    MissingSecret { name: String, host: String },
+    #[error("the secret {0} was given, but no credential of the policy uses it")]
+    UnusedSecret(String),
+    #[error("the secret {0} was given twice")]
+    DuplicateSecret(String),
+    #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
+    ShortPlaceholder(String),
+    #[error("two secrets have the same placeholder")]
+    DuplicatePlaceholder,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    #[error("upstream CA: {0}")]
+    Upstream(#[from] UpstreamCaError),
+}
+
+/// What the inspect door holds for the whole run.
+pub struct Inspector {
+    pub(crate) ca: Option<RunCa>,
+    pub(crate) upstream_tls: Arc<ClientConfig>,
+    secrets: HashMap<String, Secret>,
+    /// The tripwire's view of the secrets' placeholders.
+    placeholders: Placeholders,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("ca", &self.ca)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inspector {
+    /// Checks the secrets against the policy's credentials (each credential's secret given,
+    /// each given secret used) and makes the run CA for the inspected names. None when the
+    /// policy inspects nothing and no secret is given.
+    pub fn new(
+        policy: &PolicySet,
+        config: CredentialConfig,
+    ) -> Result<Option<Inspector>, InspectError> {
+        if let Some(conflict) = policy.credential_conflicts().first() {
+            return Err(InspectError::Conflict(conflict.clone()));
+        }
+        let mut secrets: HashMap<String, Secret> = HashMap::new();
+        for secret in config.secrets {
+            if secret.placeholder.len() < MIN_PLACEHOLDER_BYTES {
+                return Err(InspectError::ShortPlaceholder(secret.name));
+            }
+            if secrets
+                .values()
+                .any(|other| other.placeholder == secret.placeholder)
+            {
+                return Err(InspectError::DuplicatePlaceholder);
+            }
+            if secrets.contains_key(&secret.name) {
+                return Err(InspectError::DuplicateSecret(secret.name));
+            }
+            secrets.insert(secret.name.clone(), secret);
+        }
+        let mut credentials: Vec<&Credential> = policy.credentials().collect();
+        credentials.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+        for credential in &credentials {
+            if !secrets.contains_key(&credential.secret) {
+                return Err(InspectError::MissingSecret {
+                    name: credential.secret.clone(),
+                    host: format!("{}:{}", credential.host, credential.port),
+                });
+            }
+        }
+        let mut names: Vec<&String> = secrets.keys().collect();
+        names.sort();
+        if let Some(unused) = names
+            .into_iter()
+            .find(|name| !credentials.iter().any(|c| &&c.secret == name))
+        {
+            return Err(InspectError::UnusedSecret(unused.clone()));
+        }
+        let hosts = policy.inspected_hosts();
+        if hosts.is_empty() {
+            return Ok(None);
+        }
+        let placeholders = Placeholders::new(
+            secrets
+                .values()
+                .map(|secret| (secret.name.as_str(), secret.placeholder.as_str())),
+        );
+        Ok(Some(Inspector {
+            ca: Some(RunCa::new(hosts, config.ca_lifetime)?),
+            upstream_tls: client_config(&config.upstream_ca)?,
+            secrets,
+            placeholders,
+        }))
+    }
+
+    /// The run CA's certificate (PEM), for the ready line and the sandbox's trust bundle.
+    pub fn ca_certificate_pem(&self) -> Option<&str> {
+        self.ca.as_ref().map(RunCa::certificate_pem)
+    }
+
+    /// The placeholder of each secret, by name (not secret: the sandbox holds them).
+    pub fn placeholders(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.secrets
+            .values()
+            .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
+    }
+
+    /// The tripwire's matcher, which the gate also holds (for the names of CONNECTs and
+    /// transparent connections).
+    pub fn placeholder_matcher(&self) -> &Placeholders {
+        &self.placeholders
+    }
+
+    /// The name of a secret whose placeholder appears in the request line or a header,
+    /// other than `allowed` (the secret of this target's own credential).
+    pub(crate) fn misused_placeholder(&self, parts: &Parts, allowed: Option<&str>) -> Option<&str> {
+        let uri = parts.uri.to_string();
+        let texts = std::iter::once(uri.as_bytes()).chain(
+            parts
+                .headers
+                .iter()
+                .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
+        );
+        self.placeholders.find(texts, allowed)
+    }
+
+    /// The credential header value with the real secret. Never logged.
+    pub(crate) fn credential_value(&self, credential: &Credential) -> Option<HeaderValue> {
+        let secret = self.secrets.get(&credential.secret)?;
+        let mut value =
+            HeaderValue::try_from(credential.header_value(secret.value.expose())).ok()?;
+        value.set_sensitive(true);
+        Some(value)
+    }
+}
