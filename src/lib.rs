@@ -13,6 +13,9 @@
 //!   `policy suggest`.
 //! - [`serve`]: the daemon behind `egress-sandbox serve` (local API) and its client.
 //! - [`report`]: the run report and the one-line summary.
+//! - [`run_flags`] and [`secret_flags`]: the strings a user writes for a run (flags, the API's
+//!   fields) turned into typed values; shared by the CLI and the daemon, never seen by
+//!   [`sandbox`].
 #![deny(unsafe_code)]
 
 pub mod audit_tools;
@@ -20,6 +23,7 @@ pub mod cli;
 pub mod commands;
 pub mod logging;
 pub mod report;
+pub mod run_flags;
 pub mod sandbox;
 pub mod secret_flags;
 pub mod serve;

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     egress_sandbox::logging::init(cli.verbose);
     let result = match cli.command {
-        Command::Run(args) => commands::run::run(args),
+        Command::Run(args) => commands::run(args),
         Command::Policy(args) => commands::policy::run(args),
         Command::Proxy(args) => commands::proxy::run(args),
         Command::Audit(args) => commands::audit::run(args),

@@ -1,7 +1,7 @@
-//! `run`'s flag strings turned into the typed values [`RunSpec::builder`] takes. The
-//! library never parses a flag; the values mean the same here as in a policy and in the
-//! proxy, because durations, sizes and pins go through the proxy crate's one parser each
-//! (`egress_proxy::units`, `egress_proxy::resolve::parse_pin`).
+//! `run`'s flag strings (and the same strings in a `serve` API request) turned into the typed
+//! values [`RunSpec::builder`] takes. The library never parses a flag; the values mean the same here
+//! as in a policy and in the proxy, because durations, sizes and pins go through the proxy crate's
+//! one parser each (`egress_proxy::units`, `egress_proxy::resolve::parse_pin`).
 //!
 //! [`RunSpec::builder`]: crate::sandbox::RunSpec::builder
 

@@ -14,10 +14,17 @@ pub mod policy;
 pub mod proxy;
 pub mod run;
 pub mod run_client;
-pub mod run_flags;
 pub mod sandbox_gate;
 pub mod serve;
 pub mod watchdog;
+
+/// `egress-sandbox run`: through the daemon when one is named (`run_client`), else cold.
+pub fn run(args: crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
+    match run_client::server_socket(&args) {
+        Some(socket) => run_client::run(args, socket),
+        None => run::run(args),
+    }
+}
 
 /// Prints `error` as one line on stderr, `egress-sandbox: error: …` with its causes, and
 /// returns `code`. A cause whose text the message already holds is not repeated (an

@@ -7,9 +7,9 @@ use anyhow::Context;
 use egress_proxy::text::visible;
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::run_flags;
 use crate::cli::RunArgs;
 use crate::report::{RunReport, summary_line};
+use crate::run_flags;
 use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::sandbox::watchdog::Watchdog;
 use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
@@ -17,18 +17,8 @@ use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 /// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
 pub(crate) const SETUP_FAILED: u8 = 125;
 
-/// Where `--server` defaults from; empty is the same as unset.
-const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
-
+/// A cold run: this process sets up, runs and removes the sandbox itself.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let server = args.server.clone().or_else(|| {
-        std::env::var_os(SERVER_VARIABLE)
-            .filter(|socket| !socket.is_empty())
-            .map(std::path::PathBuf::from)
-    });
-    if let Some(socket) = server {
-        return super::run_client::run(args, socket);
-    }
     let report_path = args.report.clone();
     let spec = match build_spec(args) {
         Ok(spec) => spec,
@@ -228,23 +218,8 @@ pub(crate) fn refuse(error: &SpecError) -> ExitCode {
 fn report_setup_failure(error: &RunError) {
     say(format_args!(
         "egress-sandbox: error: {}",
-        setup_failure_message(error)
+        error.message_with_causes()
     ));
-}
-
-/// The error and its causes on one line (each cause once).
-pub(crate) fn setup_failure_message(error: &RunError) -> String {
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
 }
 
 /// One line on stderr. Messages quote hosts, paths, names and policy text that may come

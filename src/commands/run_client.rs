@@ -24,6 +24,19 @@ use egress_proxy::handoff::Secrets;
 use crate::sandbox::credentials::RunCredentials;
 use crate::serve::request::{EnvVars, PolicyText, RunRequest, UpstreamCa};
 
+/// Where `--server` defaults from; empty is the same as unset.
+const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
+
+/// The daemon's socket `run` is to use: `--server`, else `EGRESS_SANDBOX_SERVER`; `None`
+/// for a cold run.
+pub fn server_socket(args: &RunArgs) -> Option<PathBuf> {
+    args.server.clone().or_else(|| {
+        std::env::var_os(SERVER_VARIABLE)
+            .filter(|socket| !socket.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
 pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     let spec = match build_spec(args.clone()) {
         Ok(spec) => spec,
@@ -285,20 +298,20 @@ fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<
     }
     let mut env = Vec::new();
     for raw in &args.env {
-        let (key, value) = super::run_flags::env(raw)?;
+        let (key, value) = crate::run_flags::env(raw)?;
         env.push((key, value));
     }
     let mut mounts = Vec::new();
     for raw in &args.mounts {
         // Relative sources are relative to this process, not the daemon.
-        let (source, target, writable) = super::run_flags::mount(raw)?;
+        let (source, target, writable) = crate::run_flags::mount(raw)?;
         let source = std::path::absolute(&source).unwrap_or(source);
         let suffix = if writable { ":rw" } else { "" };
         mounts.push(format!("{}:{target}{suffix}", source.display()));
     }
     let mut resolve = std::collections::BTreeMap::new();
     for raw in &args.resolve {
-        let (name, ip) = super::run_flags::resolve(raw)?;
+        let (name, ip) = crate::run_flags::resolve(raw)?;
         resolve.insert(name.as_str().to_string(), ip.to_string());
     }
     let stdin = if std::io::stdin().is_terminal() {

@@ -12,16 +12,13 @@
 //! [`Sandbox::on_progress`], else to `tracing` (info level).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::docker::Engine;
 use super::images::{self, ImageError, Progress};
 use super::labels::Owner;
-use super::output::OutputSinks;
-use super::run::{self, Interruption, RunError, RunOutcome};
-use super::spec::RunSpec;
+use super::outcome::RunError;
 
 /// Where progress of long steps goes (see [`Sandbox::on_progress`]).
 pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
@@ -169,24 +166,6 @@ impl Sandbox {
     /// The proxy binary, resolved.
     pub fn proxy_binary(&self) -> &Path {
         &self.inner.proxy_binary
-    }
-
-    /// Runs `spec` to the end, relaying output and events into `sinks`. Every object the
-    /// run created is removed before this returns.
-    pub async fn run(&self, spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
-        self.run_until(spec, sinks, std::future::pending()).await
-    }
-
-    /// As [`run`](Self::run), but `interrupt` ending stops the run: the sandbox is killed,
-    /// everything is removed, and the outcome says
-    /// [`RunStatus::Interrupted`](super::RunStatus::Interrupted).
-    pub async fn run_until(
-        &self,
-        spec: RunSpec,
-        sinks: OutputSinks,
-        interrupt: impl Future<Output = Interruption>,
-    ) -> Result<RunOutcome, RunError> {
-        run::execute(self, spec, sinks, interrupt).await
     }
 
     pub(crate) fn owner(&self) -> &Owner {

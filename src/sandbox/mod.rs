@@ -30,7 +30,9 @@
 //! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
 //!   daemon, embedders): it names its proxy binary and connects to the engine once.
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
-//!   [`run::RunOutcome`].
+//!   [`RunOutcome`](outcome::RunOutcome).
+//! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
+//!   (handle, slot, run, report) without those depending on one another.
 //! - `gate_signal`: what opens the sandbox's gate (and hands it the task files).
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
@@ -46,6 +48,7 @@ pub mod handle;
 pub mod images;
 pub mod labels;
 pub(crate) mod network;
+pub mod outcome;
 pub mod output;
 pub mod run;
 pub(crate) mod slot;

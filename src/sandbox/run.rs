@@ -34,25 +34,22 @@
 //! `run` command and the daemon do.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use super::audit_trail::{self, AuditSink, ProxyOutput};
 use super::container::gate_setup;
-use super::docker::{DockerError, EngineError, StdinWriter};
+use super::docker::StdinWriter;
 use super::events::{AuditTee, RunEvent};
 use super::gate_signal;
 use super::handle::Sandbox;
-use super::images::ImageError;
-use super::network::NetworkError;
+use super::outcome::docker_step;
+pub use super::outcome::{Interruption, PROXY_FAILED_EXIT, RunError, RunOutcome, RunStatus};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
-use super::slot::{PROXY_READY_TIMEOUT, Prepared, Slot, SlotObjects};
+use super::slot::{Prepared, Slot, SlotObjects};
 use super::spec::RunSpec;
-use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
-use super::trust::{TrustBundle, TrustError};
+use super::tally::{AttemptCounts, AuditCounts};
+use super::trust::TrustBundle;
 
 /// After SIGTERM the proxy closes tunnels, writes their records and exits (~1 s).
 const PROXY_STOP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -65,153 +62,25 @@ const OOM_LOOKBACK: Duration = Duration::from_secs(3600);
 /// way (only such exits wait: a program that kills itself with SIGKILL, say).
 const OOM_EVENT_WAIT: Duration = Duration::from_millis(500);
 
-/// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RunStatus {
-    /// The command exited by itself; `exit_code` is its own.
-    Exited,
-    /// The time limit killed it (exit 124).
-    Timeout,
-    /// The kernel killed it for memory (exit 137).
-    Oom,
-    /// egress-sandbox itself got SIGINT / SIGTERM (exit 130 / 143).
-    Interrupted,
-    /// The proxy stopped while the command ran, so attempts could no longer be recorded:
-    /// the sandbox was killed at once (exit 125).
-    ProxyFailed,
-}
-
-/// The exit status of a run whose proxy stopped under it (as for a failed set-up).
-pub const PROXY_FAILED_EXIT: i32 = 125;
-
-/// The signal that interrupted a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Interruption {
-    Interrupt,
-    Terminate,
-    /// The reader of the run's output went away (`run … | head`): what SIGPIPE is to a
-    /// command in a shell pipeline. Only sinks made with [`OutputSinks::stdio`] end a run
-    /// this way; others drop the rest of the output and let the command run on.
-    OutputClosed,
-}
-
-impl Interruption {
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Interruption::Interrupt => 130,
-            Interruption::Terminate => 143,
-            // 128 + SIGPIPE, as a shell reports a command that wrote to a closed pipe.
-            Interruption::OutputClosed => 141,
-        }
+/// Running specs: here rather than in `handle`, so that the handle does not depend on the
+/// lifecycle it starts.
+impl Sandbox {
+    /// Runs `spec` to the end, relaying output and events into `sinks`. Every object the
+    /// run created is removed before this returns.
+    pub async fn run(&self, spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
+        self.run_until(spec, sinks, std::future::pending()).await
     }
-}
 
-/// What a run amounted to.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct RunOutcome {
-    pub run_id: String,
-    pub status: RunStatus,
-    /// The exit status for the caller: the command's own, 124, 137, 130, 143 or 125.
-    pub exit_code: i32,
-    /// From the sandbox's start to its end (zero if it never started).
-    pub duration: Duration,
-    /// The time limit the run had.
-    pub timeout: Duration,
-    pub image: String,
-    pub policy: String,
-    pub output: OutputStats,
-    pub attempts: AttemptCounts,
-    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
-    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
-    pub blocked: Vec<RefusalGroup>,
-    /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
-    pub blocked_more: u64,
-    /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
-    pub audit: AuditCounts,
-    /// Hex SHA-256 of the proxy's `end` audit line (`audit verify --report` checks the log
-    /// against it); `None` when the proxy never closed its chain.
-    pub audit_head: Option<String>,
-    /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
-    pub teardown_errors: Vec<String>,
-    /// Why the `--audit-log` file holds only part of the records (a full disk, say): the
-    /// first write error, after which nothing more was written there. `None` when every
-    /// record was written, or no file was asked for.
-    pub audit_log_error: Option<String>,
-}
-
-/// Why the sandbox could not be set up (exit 125). Nothing is left behind.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Image(#[from] ImageError),
-    #[error(transparent)]
-    Network(#[from] NetworkError),
-    #[error("Docker: {step}: {source}")]
-    Docker {
-        step: String,
-        #[source]
-        source: DockerError,
-    },
-    #[error("the proxy did not start: {detail}")]
-    ProxyNotReady { detail: String },
-    #[error("the proxy was not ready within {}s", PROXY_READY_TIMEOUT.as_secs())]
-    ProxyReadyTimeout,
-    #[error("cannot hand the run's configuration to the proxy: {source}")]
-    Handoff {
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot signal the sandbox's gate: {source}")]
-    GoSignal {
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
-    FilesNeedLocalEngine,
-    #[error(
-        "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
-        hosts.join(", ")
-    )]
-    InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
-    #[error("cannot open the audit log {path}: {source}")]
-    AuditLog {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot find the proxy binary {}: {source}", path.display())]
-    ProxyBinary {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
-    UnknownRuntime {
-        name: String,
-        available: Vec<String>,
-    },
-    #[error("cannot list this host's interface addresses: {0}")]
-    HostAddresses(#[source] std::io::Error),
-    #[error("cannot identify this process for the owner label: {0}")]
-    Owner(#[source] std::io::Error),
-    #[error(transparent)]
-    Trust(#[from] TrustError),
-}
-
-pub(crate) fn docker_step(
-    step: impl Into<String>,
-) -> impl FnOnce(bollard::errors::Error) -> RunError {
-    let step = step.into();
-    move |source| RunError::Docker {
-        step,
-        source: source.into(),
+    /// As [`run`](Self::run), but `interrupt` ending stops the run: the sandbox is killed,
+    /// everything is removed, and the outcome says
+    /// [`RunStatus::Interrupted`].
+    pub async fn run_until(
+        &self,
+        spec: RunSpec,
+        sinks: OutputSinks,
+        interrupt: impl Future<Output = Interruption>,
+    ) -> Result<RunOutcome, RunError> {
+        execute(self, spec, sinks, interrupt).await
     }
 }
 

@@ -30,7 +30,7 @@ use super::handle::Sandbox;
 use super::images;
 use super::labels::{RunNames, random_hostname};
 use super::network::{self, EGRESS_NETWORK, RunSubnet};
-use super::run::{RunError, docker_step};
+use super::outcome::{RunError, docker_step};
 use super::spec::RunSpec;
 use super::task_files::TASK_DIR;
 use super::teardown::Teardown;
@@ -332,7 +332,11 @@ impl SlotObjects {
                     detail: "its output ended".into(),
                 });
             }
-            Err(_) => return Err(RunError::ProxyReadyTimeout),
+            Err(_) => {
+                return Err(RunError::ProxyReadyTimeout {
+                    waited: PROXY_READY_TIMEOUT,
+                });
+            }
         };
         tracing::debug!("proxy ready");
         // The command is still held by its gate: it sees the full bundle from its start.

@@ -7,7 +7,7 @@
 //!
 //! The checks live with what they check: `limits`, `mounts`, `env`, `policies` and the
 //! `subnet_pool` (submodules). Command-line strings (`30s`, `512m`, `SRC:DST:rw`) are parsed by the
-//! CLI (`commands::run_flags`); this module takes typed values.
+//! CLI (`run_flags`); this module takes typed values.
 
 mod env;
 mod limits;

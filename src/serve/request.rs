@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use egress_proxy::handoff::{InlineCertificate, Secrets};
 
-use crate::commands::run_flags;
+use crate::run_flags;
 use crate::sandbox::credentials::CredentialError;
 use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::secret_flags::check_secret_value;

@@ -217,7 +217,7 @@ async fn run(
             shared.metrics.run_finished("setup_failed", None);
             line(&serde_json::json!({
                 "event": "error",
-                "error": crate::commands::run::setup_failure_message(&error),
+                "error": error.message_with_causes(),
                 "exit_code": 125,
             }))
         }
