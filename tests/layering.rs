@@ -196,7 +196,11 @@ fn find_circle(graph: &Graph) -> Option<Vec<String>> {
 fn assert_no_circle(crate_dir: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(crate_dir);
     let graph = import_graph(&root);
-    assert!(graph.len() > 10, "read too few modules below {}", root.display());
+    assert!(
+        graph.len() > 10,
+        "read too few modules below {}",
+        root.display()
+    );
     if let Some(circle) = find_circle(&graph) {
         panic!(
             "import circle in {crate_dir}: {} (move what both need into a module of its own)",
