@@ -343,3 +343,27 @@ fn an_audit_log_that_cannot_be_written_is_a_failed_exit() {
     let status = proxy.terminate();
     assert_eq!(status.code(), Some(1), "{status:?}");
 }
+
+/// The handoff's `sandbox_hostname` is a host name like any other: anything else refuses
+/// to start, with no ready line, and says which field.
+#[test]
+fn a_handoff_with_a_bad_sandbox_hostname_refuses_to_start() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"sandbox_hostname\":\"not a name\"}\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "no ready line");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("sandbox_hostname"), "{stderr}");
+}

@@ -413,6 +413,12 @@ impl Attempt {
         self.set_outcome(outcome, decision.reason, decision.rule.as_ref());
     }
 
+    /// This attempt gets no record: only the DNS responder's answer for the sandbox's own
+    /// host name, which reaches nothing (`ProxyConfig::sandbox_hostname`).
+    pub fn forget(&mut self) {
+        self.sent = true;
+    }
+
     pub fn is_refused(&self) -> bool {
         matches!(self.decision, Outcome::Blocked | Outcome::Failed)
     }

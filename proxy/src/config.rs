@@ -44,6 +44,11 @@ pub struct ProxyConfig {
     pub limits: ProxyLimits,
     /// Secret values, upstream CAs and the run CA's lifetime, for inspected hosts.
     pub credentials: crate::secrets::CredentialConfig,
+    /// The sandbox's own host name, when its resolv.conf names this proxy: a lookup of it
+    /// is answered NOERROR with no records and writes no audit record (its address is in
+    /// the sandbox's /etc/hosts; glibc asks DNS only for what that file lacks, AAAA). It
+    /// names the sandbox itself, leads nowhere, and Docker's resolver answered it so.
+    pub sandbox_hostname: Option<HostName>,
 }
 
 /// Bounds on everything that happens before a tunnel or request is established. After it,
@@ -118,6 +123,7 @@ impl ProxyConfig {
             floor_extra: Vec::new(),
             limits: ProxyLimits::default(),
             credentials: crate::secrets::CredentialConfig::default(),
+            sandbox_hostname: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::policy::{PolicySet, Reason, Verdict};
 use crate::secrets::Placeholders;
 use crate::shared::Shared;
 use crate::shutdown::Shutdown;
-use crate::target::Target;
+use crate::target::{HostName, Target};
 
 pub use crate::dns_rate::{DEFAULT_DNS_RATE, RateLimiter};
 
@@ -47,6 +47,8 @@ pub fn respond(
 pub struct Judges<'a> {
     pub policy: &'a PolicySet,
     pub placeholders: &'a Placeholders,
+    /// The sandbox's own host name: answered NOERROR with no records, and not recorded.
+    pub own_name: Option<&'a HostName>,
 }
 
 /// The answer to one query message and the query's attempt, not yet recorded.
@@ -148,6 +150,10 @@ fn answer_query(
             return ResponseCode::NXDomain;
         }
     };
+    if judges.own_name == Some(&name) {
+        attempt.forget();
+        return ResponseCode::NoError;
+    }
     attempt.host = name.to_string();
     let decision = judges.policy.decide_name(&name);
     attempt.set_decision(&decision);
@@ -202,6 +208,7 @@ async fn reply_to(
     let judges = Judges {
         policy: gate.policy(),
         placeholders: gate.placeholders(),
+        own_name: shared.sandbox_hostname.as_ref(),
     };
     let (reply, attempt) = judge(message, client, judges, answer, gate.audit());
     if attempt.is_refused() {

@@ -59,6 +59,10 @@ pub struct Handoff {
     /// claim. At least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_limit: Option<u64>,
+    /// The sandbox's host name, when its resolv.conf names the proxy: answered without a
+    /// record (`ProxyConfig::sandbox_hostname`). Chosen with the sandbox, known at claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_hostname: Option<String>,
 }
 
 /// A PEM file's text, with its name for errors.
@@ -150,6 +154,7 @@ mod tests {
             }],
             ca_lifetime_s: Some(3630),
             audit_limit: Some(5),
+            sandbox_hostname: Some("sandbox-1a2b3c".into()),
         };
         assert!(
             !format!("{handoff:?}").contains("sk-1"),

@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub inspect: Option<crate::inspector::Inspector>,
     /// DNS queries per second per client, shared by the UDP and TCP responders.
     pub dns_rate: crate::dns_rate::RateLimiter,
+    /// The sandbox's own host name, answered without a record ([`ProxyConfig`]'s field).
+    pub sandbox_hostname: Option<crate::target::HostName>,
 }
 
 impl Shared {
@@ -44,6 +46,7 @@ impl Shared {
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
     ) -> std::io::Result<Shared> {
+        let sandbox_hostname = config.sandbox_hostname.clone();
         let audit = AuditSink::start(
             config.audit,
             config.run_id,
@@ -79,6 +82,7 @@ impl Shared {
             dns_answer,
             inspect,
             dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
+            sandbox_hostname,
         })
     }
 }

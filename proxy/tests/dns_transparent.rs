@@ -109,6 +109,42 @@ async fn other_names_get_nxdomain_and_a_blocked_record() {
     }
 }
 
+/// The sandbox's own host name (its resolv.conf names the proxy): NOERROR with no records
+/// for every type, and no audit record; the same name with one more label, and every other
+/// name, are judged and recorded as before.
+#[tokio::test]
+async fn the_sandboxs_own_host_name_is_answered_empty_and_not_recorded() {
+    let own = egress_proxy::target::HostName::parse("sandbox-1a2b3c").unwrap();
+    let mut proxy = TestProxy::start_with(
+        &allow_yaml(&[("api.example.com", 443)], ""),
+        &[],
+        |config| {
+            config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+            config.dns_answer = Some("10.9.8.7".parse().unwrap());
+            config.sandbox_hostname = Some(own.clone());
+        },
+    )
+    .await;
+    let dns = proxy.running().local_addrs().dns.expect("DNS bound");
+    for answer in [
+        ask_udp(dns, &query("sandbox-1a2b3c.", RecordType::AAAA)).await,
+        ask_udp(dns, &query("SANDBOX-1a2b3c.", RecordType::A)).await,
+        ask_tcp(dns, &query("sandbox-1a2b3c.", RecordType::AAAA)).await,
+    ] {
+        assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+        assert!(answer.answers.is_empty(), "{answer:?}");
+    }
+    let longer = ask_udp(dns, &query("sandbox-1a2b3c.evil.test.", RecordType::A)).await;
+    assert_eq!(longer.metadata.response_code, ResponseCode::NXDomain);
+    let records = proxy.shutdown_and_records().await;
+    let hosts: Vec<&str> = records
+        .iter()
+        .filter(|record| record.kind == Kind::Dns)
+        .map(|record| record.host.as_str())
+        .collect();
+    assert_eq!(hosts, ["sandbox-1a2b3c.evil.test"], "{records:?}");
+}
+
 /// The tripwire at the DNS door: a name carrying a run placeholder (any case) is refused
 /// as `credential_misuse`, even under an allowed wildcard, as the CONNECT door does.
 #[tokio::test]

@@ -15,6 +15,7 @@ use egress_proxy::handoff::{Handoff, InlineCertificate, Secrets};
 use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
 use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
+use egress_proxy::target::HostName;
 use egress_proxy::upstream::parse_upstream_ca;
 use egress_proxy::{BoundProxy, ProxyConfig};
 
@@ -129,6 +130,7 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         handoff.upstream_ca,
         handoff.ca_lifetime_s,
     )?;
+    let handoff_hostname = handoff.sandbox_hostname;
     match handoff.audit_limit {
         Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
         Some(limit) => args.audit_limit = limit,
@@ -148,6 +150,13 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     let listen = parse_addr("--listen", &args.listen)?;
     let mut config = ProxyConfig::new(policy, listen);
     config.credentials = credentials;
+    config.sandbox_hostname = handoff_hostname
+        .map(|raw| {
+            HostName::parse(&raw).map_err(|error| {
+                anyhow!("the run's configuration on stdin has sandbox_hostname {raw:?}: {error}")
+            })
+        })
+        .transpose()?;
     config.dns_listen = args
         .dns_listen
         .as_deref()

@@ -50,6 +50,7 @@ pub mod labels;
 pub(crate) mod network;
 pub mod outcome;
 pub mod output;
+pub(crate) mod resolv;
 pub mod run;
 pub(crate) mod slot;
 pub mod spec;

@@ -154,6 +154,8 @@ pub enum RunError {
     Owner(#[source] std::io::Error),
     #[error(transparent)]
     Trust(#[from] TrustError),
+    #[error("cannot create the sandbox's resolv.conf: {0}")]
+    ResolvConf(#[source] std::io::Error),
 }
 
 impl RunError {

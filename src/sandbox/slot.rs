@@ -31,6 +31,7 @@ use super::images;
 use super::labels::{RunNames, random_hostname};
 use super::network::{self, EGRESS_NETWORK, RunSubnet};
 use super::outcome::{RunError, docker_step};
+use super::resolv::ResolvConf;
 use super::spec::RunSpec;
 use super::task_files::TASK_DIR;
 use super::teardown::Teardown;
@@ -103,6 +104,9 @@ pub(crate) struct SlotObjects {
     pub(crate) teardown: Teardown,
     /// The sandbox's CA bundle file, when some host is inspected.
     pub(crate) trust: Option<TrustBundle>,
+    /// The sandbox's resolv.conf naming the proxy (local engines), made once the run's
+    /// subnet is known; held until the run's objects are gone.
+    resolv: std::sync::OnceLock<ResolvConf>,
 }
 
 /// A slot ready to be claimed: the proxy waits for its handoff, the sandbox (gated) for
@@ -120,6 +124,9 @@ pub(crate) struct Slot {
     gate: Option<StdinWriter>,
     /// The image's own CA bundle, when the trust bundle is to be filled at the claim.
     image_bundle: Arc<[u8]>,
+    /// The sandbox's host name when its resolv.conf names the proxy, which is told it at
+    /// the claim (it answers that name itself, without a record).
+    resolv_hostname: Option<String>,
 }
 
 /// A claimed slot: everything ready to let the command go.
@@ -142,6 +149,7 @@ impl SlotObjects {
             teardown: Teardown::new(engine.clone(), &names.id),
             names,
             trust,
+            resolv: std::sync::OnceLock::new(),
         }
     }
 
@@ -230,11 +238,13 @@ impl SlotObjects {
             }
             Ok::<_, RunError>(bundle)
         };
+        let hostname = random_hostname();
         let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(
             self.start_proxy(&proxy_image, subnet, &floor_extra),
-            self.create_sandbox(template, &image, subnet, held.as_ref()),
+            self.create_sandbox(template, &image, subnet, &hostname, held.as_ref()),
             image_bundle,
         )?;
+        let resolv_hostname = self.resolv.get().map(|_| hostname);
         Ok(Slot {
             image,
             subnet,
@@ -246,6 +256,7 @@ impl SlotObjects {
             sandbox_output,
             gate,
             image_bundle,
+            resolv_hostname,
         })
     }
 
@@ -301,7 +312,9 @@ impl SlotObjects {
             // The run's own configuration goes over stdin, never into arguments (visible
             // to `docker inspect`); the proxy reads this one line before it binds anything.
             use tokio::io::AsyncWriteExt;
-            let line = proxy_handoff(spec, &self.names.id).to_line();
+            let mut handoff = proxy_handoff(spec, &self.names.id);
+            handoff.sandbox_hostname = slot.resolv_hostname.clone();
+            let line = handoff.to_line();
             stdin
                 .write_all(line.as_bytes())
                 .await
@@ -411,6 +424,7 @@ impl SlotObjects {
         template: &RunSpec,
         image: &str,
         subnet: RunSubnet,
+        hostname: &str,
         held: Option<&HeldStart>,
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = &self.engine;
@@ -420,12 +434,18 @@ impl SlotObjects {
             image,
             &self.names.network,
             subnet,
-            &random_hostname(),
+            hostname,
             &self.labels,
             held,
         );
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
+        }
+        // A host file can be mounted only by a local engine, which is the gated one.
+        if held.is_some() {
+            let resolv = ResolvConf::create(subnet.proxy()).map_err(RunError::ResolvConf)?;
+            resolv.add_to(&mut body);
+            let _ = self.resolv.set(resolv);
         }
         self.create_tracked(name, body, "create the sandbox container")
             .await?;

@@ -113,3 +113,61 @@ fn dns_lookup_of_a_fresh_name_never_leaves_the_run() {
     );
     run.assert_nothing_left();
 }
+
+/// Docker's embedded resolver (127.0.0.11) answered the run network's own names and
+/// addresses by itself, unrecorded: a reverse lookup of the proxy's address (in
+/// `HTTP_PROXY`) gave the proxy container's name and with it the run id. The sandbox's
+/// resolv.conf names the proxy instead: that lookup is refused and recorded, while the
+/// sandbox's own host name still resolves (from /etc/hosts) and leaves no refusal.
+#[test]
+fn the_run_networks_own_names_are_answered_only_by_the_proxy() {
+    let network = TestNetwork::create();
+    let script = r#"
+ip=${HTTP_PROXY#http://}; ip=${ip%%:*}
+cat /etc/resolv.conf
+echo "REVERSE [$(getent hosts "$ip")]"
+echo "OWN [$(getent hosts "$(hostname)")]"
+python3 -c 'import socket; socket.getaddrinfo(socket.gethostname(), None); print("FQDN", socket.getfqdn())'
+"#;
+    let run = Run::new(&network).timeout("60s").run(&["sh", "-c", script]);
+
+    run.assert_code(0);
+    assert!(
+        !run.stdout.contains("127.0.0.11") && run.stdout.contains("nameserver "),
+        "resolv.conf does not name the proxy alone\n{}",
+        run.describe()
+    );
+    assert!(
+        run.stdout.contains("REVERSE []") && !run.stdout.contains("egress-run-"),
+        "the proxy's address was resolved back to a name\n{}",
+        run.describe()
+    );
+    let reverse = run.audit_where(|record| {
+        record["kind"] == "dns"
+            && record["host"]
+                .as_str()
+                .is_some_and(|host| host.ends_with(".in-addr.arpa"))
+    });
+    assert!(
+        !reverse.is_empty() && reverse.iter().all(|record| record["decision"] == "blocked"),
+        "the reverse lookup is not a refused record\n{}",
+        run.describe()
+    );
+    assert!(
+        !run.stdout.contains("OWN []") && run.stdout.contains("FQDN sandbox-"),
+        "the sandbox's own host name does not resolve\n{}",
+        run.describe()
+    );
+    let own = run.audit_where(|record| {
+        record["kind"] == "dns"
+            && record["host"]
+                .as_str()
+                .is_some_and(|host| host.starts_with("sandbox-"))
+    });
+    assert!(
+        own.is_empty(),
+        "lookups of the sandbox's own host name were recorded: {own:?}\n{}",
+        run.describe()
+    );
+    run.assert_nothing_left();
+}
