@@ -11,11 +11,12 @@ use std::net::IpAddr;
 
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, HostConfigLogConfig,
-    Mount as DockerMount, MountType, NetworkingConfig, ResourcesUlimits,
+    NetworkingConfig, ResourcesUlimits,
 };
 
 use egress_proxy::handoff::{Handoff, InlinePolicy, Secrets};
 
+use super::docker::bind_mount;
 use super::gate_signal::GateSetup;
 use super::network::RunSubnet;
 use super::spec::{RunLimits, RunSpec};
@@ -299,13 +300,7 @@ fn sandbox_host_config(
     host.mounts = Some(
         spec.mounts
             .iter()
-            .map(|mount| DockerMount {
-                target: Some(mount.target.clone()),
-                source: Some(mount.source.to_string_lossy().into_owned()),
-                typ: Some(MountType::BIND),
-                read_only: Some(!mount.writable),
-                ..DockerMount::default()
-            })
+            .map(|mount| bind_mount(&mount.source, &mount.target, !mount.writable))
             .collect(),
     );
     host
@@ -354,13 +349,11 @@ pub fn sandbox_body(
     host.runtime = spec.runtime.clone();
     let (entrypoint, cmd, env) = match held {
         Some(gate) => {
-            host.mounts.get_or_insert_with(Vec::new).push(DockerMount {
-                target: Some(GATE_PATH.into()),
-                source: Some(gate.binary.to_string_lossy().into_owned()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                ..DockerMount::default()
-            });
+            host.mounts.get_or_insert_with(Vec::new).push(bind_mount(
+                &gate.binary,
+                GATE_PATH,
+                true,
+            ));
             // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD`
             // should; the command follows the image's entrypoint (the gate appends it).
             let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into(), "--".into()];

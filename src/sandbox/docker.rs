@@ -11,8 +11,8 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Network,
-    NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Mount,
+    MountType, Network, NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -477,4 +477,15 @@ impl Engine {
 pub(crate) struct ImageFacts {
     pub id: String,
     pub entrypoint: Vec<String>,
+}
+
+/// A bind mount of the host file or directory `source` at `target`.
+pub(crate) fn bind_mount(source: &std::path::Path, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.into()),
+        source: Some(source.to_string_lossy().into_owned()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        ..Mount::default()
+    }
 }

@@ -18,7 +18,9 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-use bollard::models::{ContainerCreateBody, Mount, MountType};
+use bollard::models::ContainerCreateBody;
+
+use super::docker::bind_mount;
 
 /// Where the C library (and every resolver that follows it) reads its name servers.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -45,13 +47,9 @@ impl ResolvConf {
     /// Adds the read-only mount over [`RESOLV_CONF`] to the sandbox's create request.
     pub(crate) fn add_to(&self, body: &mut ContainerCreateBody) {
         let host = body.host_config.get_or_insert_with(Default::default);
-        host.mounts.get_or_insert_with(Vec::new).push(Mount {
-            target: Some(RESOLV_CONF.into()),
-            source: Some(self.file.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(true),
-            ..Mount::default()
-        });
+        host.mounts
+            .get_or_insert_with(Vec::new)
+            .push(bind_mount(&self.file, RESOLV_CONF, true));
     }
 }
 
@@ -63,6 +61,7 @@ fn contents(nameserver: Ipv4Addr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bollard::models::MountType;
 
     #[test]
     fn the_file_names_the_proxy_alone_and_is_mounted_read_only_over_resolv_conf() {

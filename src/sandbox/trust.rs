@@ -18,11 +18,11 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::TryStreamExt;
 
-use super::docker::{Engine, is_not_found};
+use super::docker::{Engine, bind_mount, is_not_found};
 use super::teardown::Teardown;
 
 /// Where the sandbox sees the bundle, whatever its image; the variables name it.
@@ -91,13 +91,7 @@ impl TrustBundle {
         let host = body.host_config.get_or_insert_with(Default::default);
         let mounts = host.mounts.get_or_insert_with(Vec::new);
         for target in [BUNDLE_PATH, IMAGE_BUNDLE] {
-            mounts.push(Mount {
-                target: Some(target.into()),
-                source: Some(self.file.display().to_string()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                ..Mount::default()
-            });
+            mounts.push(bind_mount(&self.file, target, true));
         }
     }
 
