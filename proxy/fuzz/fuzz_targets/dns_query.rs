@@ -3,8 +3,9 @@
 //! Properties: every reply parses as a DNS message, carries the query's id and is a
 //! response; only an allowed name gets an answer, and only the proxy's address, never a name
 //! that carries the run's placeholder (tripwire); nothing
-//! is answered to a response or to a datagram too short to carry an id; the audit host
-//! holds no character that must be escaped for a person.
+//! is answered to a response or to a datagram too short to carry an id; the sandbox's own
+//! host name gets no answer records; the audit host holds no character that must be
+//! escaped for a person.
 #![no_main]
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -24,10 +25,13 @@ use tokio::sync::mpsc::UnboundedReceiver;
 const ANSWER: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 2);
 /// Short, unlike a real one, so that the fuzzer finds names that carry it.
 const PLACEHOLDER: &str = "ph-0a";
+/// The sandbox's own host name, short for the same reason.
+const OWN_NAME: &str = "sb-0a";
 
 struct State {
     policy: PolicySet,
     placeholders: Placeholders,
+    own_name: HostName,
     audit: AuditSink,
     records: Mutex<UnboundedReceiver<AuditRecord>>,
 }
@@ -43,6 +47,7 @@ fn state() -> &'static State {
         State {
             policy,
             placeholders: Placeholders::new([("KEY", PLACEHOLDER)]),
+            own_name: HostName::parse(OWN_NAME).expect("a name"),
             audit,
             records: Mutex::new(rx),
         }
@@ -55,6 +60,7 @@ fuzz_target!(|data: &[u8]| {
     let judges = dns::Judges {
         policy: &state.policy,
         placeholders: &state.placeholders,
+        own_name: Some(&state.own_name),
     };
     let reply = dns::respond(data, client, judges, ANSWER, &state.audit);
     let request = Message::from_vec(data);
@@ -70,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
             for answer in &reply.answers {
                 assert_eq!(answer.data, RData::A(ANSWER.into()), "{answer:?}");
                 let name = HostName::parse(&answer.name.to_ascii()).expect("a name");
+                assert_ne!(name, state.own_name, "the sandbox's own name answered");
                 let verdict = state.policy.decide_name(&name).verdict;
                 assert_eq!(verdict, Verdict::Allow, "{} answered", answer.name);
                 let carries = state.placeholders.find([answer.name.to_ascii().as_bytes()], None);
