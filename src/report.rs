@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::sandbox::run::{Interruption, RunOutcome, RunStatus};
+use crate::sandbox::outcome::{Interruption, RunOutcome, RunStatus};
 pub use crate::sandbox::tally::{
     AttemptCounts, AuditCounts, AuditTally, REPORT_GROUPS, RefusalGroup, Refusals,
 };

@@ -3,8 +3,8 @@
 //! TLS it originates and verifies.
 //!
 //! A target is inspected when the policy gives it a credential or `methods`/`paths`
-//! ([`crate::policy::PolicySet::inspection`]). The CONNECT (or transparent TLS) connection itself went
-//! through the gate exactly as any other — judged, resolved once, floor-checked, connected —
+//! ([`crate::policy::PolicySet::inspection`]). The CONNECT (or transparent TLS) connection
+//! itself went through the gate exactly as any other — judged, resolved once, floor-checked, connected —
 //! and keeps its own record; only then does this door terminate the client's TLS with a leaf
 //! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream`]). Every
 //! request inside gets its own `http` record with `method`, `path` (never the query),
@@ -15,9 +15,9 @@
 //! program needs no CA at all. A run placeholder in a request to any other host is refused
 //! as `credential_misuse`: the sandbox has no business sending it anywhere else.
 //!
-//! Depends on shared pieces only (gate, shared, refusal, body, audit, and the run-long state in
-//! [`crate::inspector`]); nothing depends on it but the doors that hand connections over, so it
-//! adds no import circle.
+//! Depends on shared pieces only (gate, shared, refusal, body, audit, and the run-long state
+//! in [`crate::inspector`]); nothing depends on it but the doors that hand connections over,
+//! so it adds no import circle.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -31,9 +31,10 @@
 //! - The doors: [`http`] (the explicit listener and transparent HTTP), [`connect`] (CONNECT
 //!   tunnels, handed over by `http`), [`transparent`] (first-byte routing, TLS by [`sni`]),
 //!   [`dns`] (the responder), [`inspect`] (inspected hosts: requests read in clear, judged
-//!   one by one, given their credential; handed over by `connect`, `transparent` and `http`). A door takes a connection, an `Arc<Shared>` and a
-//!   [`shutdown::Shutdown`], turns what the client sent into a target, asks the gate, and
-//!   answers refusals with [`refusal`]. Doors depend on the shared pieces and on the gate,
+//!   one by one, given their credential; handed over by `connect`, `transparent` and
+//!   `http`). A door takes a connection, an `Arc<Shared>` and a [`shutdown::Shutdown`],
+//!   turns what the client sent into a target, asks the gate, and answers refusals with
+//!   [`refusal`]. Doors depend on the shared pieces and on the gate,
 //!   never on [`server`].
 //! - [`server`]: binds the listeners (through [`listen`], with a backlog of 1024), enforces the connection limit, builds the shared state
 //!   and dispatches each connection to its door; only it knows every door. Shutdown ends here.

@@ -46,7 +46,6 @@ impl Shared {
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
     ) -> std::io::Result<Shared> {
-        let sandbox_hostname = config.sandbox_hostname.clone();
         let audit = AuditSink::start(
             config.audit,
             config.run_id,
@@ -82,7 +81,7 @@ impl Shared {
             dns_answer,
             inspect,
             dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
-            sandbox_hostname,
+            sandbox_hostname: config.sandbox_hostname,
         })
     }
 }

@@ -66,7 +66,7 @@ pub use events::RunEvent;
 pub use handle::Sandbox;
 pub use images::{ImageError, Progress};
 pub use network::NetworkError;
+pub use outcome::{Interruption, RunError, RunOutcome, RunStatus};
 pub use output::{OutputSinks, OutputStats};
-pub use run::{Interruption, RunError, RunOutcome, RunStatus};
 pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};
 pub use trust::TrustError;

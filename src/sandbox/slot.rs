@@ -244,7 +244,8 @@ impl SlotObjects {
             self.create_sandbox(template, &image, subnet, &hostname, held.as_ref()),
             image_bundle,
         )?;
-        let resolv_hostname = self.resolv.get().map(|_| hostname);
+        // The proxy answers this name itself only where resolv.conf sends lookups to it.
+        let resolv_hostname = gated.then_some(hostname);
         Ok(Slot {
             image,
             subnet,
