@@ -22,6 +22,10 @@ pub struct ProxyConfig {
     pub dns_answer: Option<IpAddr>,
     /// Transparent listeners: TLS routed by SNI, HTTP by `Host`.
     pub transparent_listen: Vec<SocketAddr>,
+    /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and
+    /// `transparent_listen`: a Unix socket at this path receives one pass of listening
+    /// sockets ([`crate::passed_listeners`]). `dns_answer` must then be given.
+    pub listeners_from: Option<std::path::PathBuf>,
     /// Where audit records go.
     pub audit: AuditDestination,
     /// Written into every audit record's `run`.
@@ -114,6 +118,7 @@ impl ProxyConfig {
             dns_listen: None,
             dns_answer: None,
             transparent_listen: Vec::new(),
+            listeners_from: None,
             audit: AuditDestination::Stdout,
             run_id: None,
             audit_limit: crate::audit::DEFAULT_AUDIT_LIMIT,

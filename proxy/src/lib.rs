@@ -36,8 +36,11 @@
 //!   turns what the client sent into a target, asks the gate, and answers refusals with
 //!   [`refusal`]. Doors depend on the shared pieces and on the gate,
 //!   never on [`server`].
-//! - [`server`]: binds the listeners (through [`listen`], with a backlog of 1024), enforces the connection limit, builds the shared state
-//!   and dispatches each connection to its door; only it knows every door. Shutdown ends here.
+//! - [`server`]: binds the listeners (through [`listen`], with a backlog of 1024), or takes
+//!   them from the sandbox ([`passed_listeners`]: a local run's sandbox has no network, its
+//!   gate binds the doors on its loopback and passes them over a Unix socket), enforces the
+//!   connection limit, builds the shared state and dispatches each connection to its door;
+//!   only it knows every door. Shutdown ends here.
 //!
 //! Imports run one way: `server` → doors → `gate`/`refusal`/shared pieces → `policy`,
 //! `target`, `floor`, `resolve`, `audit`. A new door is a module beside the others that
@@ -74,6 +77,7 @@ pub mod http;
 pub mod inspect;
 pub mod inspector;
 pub mod listen;
+pub mod passed_listeners;
 pub mod policy;
 mod pool;
 pub mod refusal;

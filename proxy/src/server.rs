@@ -6,15 +6,17 @@
 //! before any audit record on stdout.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream, UdpSocket, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::audit::{Attempt, AuditCounts, AuditSink, Kind, Outcome};
 use crate::config::ProxyConfig;
+use crate::passed_listeners::{PassError, PassedListeners};
 use crate::policy::Reason;
 use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::{Shutdown, ShutdownTrigger};
@@ -28,6 +30,15 @@ pub enum ProxyError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on {}: {source}", path.display())]
+    BindUnix {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "a proxy whose listeners are passed in needs an address to answer DNS with (--dns-answer IPv4)"
+    )]
+    PassedNeedsDnsAnswer,
     #[error("cannot open the audit log: {0}")]
     Audit(std::io::Error),
     #[error(
@@ -55,13 +66,24 @@ impl Proxy {
     }
 }
 
-/// Every listener bound, nothing accepted yet.
+/// Every listener bound (or the socket that will receive them), nothing accepted yet.
 pub struct BoundProxy {
     shared: Arc<Shared>,
-    explicit: TcpListener,
-    transparent: Vec<TcpListener>,
-    dns: Option<(UdpSocket, TcpListener)>,
+    doors: Doors,
     addrs: LocalAddrs,
+}
+
+/// Where the doors' listeners come from.
+enum Doors {
+    /// Bound by the proxy itself.
+    Bound {
+        explicit: TcpListener,
+        transparent: Vec<TcpListener>,
+        dns: Option<(UdpSocket, TcpListener)>,
+    },
+    /// Passed by the sandbox's gate ([`crate::passed_listeners`]) to this Unix socket, which
+    /// takes one pass and is removed.
+    Passed { socket: UnixListener, path: PathBuf },
 }
 
 impl BoundProxy {
@@ -71,6 +93,9 @@ impl BoundProxy {
             &config.policy,
             std::mem::take(&mut config.credentials),
         )?;
+        if let Some(path) = config.listeners_from.clone() {
+            return Self::await_listeners(config, inspect, path);
+        }
         let dns_answer = match (config.dns_listen, config.dns_answer) {
             (None, _) => None,
             (Some(_), Some(IpAddr::V4(ip))) => Some(ip),
@@ -108,13 +133,51 @@ impl BoundProxy {
         let shared = Shared::new(config, dns_answer, inspect).map_err(ProxyError::Audit)?;
         Ok(BoundProxy {
             shared: Arc::new(shared),
-            explicit,
-            transparent,
-            dns,
+            doors: Doors::Bound {
+                explicit,
+                transparent,
+                dns,
+            },
             addrs,
         })
     }
 
+    /// Binds the Unix socket the sandbox passes the doors to; nothing else is bound here.
+    fn await_listeners(
+        config: ProxyConfig,
+        inspect: Option<crate::inspector::Inspector>,
+        path: PathBuf,
+    ) -> Result<BoundProxy, ProxyError> {
+        let dns_answer = match config.dns_answer {
+            Some(IpAddr::V4(ip)) => ip,
+            Some(ip @ IpAddr::V6(_)) => return Err(ProxyError::DnsAnswerV6(ip)),
+            None => return Err(ProxyError::PassedNeedsDnsAnswer),
+        };
+        // A socket file left by an earlier proxy in the same place would fail the bind.
+        if std::fs::symlink_metadata(&path).is_ok_and(|meta| {
+            use std::os::unix::fs::FileTypeExt;
+            meta.file_type().is_socket()
+        }) {
+            let _ = std::fs::remove_file(&path);
+        }
+        let socket = UnixListener::bind(&path).map_err(|source| ProxyError::BindUnix {
+            path: path.clone(),
+            source,
+        })?;
+        let unbound = SocketAddr::from(([0, 0, 0, 0], 0));
+        let shared = Shared::new(config, Some(dns_answer), inspect).map_err(ProxyError::Audit)?;
+        Ok(BoundProxy {
+            shared: Arc::new(shared),
+            doors: Doors::Passed { socket, path },
+            addrs: LocalAddrs {
+                listen: unbound,
+                dns: None,
+                transparent: Vec::new(),
+            },
+        })
+    }
+
+    /// The addresses bound; when the listeners are passed in, none (all unspecified).
     pub fn local_addrs(&self) -> &LocalAddrs {
         &self.addrs
     }
@@ -142,33 +205,33 @@ impl BoundProxy {
         let ca_pem = self.ca_certificate_pem().map(str::to_owned);
         let (trigger, shutdown) = Shutdown::new();
         let connections = Arc::new(Semaphore::new(self.shared.limits.max_connections));
-        let mut tasks = Vec::new();
-        let accept = |listener, door| {
-            tokio::spawn(accept_loop(
-                listener,
-                door,
+        let tasks = match self.doors {
+            Doors::Bound {
+                explicit,
+                transparent,
+                dns,
+            } => {
+                let transparent = transparent
+                    .into_iter()
+                    .zip(self.addrs.transparent.iter().map(SocketAddr::port))
+                    .collect();
+                serve_doors(
+                    explicit,
+                    transparent,
+                    dns,
+                    &self.shared,
+                    &connections,
+                    &shutdown,
+                )
+            }
+            Doors::Passed { socket, path } => vec![tokio::spawn(serve_passed(
+                socket,
+                path,
                 self.shared.clone(),
-                connections.clone(),
+                connections,
                 shutdown.clone(),
-            ))
+            ))],
         };
-        tasks.push(accept(self.explicit, Door::Explicit));
-        for (listener, addr) in self.transparent.into_iter().zip(&self.addrs.transparent) {
-            tasks.push(accept(listener, Door::Transparent { port: addr.port() }));
-        }
-        if let Some((udp, tcp)) = self.dns {
-            tasks.push(tokio::spawn(crate::dns::serve_udp(
-                udp,
-                self.shared.clone(),
-                shutdown.clone(),
-            )));
-            tasks.push(tokio::spawn(crate::dns::serve_tcp(
-                tcp,
-                self.shared.clone(),
-                connections.clone(),
-                shutdown.clone(),
-            )));
-        }
         RunningProxy {
             ca_pem,
             addrs: self.addrs,
@@ -235,6 +298,91 @@ impl RunningProxy {
         }
         self.audit.finish().await;
         self.audit.counts()
+    }
+}
+
+/// Starts every door's task: the explicit door, the transparent doors (with their ports),
+/// the DNS responder.
+fn serve_doors(
+    explicit: TcpListener,
+    transparent: Vec<(TcpListener, u16)>,
+    dns: Option<(UdpSocket, TcpListener)>,
+    shared: &Arc<Shared>,
+    connections: &Arc<Semaphore>,
+    shutdown: &Shutdown,
+) -> Vec<JoinHandle<()>> {
+    let accept = |listener, door| {
+        tokio::spawn(accept_loop(
+            listener,
+            door,
+            shared.clone(),
+            connections.clone(),
+            shutdown.clone(),
+        ))
+    };
+    let mut tasks = vec![accept(explicit, Door::Explicit)];
+    for (listener, port) in transparent {
+        tasks.push(accept(listener, Door::Transparent { port }));
+    }
+    if let Some((udp, tcp)) = dns {
+        tasks.push(tokio::spawn(crate::dns::serve_udp(
+            udp,
+            shared.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(crate::dns::serve_tcp(
+            tcp,
+            shared.clone(),
+            connections.clone(),
+            shutdown.clone(),
+        )));
+    }
+    tasks
+}
+
+/// Waits for the sandbox's one pass of listeners (or shutdown), removes the socket it came
+/// through, then serves the doors until shutdown. A pass that is refused leaves the
+/// sandbox with no door: its connections are refused, nothing goes anywhere.
+async fn serve_passed(
+    socket: UnixListener,
+    path: PathBuf,
+    shared: Arc<Shared>,
+    connections: Arc<Semaphore>,
+    mut shutdown: Shutdown,
+) {
+    let passed = tokio::select! {
+        passed = PassedListeners::receive(socket, &path) => passed,
+        () = shutdown.wait() => {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+    };
+    let doors = passed.and_then(|passed| {
+        let tokio_tcp = |listener| TcpListener::from_std(listener).map_err(PassError::Io);
+        let transparent = passed
+            .transparent
+            .into_iter()
+            .map(|listener| {
+                let port = listener.local_addr()?.port();
+                Ok((tokio_tcp(listener)?, port))
+            })
+            .collect::<Result<Vec<_>, PassError>>()?;
+        let dns = match passed.dns {
+            Some((udp, tcp)) => Some((UdpSocket::from_std(udp)?, tokio_tcp(tcp)?)),
+            None => None,
+        };
+        Ok((tokio_tcp(passed.explicit)?, transparent, dns))
+    });
+    let (explicit, transparent, dns) = match doors {
+        Ok(doors) => doors,
+        Err(error) => {
+            tracing::error!(%error, "refused the listeners passed by the sandbox: no door is served");
+            return;
+        }
+    };
+    tracing::debug!("serving the listeners passed by the sandbox");
+    for task in serve_doors(explicit, transparent, dns, &shared, &connections, &shutdown) {
+        let _ = task.await;
     }
 }
 
