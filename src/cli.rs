@@ -83,6 +83,10 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct SandboxGateArgs {
+    /// Bind the proxy's doors on the sandbox's loopback and pass them to the proxy's Unix
+    /// socket at PATH before the command runs (a sandbox with no network).
+    #[arg(long = "pass-listeners", value_name = "PATH")]
+    pub pass_listeners: Option<PathBuf>,
     /// The command and its arguments, or what goes before the signal's command (the
     /// image's entrypoint; may be empty).
     #[arg(last = true, value_name = "COMMAND")]
@@ -214,8 +218,13 @@ pub enum PolicyCommand {
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// Address of the explicit proxy listener (CONNECT and absolute-form HTTP).
-    #[arg(long, value_name = "ADDR")]
-    pub listen: String,
+    #[arg(long, value_name = "ADDR", required_unless_present = "listeners_from")]
+    pub listen: Option<String>,
+    /// Bind no listener: take every door from the sandbox, passed once to a Unix socket made
+    /// at PATH (how a local run's proxy serves a sandbox that has no network).
+    #[arg(long = "listeners-from", value_name = "PATH", hide = true,
+          conflicts_with_all = ["listen", "dns_listen", "transparent_listen"], requires = "dns_answer")]
+    pub listeners_from: Option<PathBuf>,
     /// Policy file; repeatable.
     #[arg(short, long = "policy", value_name = "FILE")]
     pub policies: Vec<PathBuf>,

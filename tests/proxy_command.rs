@@ -367,3 +367,85 @@ fn a_handoff_with_a_bad_sandbox_hostname_refuses_to_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("sandbox_hostname"), "{stderr}");
 }
+
+/// `--listeners-from`: the proxy binds nothing, says where it takes its doors in its ready
+/// line, serves the listeners passed to it (a tunnel, DNS answered with `--dns-answer`),
+/// removes its pass socket once it has them, and shuts down cleanly.
+#[test]
+fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
+    use egress_proxy::passed_listeners::{DoorAddrs, PassedListeners, SOCKET_NAME};
+    let site = echo_site();
+    let port = site.port();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join(SOCKET_NAME);
+    let policy = format!(
+        "version: 1\nallow:\n  - host: site.test\n    ports: [{port}]\n  - cidr: 127.0.0.2/32\n    ports: [{port}]\n"
+    );
+    let mut proxy = ProxyProcess::start(&[
+        "--listeners-from",
+        socket.to_str().unwrap(),
+        "--dns-answer",
+        "127.0.0.1",
+        "--policy-yaml",
+        &format!("inline.yaml={policy}"),
+        "--resolve",
+        "site.test=127.0.0.2",
+    ]);
+    let ready = proxy.line();
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["listeners_from"], socket.to_str().unwrap());
+    assert!(ready.get("listen").is_none(), "{ready}");
+
+    let any = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
+    let listeners = PassedListeners::bind(&DoorAddrs {
+        explicit: any,
+        dns: Some(any),
+        transparent: Vec::new(),
+    })
+    .unwrap();
+    let explicit = listeners.explicit.local_addr().unwrap();
+    let dns = listeners.dns.as_ref().unwrap().0.local_addr().unwrap();
+    listeners.send(&socket).unwrap();
+    drop(listeners);
+    assert!(!socket.exists(), "the pass socket is still there");
+
+    drop(open_echo_tunnel(explicit, port));
+    // An A query for the allowed name: answered with --dns-answer.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut query = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["site", "test"] {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    udp.send_to(&query, dns).unwrap();
+    let mut answer = [0u8; 512];
+    let n = udp.recv(&mut answer).unwrap();
+    assert_eq!(&answer[..2], &[0x12, 0x34]);
+    assert_eq!(&answer[n - 4..n], &[127, 0, 0, 1], "{:?}", &answer[..n]);
+
+    let status = proxy.terminate();
+    assert!(status.success(), "{status}");
+    let mut rest = String::new();
+    proxy.stdout.read_to_string(&mut rest).unwrap();
+    let records: Vec<serde_json::Value> = rest
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let tunnel = records
+        .iter()
+        .find(|r| r["kind"] == "connect")
+        .unwrap_or_else(|| panic!("no tunnel record: {records:?}"));
+    assert_eq!(tunnel["decision"], "allowed");
+    assert!(
+        tunnel["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{tunnel}"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "dns" && r["host"] == "site.test" && r["decision"] == "allowed"),
+        "{records:?}"
+    );
+}

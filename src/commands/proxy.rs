@@ -40,14 +40,21 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<Exit
     // Watched before the ready line: a SIGTERM right after it must still end in a clean
     // shutdown (tunnel records, the end record), not the default action.
     let stop = StopSignals::watch()?;
+    let listeners_from = config.listeners_from.clone();
     let bound = BoundProxy::bind(config).await?;
     let addrs = bound.local_addrs();
-    let mut ready = serde_json::json!({
-        "ready": true,
-        "listen": addrs.listen.to_string(),
-        "dns": addrs.dns.map(|a| a.to_string()),
-        "transparent": addrs.transparent.iter().map(ToString::to_string).collect::<Vec<_>>(),
-    });
+    let mut ready = match &listeners_from {
+        Some(path) => serde_json::json!({
+            "ready": true,
+            "listeners_from": path.display().to_string(),
+        }),
+        None => serde_json::json!({
+            "ready": true,
+            "listen": addrs.listen.to_string(),
+            "dns": addrs.dns.map(|a| a.to_string()),
+            "transparent": addrs.transparent.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        }),
+    };
     if let Some(ca) = bound.ca_certificate_pem() {
         ready["ca"] = serde_json::Value::from(ca);
         if let Some(path) = &ca_cert_out {
@@ -147,8 +154,13 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         .chain(handoff.policies.into_iter().map(|p| Ok((p.file, p.yaml))))
         .collect::<Result<_>>()?;
     let policy = load_policies(&args.policies, &inline, &args.allow)?;
-    let listen = parse_addr("--listen", &args.listen)?;
+    let listen = match &args.listen {
+        Some(raw) => parse_addr("--listen", raw)?,
+        // Nothing is bound when the doors are passed in (--listeners-from).
+        None => SocketAddr::from(([0, 0, 0, 0], 0)),
+    };
     let mut config = ProxyConfig::new(policy, listen);
+    config.listeners_from = args.listeners_from.clone();
     config.credentials = credentials;
     config.sandbox_hostname = handoff_hostname
         .map(|raw| {
