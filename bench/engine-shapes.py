@@ -3,15 +3,15 @@
 made straight on the API (in parallel where the tool makes them in parallel), with no proxy
 handoff, no gate and no output, side by side with a bare `docker run --rm --network none`.
 
-  current   the shape `egress-sandbox run` uses: a per-run internal network; the proxy and
-            the sandbox created and started on it at once; the proxy connected to the egress
-            network after its start; then the sandbox's end, SIGTERM to the proxy, both
-            containers and the network removed at once (the network retried until the
-            proxy's endpoint is gone).
-  no-net    a shape without the per-run network: the proxy created on the egress network
-            only, the sandbox with --network none, a host directory bind-mounted into both
-            (where the proxy's doors would be Unix sockets, relayed inside the sandbox from
-            its loopback). Not built: measured here to size the change (README, Benchmarks).
+  current   the shape `egress-sandbox run` used before passed listeners (and still uses on a
+            remote engine): a per-run internal network; the proxy and the sandbox created
+            and started on it at once; the proxy connected to the egress network after its
+            start; then the sandbox's end, SIGTERM to the proxy, both containers and the
+            network removed at once (the network retried until the proxy's endpoint is gone).
+  no-net    the shape `egress-sandbox run` uses on a local engine: no per-run network, the
+            proxy created on the egress network only, the sandbox with --network none, a
+            host directory bind-mounted into both (through which the gate passes the doors
+            it binds on the sandbox's loopback to the proxy).
   bare      docker run --rm --network none IMAGE true: create, start, wait, remove.
 
 Two phases: ROUNDS rounds of one run of each shape, in a new order each round, the engine

@@ -21,6 +21,9 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use crate::cli::SandboxGateArgs;
+use egress_proxy::passed_listeners::PassedListeners;
+
+use crate::sandbox::container::loopback_doors;
 use crate::sandbox::gate_signal;
 use crate::sandbox::task_files::{self, TASK_DIR, TaskFile};
 
@@ -37,6 +40,17 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
     };
     if let Err(error) = write_task_files(&setup.files) {
         eprintln!("egress-sandbox: cannot write the task files: {error:#}");
+        return Ok(ExitCode::from(125));
+    }
+    // The doors, bound on this sandbox's loopback (it has no other network) and passed to
+    // the proxy before the command exists: the command can neither pre-empt nor forge the
+    // pass, and inherits none of the sockets (close-on-exec, and dropped here).
+    if let Some(socket) = &args.pass_listeners
+        && let Err(error) = pass_listeners(socket)
+    {
+        eprintln!(
+            "egress-sandbox: cannot hand the proxy its doors in the sandbox: {error}; the command was not run"
+        );
         return Ok(ExitCode::from(125));
     }
     let mut command_line = args.command;
@@ -70,6 +84,11 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
         126
     };
     Ok(ExitCode::from(code))
+}
+
+fn pass_listeners(socket: &Path) -> std::io::Result<()> {
+    let listeners = PassedListeners::bind(&loopback_doors())?;
+    listeners.send(socket)
 }
 
 /// Writes each file under /task (a tmpfs of this sandbox), creating directories; paths are

@@ -18,11 +18,25 @@ use egress_proxy::handoff::{Handoff, InlinePolicy, Secrets};
 
 use super::docker::bind_mount;
 use super::gate_signal::GateSetup;
-use super::network::RunSubnet;
 use super::spec::{RunLimits, RunSpec};
+use super::wiring::{self, PROXY_DOORS_DIR, SANDBOX_DOORS_DIR, Wiring};
 
 /// The explicit proxy port; what HTTP(S)_PROXY point at.
 pub const PROXY_PORT: u16 = 3128;
+/// The transparent doors: TLS by SNI, HTTP by `Host`.
+const TRANSPARENT_PORTS: [u16; 2] = [443, 80];
+const DNS_PORT: u16 = 53;
+
+/// The doors a gate binds on the sandbox's loopback and passes to the proxy
+/// ([`Wiring::PassedListeners`]).
+pub fn loopback_doors() -> egress_proxy::passed_listeners::DoorAddrs {
+    let at = |port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+    egress_proxy::passed_listeners::DoorAddrs {
+        explicit: at(PROXY_PORT),
+        dns: Some(at(DNS_PORT)),
+        transparent: TRANSPARENT_PORTS.into_iter().map(at).collect(),
+    }
+}
 /// How long the run CA outlives the run's time limit at most (INTERFACE.md B1).
 const CA_SLACK_S: u64 = 3600;
 const NOBODY: &str = "65534:65534";
@@ -99,7 +113,8 @@ fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
     vec![ulimit("nofile", limit)]
 }
 
-/// The proxy's arguments: it listens on its run-network address only. The
+/// The proxy's arguments: it serves the doors the sandbox passes it, or listens on its
+/// run-network address only (see [`Wiring`]). The
 /// proxy image's entrypoint is `egress-sandbox proxy`, so these follow it. What is the
 /// run's own (policies, allow flags, pins, run id) is not here: arguments are visible to
 /// anyone who can `docker inspect`, and a policy file name may hold any character, so it
@@ -108,21 +123,31 @@ fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
 /// `floor_extra` are addresses that lead back to the engine's host (see
 /// `network::floor_extra`): the proxy refuses them like private ones unless a `cidr` rule
 /// names them.
-pub fn proxy_command(subnet: RunSubnet, floor_extra: &[IpAddr]) -> Vec<String> {
-    let ip = subnet.proxy();
-    let mut cmd = vec![
-        "--listen".to_string(),
-        format!("{ip}:{PROXY_PORT}"),
-        "--dns-listen".into(),
-        format!("{ip}:53"),
-        "--transparent-listen".into(),
-        format!("{ip}:443"),
-        "--transparent-listen".into(),
-        format!("{ip}:80"),
-        "--audit-log".into(),
-        "-".into(),
-        "--config-stdin".into(),
-    ];
+pub fn proxy_command(wiring: &Wiring, floor_extra: &[IpAddr]) -> Vec<String> {
+    let ip = wiring.proxy_ip();
+    let mut cmd = match wiring {
+        // Allowed names are answered with the sandbox's loopback, where the doors are.
+        Wiring::PassedListeners { .. } => vec![
+            "--listeners-from".to_string(),
+            wiring::proxy_socket(),
+            "--dns-answer".into(),
+            ip.to_string(),
+        ],
+        Wiring::RunNetwork { .. } => {
+            let mut listen = vec![
+                "--listen".to_string(),
+                format!("{ip}:{PROXY_PORT}"),
+                "--dns-listen".into(),
+                format!("{ip}:{DNS_PORT}"),
+            ];
+            for port in TRANSPARENT_PORTS {
+                listen.push("--transparent-listen".into());
+                listen.push(format!("{ip}:{port}"));
+            }
+            listen
+        }
+    };
+    cmd.extend(["--audit-log".into(), "-".into(), "--config-stdin".into()]);
     for address in floor_extra {
         cmd.push("--floor-extra".into());
         cmd.push(address.to_string());
@@ -170,17 +195,28 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
     handoff
 }
 
-/// The proxy container: on the run network at `.2`; the egress network is connected
+/// The proxy container. With passed listeners: on the egress network alone, the doors
+/// directory mounted read-write. On a run network: at `.2`; the egress network is connected
 /// right after start, before the sandbox's gate opens (API 1.41 takes only one network at
 /// create, and a start with one network is the cheaper one).
 pub fn proxy_body(
     image: &str,
-    network: &str,
-    subnet: RunSubnet,
+    wiring: &Wiring,
+    egress: &str,
     floor_extra: &[IpAddr],
     labels: &HashMap<String, String>,
 ) -> ContainerCreateBody {
-    let mut host = hardened_host_config(network);
+    let (mut host, networking_config) = match wiring {
+        Wiring::PassedListeners { doors } => {
+            let mut host = hardened_host_config(egress);
+            host.mounts = Some(vec![bind_mount(doors, PROXY_DOORS_DIR, false)]);
+            (host, None)
+        }
+        Wiring::RunNetwork { network, subnet } => (
+            hardened_host_config(network),
+            Some(endpoint(network, subnet.proxy())),
+        ),
+    };
     host.memory = Some(PROXY_MEMORY);
     host.memory_swap = Some(PROXY_MEMORY);
     host.pids_limit = Some(PROXY_PIDS);
@@ -192,7 +228,7 @@ pub fn proxy_body(
         .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
     ContainerCreateBody {
         image: Some(image.to_string()),
-        cmd: Some(proxy_command(subnet, floor_extra)),
+        cmd: Some(proxy_command(wiring, floor_extra)),
         user: Some(NOBODY.into()),
         env: Some(Vec::new()),
         attach_stdout: Some(true),
@@ -203,14 +239,14 @@ pub fn proxy_body(
         stdin_once: Some(true),
         labels: Some(labels.clone()),
         host_config: Some(host),
-        networking_config: Some(endpoint(network, subnet.proxy())),
+        networking_config,
         ..ContainerCreateBody::default()
     }
 }
 
 /// The sandbox's environment: `--env` and the proxy variables, nothing from the host.
-pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
-    let proxy = format!("http://{}:{PROXY_PORT}", subnet.proxy());
+pub fn sandbox_env(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> Vec<String> {
+    let proxy = format!("http://{proxy_ip}:{PROXY_PORT}");
     let mut env = Vec::new();
     // Defaults a `--env` of the same name replaces. Python buffers stdout into a pipe, so
     // without PYTHONUNBUFFERED what a script printed before a time-limit kill would be lost.
@@ -239,12 +275,7 @@ pub fn sandbox_env(spec: &RunSpec, subnet: RunSubnet) -> Vec<String> {
     env
 }
 
-fn sandbox_host_config(
-    spec: &RunSpec,
-    network: &str,
-    subnet: RunSubnet,
-    gated: bool,
-) -> HostConfig {
+fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConfig {
     let RunLimits {
         memory,
         cpus,
@@ -252,7 +283,25 @@ fn sandbox_host_config(
         tmp,
         ..
     } = spec.limits;
-    let mut host = hardened_host_config(network);
+    let mut host = match wiring {
+        Wiring::PassedListeners { .. } => {
+            let mut host = hardened_host_config("none");
+            // The gate binds :53, :80 and :443 on the loopback without
+            // CAP_NET_BIND_SERVICE (a namespaced sysctl: the sandbox's loopback only).
+            host.sysctls
+                .get_or_insert_with(HashMap::new)
+                .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
+            host
+        }
+        Wiring::RunNetwork { network, subnet } => {
+            let mut host = hardened_host_config(network);
+            // Docker's embedded resolver forwards every query to the proxy: no lookup
+            // leaves from the host (CVE-2024-29018), and every lookup is an audit record.
+            host.dns = Some(vec![subnet.proxy().to_string()]);
+            host.dns_search = Some(Vec::new());
+            host
+        }
+    };
     // memory_swap = memory: no swap on top.
     host.memory = Some(memory as i64);
     host.memory_swap = Some(memory as i64);
@@ -293,16 +342,15 @@ fn sandbox_host_config(
         );
     }
     host.tmpfs = Some(tmpfs);
-    // Docker's embedded resolver forwards every query to the proxy: no lookup leaves
-    // from the host (CVE-2024-29018), and every lookup is an audit record.
-    host.dns = Some(vec![subnet.proxy().to_string()]);
-    host.dns_search = Some(Vec::new());
-    host.mounts = Some(
-        spec.mounts
-            .iter()
-            .map(|mount| bind_mount(&mount.source, &mount.target, !mount.writable))
-            .collect(),
-    );
+    let mut mounts: Vec<_> = spec
+        .mounts
+        .iter()
+        .map(|mount| bind_mount(&mount.source, &mount.target, !mount.writable))
+        .collect();
+    if let Wiring::PassedListeners { doors } = wiring {
+        mounts.push(bind_mount(doors, SANDBOX_DOORS_DIR, true));
+    }
+    host.mounts = Some(mounts);
     host
 }
 
@@ -323,29 +371,30 @@ pub struct HeldStart {
 /// What opens the gate of a sandbox of `spec`: its command, environment, working
 /// directory and task files all travel in the signal (`gate_signal`), so the container
 /// itself carries nothing of the run but its create-time shape (image, limits, mounts).
-pub fn gate_setup(spec: &RunSpec, subnet: RunSubnet) -> GateSetup {
+pub fn gate_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> GateSetup {
     GateSetup {
         argv: spec.command.clone(),
-        env: sandbox_env(spec, subnet),
+        env: sandbox_env(spec, proxy_ip),
         workdir: spec.workdir.clone(),
         files: spec.files.clone(),
     }
 }
 
-/// The sandbox container: on the run network at `.3`, nothing else. With a gate, the
-/// command, its environment and working directory come with the gate's signal on stdin
-/// ([`gate_setup`]; see `commands::sandbox_gate`); without, they are in the request.
+/// The sandbox container: with passed listeners, no network at all (its gate passes the
+/// doors it binds on the loopback, so it needs `held`); else on the run network at `.3`,
+/// nothing else. With a gate, the command, its environment and working directory come
+/// with the gate's signal on stdin ([`gate_setup`]; see `commands::sandbox_gate`); without,
+/// they are in the request.
 pub fn sandbox_body(
     spec: &RunSpec,
     image: &str,
-    network: &str,
-    subnet: RunSubnet,
+    wiring: &Wiring,
     hostname: &str,
     labels: &HashMap<String, String>,
     held: Option<&HeldStart>,
 ) -> ContainerCreateBody {
     let gated = held.is_some();
-    let mut host = sandbox_host_config(spec, network, subnet, gated);
+    let mut host = sandbox_host_config(spec, wiring, gated);
     host.runtime = spec.runtime.clone();
     let (entrypoint, cmd, env) = match held {
         Some(gate) => {
@@ -356,11 +405,28 @@ pub fn sandbox_body(
             ));
             // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD`
             // should; the command follows the image's entrypoint (the gate appends it).
-            let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into(), "--".into()];
+            let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into()];
+            if let Wiring::PassedListeners { .. } = wiring {
+                entrypoint.extend(["--pass-listeners".into(), wiring::sandbox_socket()]);
+            }
+            entrypoint.push("--".into());
             entrypoint.extend(gate.image_entrypoint.iter().cloned());
             (Some(entrypoint), None, Vec::new())
         }
-        None => (None, Some(spec.command.clone()), sandbox_env(spec, subnet)),
+        None => (
+            None,
+            Some(spec.command.clone()),
+            sandbox_env(spec, wiring.proxy_ip()),
+        ),
+    };
+    if let Wiring::PassedListeners { .. } = wiring {
+        // With no network Docker's /etc/hosts names only localhost; the sandbox's own name
+        // is its loopback too (what `hostname -i` and `getfqdn` look up).
+        host.extra_hosts = Some(vec![format!("{hostname}:127.0.0.1")]);
+    }
+    let networking_config = match wiring {
+        Wiring::PassedListeners { .. } => None,
+        Wiring::RunNetwork { network, subnet } => Some(endpoint(network, subnet.sandbox())),
     };
     ContainerCreateBody {
         image: Some(image.to_string()),
@@ -382,7 +448,7 @@ pub fn sandbox_body(
         network_disabled: Some(false),
         labels: Some(labels.clone()),
         host_config: Some(host),
-        networking_config: Some(endpoint(network, subnet.sandbox())),
+        networking_config,
         ..ContainerCreateBody::default()
     }
 }
@@ -400,10 +466,23 @@ mod tests {
             .unwrap()
     }
 
-    fn subnet() -> RunSubnet {
-        RunSubnet {
-            subnet: "10.213.0.8/29".parse().unwrap(),
+    fn network() -> Wiring {
+        Wiring::RunNetwork {
+            network: "net".into(),
+            subnet: super::super::network::RunSubnet {
+                subnet: "10.213.0.8/29".parse().unwrap(),
+            },
         }
+    }
+
+    fn passed() -> Wiring {
+        Wiring::PassedListeners {
+            doors: "/tmp/egress-sandbox-doors-x/doors".into(),
+        }
+    }
+
+    fn proxy_ip() -> std::net::Ipv4Addr {
+        network().proxy_ip()
     }
 
     /// The secret goes to the proxy over stdin only; the sandbox holds a placeholder, and
@@ -429,7 +508,7 @@ mod tests {
         assert_ne!(placeholder, secret_value);
         assert_eq!(handoff.ca_lifetime_s, Some(2 + 3600));
 
-        let env = sandbox_env(&spec, subnet());
+        let env = sandbox_env(&spec, proxy_ip());
         assert!(env.contains(&format!("API_KEY={placeholder}")), "{env:?}");
         // An inspected host: the TLS clients' variables name the run's bundle.
         assert!(
@@ -440,8 +519,8 @@ mod tests {
             "{env:?}"
         );
         let labels = HashMap::from([("egress-sandbox.run".to_string(), "r-1".to_string())]);
-        let sandbox = sandbox_body(&spec, "img", "net", subnet(), "h", &labels, None);
-        let proxy = proxy_body("img", "net", subnet(), &[], &labels);
+        let sandbox = sandbox_body(&spec, "img", &network(), "h", &labels, None);
+        let proxy = proxy_body("img", &network(), "egress", &[], &labels);
         for body in [sandbox, proxy] {
             let shown = serde_json::to_string(&body).unwrap();
             assert!(!shown.contains(secret_value), "{shown}");
@@ -454,8 +533,7 @@ mod tests {
         let body = sandbox_body(
             &spec(),
             "img",
-            "net",
-            subnet(),
+            &network(),
             "sandbox-1",
             &HashMap::new(),
             None,
@@ -507,8 +585,7 @@ mod tests {
         let body = sandbox_body(
             &spec(),
             "img",
-            "net",
-            subnet(),
+            &network(),
             "h",
             &HashMap::new(),
             Some(&gate),
@@ -520,9 +597,9 @@ mod tests {
         assert_eq!(body.cmd, None);
         // The run's command and environment come with the signal, not in the request.
         assert_eq!(body.env, Some(Vec::new()));
-        let setup = gate_setup(&spec(), subnet());
+        let setup = gate_setup(&spec(), proxy_ip());
         assert_eq!(setup.argv, ["python3", "-c", "print(1)"]);
-        assert_eq!(setup.env, sandbox_env(&spec(), subnet()));
+        assert_eq!(setup.env, sandbox_env(&spec(), proxy_ip()));
         assert_eq!(body.stdin_once, Some(true));
         let mounts = body.host_config.unwrap().mounts.unwrap();
         let mount = mounts
@@ -534,7 +611,7 @@ mod tests {
 
     #[test]
     fn sandbox_environment_is_only_what_was_asked_plus_the_proxy() {
-        let env = sandbox_env(&spec(), subnet());
+        let env = sandbox_env(&spec(), proxy_ip());
         assert!(env.contains(&"FOO=bar".to_string()));
         assert!(env.contains(&"HOME=/tmp".to_string()));
         assert!(env.contains(&"https_proxy=http://10.213.0.10:3128".to_string()));
@@ -546,7 +623,7 @@ mod tests {
 
     #[test]
     fn proxy_listens_on_its_run_address_only_and_takes_the_run_over_stdin() {
-        let cmd = proxy_command(subnet(), &[]);
+        let cmd = proxy_command(&network(), &[]);
         let joined = cmd.join(" ");
         assert!(joined.starts_with("--listen 10.213.0.10:3128 --dns-listen 10.213.0.10:53"));
         assert!(joined.contains("--transparent-listen 10.213.0.10:443"));
@@ -556,11 +633,11 @@ mod tests {
             "2a00:1450::1".parse().unwrap(),
         ];
         assert!(
-            proxy_command(subnet(), &extra)
+            proxy_command(&network(), &extra)
                 .join(" ")
                 .ends_with("--floor-extra 192.0.3.1 --floor-extra 2a00:1450::1")
         );
-        let body = proxy_body("proxy:1", "net", subnet(), &[], &HashMap::new());
+        let body = proxy_body("proxy:1", &network(), "egress", &[], &HashMap::new());
         assert_eq!(body.user.as_deref(), Some("65534:65534"));
         assert_eq!(body.env, Some(Vec::new()));
         assert_eq!(body.open_stdin, Some(true));
@@ -589,5 +666,74 @@ mod tests {
         assert_eq!(handoff.audit_limit, Some(100_000));
         let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();
         assert_eq!(proxy_handoff(&spec, "r-1").audit_limit, Some(7));
+    }
+
+    /// A local run: the sandbox has no network and passes its doors, the proxy is on the
+    /// egress network alone and serves them; the doors directory is the one shared thing,
+    /// read-only in the sandbox.
+    #[test]
+    fn with_passed_listeners_the_sandbox_has_no_network_and_the_proxy_only_the_egress() {
+        let gate = HeldStart {
+            binary: "/usr/local/bin/egress-sandbox".into(),
+            image_entrypoint: Vec::new(),
+        };
+        let sandbox = sandbox_body(&spec(), "img", &passed(), "h", &HashMap::new(), Some(&gate));
+        assert_eq!(
+            sandbox.entrypoint.unwrap(),
+            [
+                GATE_PATH,
+                "sandbox-gate",
+                "--pass-listeners",
+                "/.egress-sandbox/doors/listeners.sock",
+                "--"
+            ]
+        );
+        assert!(sandbox.networking_config.is_none());
+        let host = sandbox.host_config.unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.dns, None, "Docker refuses --dns with --network none");
+        assert_eq!(
+            host.sysctls.unwrap()["net.ipv4.ip_unprivileged_port_start"],
+            "0"
+        );
+        let mounts = host.mounts.unwrap();
+        let doors = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some(SANDBOX_DOORS_DIR))
+            .unwrap();
+        assert_eq!(doors.read_only, Some(true));
+        assert_eq!(
+            doors.source.as_deref(),
+            Some("/tmp/egress-sandbox-doors-x/doors")
+        );
+
+        let proxy = proxy_body("proxy:1", &passed(), "egress", &[], &HashMap::new());
+        assert!(proxy.networking_config.is_none());
+        let cmd = proxy.cmd.unwrap().join(" ");
+        assert_eq!(
+            cmd,
+            "--listeners-from /doors/listeners.sock --dns-answer 127.0.0.1 --audit-log - --config-stdin"
+        );
+        let host = proxy.host_config.unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("egress"));
+        let mounts = host.mounts.unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].target.as_deref(), Some(PROXY_DOORS_DIR));
+        assert_eq!(mounts[0].read_only, Some(false));
+
+        let env = gate_setup(&spec(), passed().proxy_ip()).env;
+        assert!(
+            env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_string()),
+            "{env:?}"
+        );
+    }
+
+    #[test]
+    fn the_gate_binds_the_proxys_ports_on_the_loopback() {
+        let doors = loopback_doors();
+        assert_eq!(doors.explicit.to_string(), "127.0.0.1:3128");
+        assert_eq!(doors.dns.unwrap().to_string(), "127.0.0.1:53");
+        let transparent: Vec<_> = doors.transparent.iter().map(ToString::to_string).collect();
+        assert_eq!(transparent, ["127.0.0.1:443", "127.0.0.1:80"]);
     }
 }

@@ -14,8 +14,11 @@
 //! - [`docker`]: the one place that talks to the engine ([`docker::Engine`]).
 //! - [`images`]: the proxy image (built from the handle's static egress-sandbox binary)
 //!   and the base sandbox image.
-//! - `network`: the per-run internal network (own /29, no host address) and the shared
-//!   egress network.
+//! - `wiring`: how the sandbox reaches its proxy — on a local engine it has no network, its
+//!   gate passes the doors bound on its loopback to the proxy; a remote engine's run gets
+//!   its own network.
+//! - `network`: the per-run internal network of remote engines (own /29, no host address)
+//!   and the shared egress network.
 //! - `container`: the proxy and sandbox containers as create requests, hardened.
 //! - [`events`]: what a caller following a run live receives ([`events::RunEvent`]).
 //! - [`output`]: live relay of the command's output with one byte cap.
@@ -59,6 +62,7 @@ pub(crate) mod task_files;
 pub(crate) mod teardown;
 pub(crate) mod trust;
 pub mod watchdog;
+pub(crate) mod wiring;
 
 pub use credentials::CredentialError;
 pub use docker::{DockerError, Engine, EngineError};

@@ -156,6 +156,8 @@ pub enum RunError {
     Trust(#[from] TrustError),
     #[error("cannot create the sandbox's resolv.conf: {0}")]
     ResolvConf(#[source] std::io::Error),
+    #[error("cannot create the directory the sandbox passes its doors through: {0}")]
+    DoorsDir(#[source] std::io::Error),
 }
 
 impl RunError {

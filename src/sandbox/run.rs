@@ -5,14 +5,19 @@
 //! connect, check --runtime ─┬─ proxy image ───────────────┐
 //!                           ├─ sandbox image ─────────────┤
 //!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start ──────────────┐
-//!                           └─ run network ───────────────┘ ├─ create sandbox → attach → start (gated) ────┤
-//!                                                           └─ (inspected hosts) the image's CA bundle ────┤
+//!                           └─ doors dir (local) or ──────┘ ├─ create sandbox → attach → start (gated) ────┤
+//!                              run network (remote)         └─ (inspected hosts) the image's CA bundle ────┤
 //!  claim (slot.rs):  docker update (limits, if changed) ─┬─ handoff (stdin) ─ ready ─┬─ fill the trust bundle
-//!                    connect egress (if not yet) ────────┘                           └─ gate signal: argv, env, workdir, files
+//!                    (remote) connect egress ────────────┘                           └─ gate signal: argv, env, workdir, files
+//!                    gate: bind the doors on the loopback, pass them to the proxy, wait for its `ok`, exec the command
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt │ proxy died ─ kill
 //!    command over (output ends) ─ stop proxy (its output ends with the `end` record) ─ outcome
-//!    then (Leftovers::remove; the daemon after its answer): remove both containers ─ remove network
+//!    then (Leftovers::remove; the daemon after its answer): remove both containers (─ remove the network)
 //! ```
+//!
+//! On a local engine the sandbox has no network: its gate passes the doors it binds on its
+//! loopback to the proxy, which is created on the egress network alone (`wiring`). A run
+//! then creates no Docker network; a remote engine's run still gets one of its own.
 //!
 //! The proxy's arguments carry only its listeners and `--floor-extra` (the egress gateways
 //! and, with a local engine, this host's public addresses); policies, pins and the run id
@@ -278,7 +283,7 @@ impl Run<'_> {
         };
         let Prepared {
             image,
-            subnet,
+            wiring,
             proxy,
             sandbox_output,
             gate,
@@ -295,7 +300,7 @@ impl Run<'_> {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let setup = gate_setup(self.spec, subnet);
+                let setup = gate_setup(self.spec, wiring.proxy_ip());
                 go.write_all(&gate_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::GoSignal { source })?;

@@ -1,8 +1,10 @@
 //! A run's set-up in two parts, shared by cold runs and `serve`'s warm pool:
 //!
-//! - **the slot** ([`SlotObjects::prepare`]): images, the run network, the proxy created,
-//!   attached, started and waiting for its handoff on stdin (it binds nothing before it),
-//!   and the sandbox created — on a local engine also started, its command held by the gate.
+//! - **the slot** ([`SlotObjects::prepare`]): images, the wiring (on a local engine the
+//!   doors directory, the sandbox having no network; on a remote one the run network), the
+//!   proxy created, attached, started and waiting for its handoff on stdin (it binds nothing
+//!   before it), and the sandbox created — on a local engine also started, its command held
+//!   by the gate.
 //!   What it is made of depends only on the run's create-time shape: image, tmp size,
 //!   mounts, runtime, egress network, subnet pool, the trust bundle. A pool prepares slots
 //!   of the default shape ahead of time (and connects their proxy to the egress network,
@@ -29,13 +31,14 @@ use super::docker::{Engine, ImageFacts, OutputFrames, StdinWriter};
 use super::handle::Sandbox;
 use super::images;
 use super::labels::{RunNames, random_hostname};
-use super::network::{self, EGRESS_NETWORK, RunSubnet};
+use super::network::{self, EGRESS_NETWORK};
 use super::outcome::{RunError, docker_step};
 use super::resolv::ResolvConf;
 use super::spec::RunSpec;
 use super::task_files::TASK_DIR;
 use super::teardown::Teardown;
 use super::trust::{self, TrustBundle};
+use super::wiring::{DoorsDir, Wiring};
 
 /// How long the proxy may take from its handoff to its ready line.
 pub(crate) const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -104,16 +107,18 @@ pub(crate) struct SlotObjects {
     pub(crate) teardown: Teardown,
     /// The sandbox's CA bundle file, when some host is inspected.
     pub(crate) trust: Option<TrustBundle>,
-    /// The sandbox's resolv.conf naming the proxy (local engines), made once the run's
-    /// subnet is known; held until the run's objects are gone.
+    /// The sandbox's resolv.conf naming the proxy (local engines), made with the sandbox's
+    /// create request; held until the run's objects are gone.
     resolv: std::sync::OnceLock<ResolvConf>,
+    /// The directory the sandbox passes its doors through (local engines), held likewise.
+    doors: std::sync::OnceLock<DoorsDir>,
 }
 
 /// A slot ready to be claimed: the proxy waits for its handoff, the sandbox (gated) for
 /// its command.
 pub(crate) struct Slot {
     image: String,
-    pub(crate) subnet: RunSubnet,
+    wiring: Wiring,
     egress: String,
     egress_connected: bool,
     limits: LiveLimits,
@@ -132,7 +137,7 @@ pub(crate) struct Slot {
 /// A claimed slot: everything ready to let the command go.
 pub(crate) struct Prepared {
     pub image: String,
-    pub subnet: RunSubnet,
+    pub wiring: Wiring,
     pub proxy: ProxyOutput,
     pub sandbox_output: OutputFrames,
     pub gate: Option<StdinWriter>,
@@ -150,6 +155,7 @@ impl SlotObjects {
             names,
             trust,
             resolv: std::sync::OnceLock::new(),
+            doors: std::sync::OnceLock::new(),
         }
     }
 
@@ -166,7 +172,7 @@ impl SlotObjects {
         if !gated && !template.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
-        let (proxy_image, (image, facts), (egress, floor_extra), subnet) = tokio::try_join!(
+        let (proxy_image, (image, facts), (egress, floor_extra), wiring) = tokio::try_join!(
             async { sandbox.proxy_image().await.map_err(RunError::from) },
             async {
                 let image = match &template.image {
@@ -199,19 +205,32 @@ impl SlotObjects {
                 Ok::<_, RunError>((egress, floor_extra))
             },
             async {
+                if gated && super::wiring::runtime_passes_sockets(template.runtime.as_deref()) {
+                    // No network of its own: the gate passes the sandbox's doors.
+                    let doors = DoorsDir::create().map_err(RunError::DoorsDir)?;
+                    let wiring = Wiring::PassedListeners {
+                        doors: doors.path().to_path_buf(),
+                    };
+                    let _ = self.doors.set(doors);
+                    return Ok(wiring);
+                }
                 self.teardown.track_network(&self.names.network);
-                self.teardown
+                let subnet = self
+                    .teardown
                     .complete(network::create_run_network(
                         engine.clone(),
                         template.subnet_pool,
                         self.names.network.clone(),
                         self.labels.clone(),
                     ))
-                    .await
-                    .map_err(RunError::from)
+                    .await?;
+                Ok::<_, RunError>(Wiring::RunNetwork {
+                    network: self.names.network.clone(),
+                    subnet,
+                })
             },
         )?;
-        tracing::debug!(%proxy_image, %image, subnet = %subnet.subnet, "images and networks ready");
+        tracing::debug!(%proxy_image, %image, ?wiring, "images and wiring ready");
         let held = gated.then(|| HeldStart {
             binary: sandbox.proxy_binary().to_path_buf(),
             image_entrypoint: facts.entrypoint,
@@ -240,17 +259,19 @@ impl SlotObjects {
         };
         let hostname = random_hostname();
         let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(
-            self.start_proxy(&proxy_image, subnet, &floor_extra),
-            self.create_sandbox(template, &image, subnet, &hostname, held.as_ref()),
+            self.start_proxy(&proxy_image, &wiring, &egress, &floor_extra),
+            self.create_sandbox(template, &image, &wiring, &hostname, held.as_ref()),
             image_bundle,
         )?;
         // The proxy answers this name itself only where resolv.conf sends lookups to it.
         let resolv_hostname = gated.then_some(hostname);
+        // With passed listeners the proxy is created on the egress network: nothing to connect.
+        let egress_connected = matches!(wiring, Wiring::PassedListeners { .. });
         Ok(Slot {
             image,
-            subnet,
+            wiring,
             egress,
-            egress_connected: false,
+            egress_connected,
             limits: LiveLimits::of(template),
             proxy_frames,
             proxy_stdin,
@@ -265,8 +286,10 @@ impl SlotObjects {
     /// handoff: the proxy binds nothing until it has read it, and the sandbox's only way
     /// anywhere is the proxy.
     pub(crate) async fn connect_egress(&self, slot: &mut Slot) -> Result<(), RunError> {
-        self.connect_proxy(&slot.egress).await?;
-        slot.egress_connected = true;
+        if !slot.egress_connected {
+            self.connect_proxy(&slot.egress).await?;
+            slot.egress_connected = true;
+        }
         Ok(())
     }
 
@@ -360,7 +383,7 @@ impl SlotObjects {
         }
         Ok(Prepared {
             image: slot.image,
-            subnet: slot.subnet,
+            wiring: slot.wiring,
             proxy,
             sandbox_output: slot.sandbox_output,
             gate: slot.gate,
@@ -371,18 +394,13 @@ impl SlotObjects {
     async fn start_proxy(
         &self,
         image: &str,
-        subnet: RunSubnet,
+        wiring: &Wiring,
+        egress: &str,
         floor_extra: &[IpAddr],
     ) -> Result<(OutputFrames, StdinWriter), RunError> {
         let engine = &self.engine;
         let name = self.names.proxy.as_str();
-        let body = proxy_body(
-            image,
-            &self.names.network,
-            subnet,
-            floor_extra,
-            &self.labels,
-        );
+        let body = proxy_body(image, wiring, egress, floor_extra, &self.labels);
         self.create_tracked(name, body, "create the proxy container")
             .await?;
         tracing::debug!("proxy created");
@@ -424,27 +442,19 @@ impl SlotObjects {
         &self,
         template: &RunSpec,
         image: &str,
-        subnet: RunSubnet,
+        wiring: &Wiring,
         hostname: &str,
         held: Option<&HeldStart>,
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = &self.engine;
         let name = self.names.sandbox.as_str();
-        let mut body = sandbox_body(
-            template,
-            image,
-            &self.names.network,
-            subnet,
-            hostname,
-            &self.labels,
-            held,
-        );
+        let mut body = sandbox_body(template, image, wiring, hostname, &self.labels, held);
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
         }
         // A host file can be mounted only by a local engine, which is the gated one.
         if held.is_some() {
-            let resolv = ResolvConf::create(subnet.proxy()).map_err(RunError::ResolvConf)?;
+            let resolv = ResolvConf::create(wiring.proxy_ip()).map_err(RunError::ResolvConf)?;
             resolv.add_to(&mut body);
             let _ = self.resolv.set(resolv);
         }

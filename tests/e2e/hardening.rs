@@ -349,8 +349,9 @@ fn dev_shm_is_bounded_by_tmp_mqueue_is_read_only_and_nothing_forwards() {
     run.assert_nothing_left();
 }
 
-/// The proxy sits on two networks; it must not route between them. Its image is FROM
-/// scratch (no shell), so the value is read from the host inside its network namespace.
+/// The proxy is the one container with a network; it must not route for anyone. Its image
+/// is FROM scratch (no shell), so the values are read from the host inside its network
+/// namespace.
 #[test]
 fn the_proxy_does_not_forward_packets() {
     let network = TestNetwork::create();
@@ -377,8 +378,9 @@ fn the_proxy_does_not_forward_packets() {
         read("net.ipv4.ip_forward"),
         read("net.ipv6.conf.all.forwarding"),
     );
-    // The egress leg was connected after the start: its own setting must be off too.
-    let per_interface = read("net.ipv4.conf.eth1.forwarding");
+    // Its one interface, the egress network's: its own setting must be off too.
+    let per_interface = read("net.ipv4.conf.eth0.forwarding");
+    let no_second_leg = read("net.ipv4.conf.eth1.forwarding");
     signal.go();
     let run = running.wait();
 
@@ -388,7 +390,13 @@ fn the_proxy_does_not_forward_packets() {
     assert_eq!(
         per_interface,
         "0",
-        "proxy eth1 forwarding\n{}",
+        "proxy eth0 forwarding\n{}",
+        run.describe()
+    );
+    assert_eq!(
+        no_second_leg,
+        "",
+        "the proxy has a second network\n{}",
         run.describe()
     );
     run.assert_nothing_left();

@@ -1,26 +1,20 @@
 //! With the proxy variables unset, nothing but the proxy is reachable: not outside
 //! addresses, not the test's upstream directly, not the host through any of its addresses,
-//! and a DNS lookup of a fresh name never leaves the run.
+//! and a DNS lookup of a fresh name never leaves the run. A local run's sandbox has no
+//! network at all: its loopback, where the proxy serves the doors the gate passed it, is
+//! all there is.
 
 use crate::support::docker::{docker0_address, host_address};
 use crate::support::{Canary, Run, TestNetwork, WITHOUT_PROXY_VARIABLES, random_hex};
 
-/// Connects to every `HOST:PORT` argument and to the run network's gateway (.1 of the
-/// sandbox's own subnet, read from the routing table) on the port given by `--gateway-port`.
+/// Lists the sandbox's interfaces and routes, then connects to every `HOST:PORT` argument.
 const CONNECT_PROGRAM: &str = r#"
-import socket, struct, sys
-args = sys.argv[1:]
-gateway_port = int(args[args.index("--gateway-port") + 1])
-targets = [a for a in args if ":" in a]
-for line in open("/proc/net/route").read().splitlines()[1:]:
-    fields = line.split()
-    destination, mask = int(fields[1], 16), int(fields[7], 16)
-    if fields[0] != "lo" and mask != 0:
-        network = struct.unpack(">I", struct.pack("<I", destination))[0]
-        gateway = socket.inet_ntoa(struct.pack(">I", network + 1))
-        print("RUN-GATEWAY", gateway, flush=True)
-        targets.append(f"{gateway}:{gateway_port}")
-for target in targets:
+import socket, sys
+interfaces = [line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]]
+print("INTERFACES", " ".join(sorted(interfaces)), flush=True)
+routes = open("/proc/net/route").read().splitlines()[1:]
+print("ROUTES", len(routes), flush=True)
+for target in sys.argv[1:]:
     host, port = target.rsplit(":", 1)
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
@@ -45,9 +39,7 @@ fn without_proxy_variables_direct_connections_fail_and_the_host_hears_nothing() 
         format!("{}:{port}", host_address()),
     ];
     let mut program: Vec<&str> = WITHOUT_PROXY_VARIABLES.to_vec();
-    program.extend(["python3", "-c", CONNECT_PROGRAM, "--gateway-port"]);
-    let port_text = port.to_string();
-    program.push(&port_text);
+    program.extend(["python3", "-c", CONNECT_PROGRAM]);
     program.extend(targets.iter().map(String::as_str));
 
     let run = Run::new(&network)
@@ -58,8 +50,8 @@ fn without_proxy_variables_direct_connections_fail_and_the_host_hears_nothing() 
 
     run.assert_code(0);
     assert!(
-        run.stdout.contains("RUN-GATEWAY "),
-        "the program found no run network gateway\n{}",
+        run.stdout.contains("INTERFACES lo\n") && run.stdout.contains("ROUTES 0\n"),
+        "the sandbox has an interface or a route besides its loopback\n{}",
         run.describe()
     );
     let failed = run
@@ -68,7 +60,7 @@ fn without_proxy_variables_direct_connections_fail_and_the_host_hears_nothing() 
         .filter(|l| l.starts_with("FAILED "))
         .count();
     assert!(
-        !run.stdout.contains("CONNECTED ") && failed == targets.len() + 1,
+        !run.stdout.contains("CONNECTED ") && failed == targets.len(),
         "a direct connection got through (or was not tried)\n{}",
         run.describe()
     );
@@ -114,39 +106,37 @@ fn dns_lookup_of_a_fresh_name_never_leaves_the_run() {
     run.assert_nothing_left();
 }
 
-/// Docker's embedded resolver (127.0.0.11) answered the run network's own names and
-/// addresses by itself, unrecorded: a reverse lookup of the proxy's address (in
-/// `HTTP_PROXY`) gave the proxy container's name and with it the run id. The sandbox's
-/// resolv.conf names the proxy instead: that lookup is refused and recorded, while the
-/// sandbox's own host name still resolves (from /etc/hosts) and leaves no refusal.
+/// Docker's embedded resolver (127.0.0.11) answered a run network's own names and
+/// addresses by itself, unrecorded: a reverse lookup of the proxy's address gave the proxy
+/// container's name and with it the run id. The sandbox's resolv.conf names the proxy's
+/// DNS door alone (on its loopback): a reverse lookup of an address is refused and
+/// recorded, while the sandbox's own host name still resolves (from /etc/hosts, to its
+/// loopback) and leaves no refusal.
 #[test]
-fn the_run_networks_own_names_are_answered_only_by_the_proxy() {
+fn the_sandboxs_lookups_are_answered_only_by_the_proxy() {
     let network = TestNetwork::create();
     let script = r#"
-ip=${HTTP_PROXY#http://}; ip=${ip%%:*}
 cat /etc/resolv.conf
-echo "REVERSE [$(getent hosts "$ip")]"
+echo "REVERSE [$(getent hosts 10.213.0.10)]"
 echo "OWN [$(getent hosts "$(hostname)")]"
-python3 -c 'import socket; socket.getaddrinfo(socket.gethostname(), None); print("FQDN", socket.getfqdn())'
+python3 -c 'import socket; socket.getaddrinfo(socket.gethostname(), None); print("OWN-ADDRESS", socket.gethostbyname(socket.gethostname()))'
 "#;
     let run = Run::new(&network).timeout("60s").run(&["sh", "-c", script]);
 
     run.assert_code(0);
     assert!(
-        !run.stdout.contains("127.0.0.11") && run.stdout.contains("nameserver "),
-        "resolv.conf does not name the proxy alone\n{}",
+        run.stdout.contains("nameserver 127.0.0.1\n")
+            && run.stdout.matches("nameserver ").count() == 1,
+        "resolv.conf does not name the proxy's door alone\n{}",
         run.describe()
     );
     assert!(
-        run.stdout.contains("REVERSE []") && !run.stdout.contains("egress-run-"),
-        "the proxy's address was resolved back to a name\n{}",
+        run.stdout.contains("REVERSE []"),
+        "an address was resolved back to a name\n{}",
         run.describe()
     );
     let reverse = run.audit_where(|record| {
-        record["kind"] == "dns"
-            && record["host"]
-                .as_str()
-                .is_some_and(|host| host.ends_with(".in-addr.arpa"))
+        record["kind"] == "dns" && record["host"] == "10.0.213.10.in-addr.arpa"
     });
     assert!(
         !reverse.is_empty() && reverse.iter().all(|record| record["decision"] == "blocked"),
@@ -154,8 +144,8 @@ python3 -c 'import socket; socket.getaddrinfo(socket.gethostname(), None); print
         run.describe()
     );
     assert!(
-        !run.stdout.contains("OWN []") && run.stdout.contains("FQDN sandbox-"),
-        "the sandbox's own host name does not resolve\n{}",
+        !run.stdout.contains("OWN []") && run.stdout.contains("OWN-ADDRESS 127.0.0.1"),
+        "the sandbox's own host name does not resolve to its loopback\n{}",
         run.describe()
     );
     let own = run.audit_where(|record| {
@@ -167,6 +157,78 @@ python3 -c 'import socket; socket.getaddrinfo(socket.gethostname(), None); print
     assert!(
         own.is_empty(),
         "lookups of the sandbox's own host name were recorded: {own:?}\n{}",
+        run.describe()
+    );
+    run.assert_nothing_left();
+}
+
+/// The proxy's doors on the sandbox's loopback are sockets the proxy holds, passed by the
+/// gate before the command ran: the command finds them taken (it cannot put a listener of
+/// its own there), answered by the proxy (a refusal, and its record names the loopback
+/// client), and the Unix socket they were passed through gone, on a mount it cannot write
+/// (so it cannot pass doors of its own).
+#[test]
+fn the_doors_are_the_proxys_and_the_command_cannot_pass_its_own() {
+    let network = TestNetwork::create();
+    let program = r#"
+import os, socket
+doors = "/.egress-sandbox/doors"
+print("DOORS", sorted(os.listdir(doors)), flush=True)
+for port in (3128, 53, 443, 80):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        print("BOUND", port, flush=True)
+    except OSError as error:
+        print("TAKEN", port, error.errno, flush=True)
+try:
+    open(doors + "/listeners.sock", "w")
+    print("WROTE", flush=True)
+except OSError as error:
+    print("READ-ONLY", error.errno, flush=True)
+u = socket.socket(socket.AF_UNIX)
+try:
+    u.connect(doors + "/listeners.sock")
+    print("PASS-SOCKET-OPEN", flush=True)
+except OSError as error:
+    print("PASS-SOCKET-GONE", error.errno, flush=True)
+c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+c.sendall(b"CONNECT refused.test:443 HTTP/1.1\r\nHost: refused.test:443\r\n\r\n")
+print("ANSWER", c.recv(100).split(b"\r\n")[0].decode(), flush=True)
+"#;
+    let run = Run::new(&network)
+        .allow("upstream.test:443")
+        .timeout("60s")
+        .run(&["python3", "-c", program]);
+
+    run.assert_code(0);
+    for port in [3128, 53, 443, 80] {
+        assert!(
+            run.stdout.contains(&format!("TAKEN {port} ")),
+            "port {port} on the loopback was free for the command\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        run.stdout.contains("DOORS []")
+            && run.stdout.contains("READ-ONLY 30")
+            && run.stdout.contains("PASS-SOCKET-GONE 2"),
+        "the doors directory still offers a way to pass sockets\n{}",
+        run.describe()
+    );
+    assert!(
+        run.stdout.contains("ANSWER HTTP/1.1 403"),
+        "the explicit door did not answer as the proxy\n{}",
+        run.describe()
+    );
+    let refused = run.audit_where(|record| record["host"] == "refused.test");
+    assert!(
+        refused.len() == 1
+            && refused[0]["decision"] == "blocked"
+            && refused[0]["client"]
+                .as_str()
+                .is_some_and(|client| client.starts_with("127.0.0.1:")),
+        "the refusal's record is missing or does not name the loopback client\n{}",
         run.describe()
     );
     run.assert_nothing_left();

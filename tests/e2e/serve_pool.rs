@@ -67,7 +67,7 @@ const PROGRAM: &str = r#"
 import os, sys, urllib.request
 print(open("main.py").read().strip(), open("pkg/data.txt").read(), os.getcwd())
 print(sorted(k for k in os.environ if k not in ("HOSTNAME",)))
-print(os.environ["GREETING"], os.environ["PYTHONUNBUFFERED"], os.environ["HTTPS_PROXY"].startswith("http://10."))
+print(os.environ["GREETING"], os.environ["PYTHONUNBUFFERED"], os.environ["HTTPS_PROXY"] == "http://127.0.0.1:3128")
 print(sys.stdin.read().strip(), sys.argv[1:])
 print("err line", file=sys.stderr)
 try:
@@ -377,7 +377,7 @@ fn a_killed_daemons_slots_are_removed_by_gc() {
     for slot in &slots {
         let left = leftovers(slot);
         assert!(
-            !left.containers.is_empty() && !left.networks.is_empty(),
+            left.containers.len() == 2,
             "slot {slot} should remain until gc: {left:?}"
         );
     }
