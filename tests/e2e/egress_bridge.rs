@@ -3,8 +3,9 @@
 //! anyone) has on that bridge — only the outside, through the host.
 //!
 //! Every other test gives its runs a test network with inter-container traffic on; this
-//! one uses the tool's own default. A run's proxy listens only on its run-network address,
-//! so another run's proxy offers nothing on the egress bridge to connect to; to see the
+//! one uses the tool's own default. A run's proxy binds nothing on the egress bridge (its
+//! doors are the sockets its sandbox passed it, on that sandbox's loopback), so another
+//! run's proxy offers nothing on the egress bridge to connect to; to see the
 //! bridge's isolation itself, a stand-in peer — a container on the egress bridge listening
 //! on the proxy port of every address — is the target, while two concurrent runs each
 //! reach a host listener through the same bridge (so the path out works, and only the peer
