@@ -280,43 +280,11 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
     let mut dns_tcp = None;
     let mut transparent = Vec::new();
     for (index, (role, fd)) in roles.into_iter().zip(fds).enumerate() {
-        let wrong = |expected| PassError::WrongSocket {
-            index,
-            role: role.word(),
-            expected,
-        };
-        let is_inet = rustix::net::sockopt::socket_domain(&fd).ok() == Some(AddressFamily::INET);
-        let kind = rustix::net::sockopt::socket_type(&fd).ok();
         match role {
-            Role::DnsUdp => {
-                if !is_inet || kind != Some(SocketType::DGRAM) {
-                    return Err(wrong("an IPv4 datagram socket"));
-                }
-                let socket = std::net::UdpSocket::from(fd);
-                socket.set_nonblocking(true)?;
-                if dns_udp.replace(socket).is_some() {
-                    return Err(PassError::Malformed("two DNS sockets"));
-                }
-            }
-            Role::Explicit | Role::DnsTcp | Role::Transparent => {
-                let listening = rustix::net::sockopt::socket_acceptconn(&fd).unwrap_or(false);
-                if !is_inet || kind != Some(SocketType::STREAM) || !listening {
-                    return Err(wrong("a listening IPv4 stream socket"));
-                }
-                let listener = std::net::TcpListener::from(fd);
-                listener.set_nonblocking(true)?;
-                let slot = match role {
-                    Role::Explicit => &mut explicit,
-                    Role::DnsTcp => &mut dns_tcp,
-                    _ => {
-                        transparent.push(listener);
-                        continue;
-                    }
-                };
-                if slot.replace(listener).is_some() {
-                    return Err(PassError::Malformed("a door passed twice"));
-                }
-            }
+            Role::Explicit => put_once(&mut explicit, stream_listener(fd, index, role)?)?,
+            Role::DnsUdp => put_once(&mut dns_udp, datagram_socket(fd, index, role)?)?,
+            Role::DnsTcp => put_once(&mut dns_tcp, stream_listener(fd, index, role)?)?,
+            Role::Transparent => transparent.push(stream_listener(fd, index, role)?),
         }
     }
     let dns = match (dns_udp, dns_tcp) {
@@ -333,6 +301,53 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
         dns,
         transparent,
     })
+}
+
+fn put_once<T>(slot: &mut Option<T>, value: T) -> Result<(), PassError> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(PassError::Malformed("a door passed twice")),
+    }
+}
+
+fn is_inet_of_type(fd: &OwnedFd, kind: SocketType) -> bool {
+    rustix::net::sockopt::socket_domain(fd).ok() == Some(AddressFamily::INET)
+        && rustix::net::sockopt::socket_type(fd).ok() == Some(kind)
+}
+
+fn stream_listener(
+    fd: OwnedFd,
+    index: usize,
+    role: Role,
+) -> Result<std::net::TcpListener, PassError> {
+    let listening = rustix::net::sockopt::socket_acceptconn(&fd).unwrap_or(false);
+    if !is_inet_of_type(&fd, SocketType::STREAM) || !listening {
+        return Err(PassError::WrongSocket {
+            index,
+            role: role.word(),
+            expected: "a listening IPv4 stream socket",
+        });
+    }
+    let listener = std::net::TcpListener::from(fd);
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+fn datagram_socket(
+    fd: OwnedFd,
+    index: usize,
+    role: Role,
+) -> Result<std::net::UdpSocket, PassError> {
+    if !is_inet_of_type(&fd, SocketType::DGRAM) {
+        return Err(PassError::WrongSocket {
+            index,
+            role: role.word(),
+            expected: "an IPv4 datagram socket",
+        });
+    }
+    let socket = std::net::UdpSocket::from(fd);
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }
 
 fn bind_tcp(addr: SocketAddrV4) -> io::Result<std::net::TcpListener> {
