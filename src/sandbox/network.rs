@@ -1,6 +1,7 @@
 //! The run's own network and the shared way out.
 //!
-//! Each run gets an internal bridge with a /29 from the tool's pool: `.1` is the gateway
+//! A run whose sandbox cannot pass its doors to the proxy (a remote engine, a runtime other
+//! than runc: see `wiring`) gets an internal bridge with a /29 from the tool's pool: `.1` is the gateway
 //! Docker reserves (and, with `inhibit_ipv4`, never puts on the host), `.2` the proxy, `.3`
 //! the sandbox. Without `inhibit_ipv4` the host would have an address on the bridge and the
 //! sandbox could reach host listeners through it (DESIGN.md, measured). Docker's default
