@@ -27,12 +27,16 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     for object in swept {
         match &object.error {
             None => super::print_out(&format!(
-                "removed {} {} (run {})\n",
-                object.kind, object.name, object.run
+                "removed {} {}{}\n",
+                object.kind,
+                object.name,
+                of_run(&object.run)
             )),
             Some(error) => eprintln!(
-                "egress-sandbox: cannot remove {} {} (run {}): {error}",
-                object.kind, object.name, object.run
+                "egress-sandbox: cannot remove {} {}{}: {error}",
+                object.kind,
+                object.name,
+                of_run(&object.run)
             ),
         }
     }
@@ -49,4 +53,13 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
         eprintln!("egress-sandbox: nothing to remove");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// ` (run ID)` after an object's name, or nothing when its run is not known (a directory).
+pub(crate) fn of_run(run: &str) -> String {
+    if run.is_empty() {
+        String::new()
+    } else {
+        format!(" (run {run})")
+    }
 }

@@ -42,14 +42,18 @@ pub fn run(args: WatchdogArgs) -> anyhow::Result<ExitCode> {
     for object in &report.removed {
         match &object.error {
             None => eprintln!(
-                "egress-sandbox: process {pid} ended without removing its runs; removed {} {} (run {})",
-                object.kind, object.name, object.run
+                "egress-sandbox: process {pid} ended without removing its runs; removed {} {}{}",
+                object.kind,
+                object.name,
+                super::gc::of_run(&object.run)
             ),
             Some(error) => {
                 failed = true;
                 eprintln!(
-                    "egress-sandbox: process {pid} ended without removing its runs; cannot remove {} {} (run {}): {error}; run `egress-sandbox gc`",
-                    object.kind, object.name, object.run
+                    "egress-sandbox: process {pid} ended without removing its runs; cannot remove {} {}{}: {error}; run `egress-sandbox gc`",
+                    object.kind,
+                    object.name,
+                    super::gc::of_run(&object.run)
                 );
             }
         }

@@ -1,4 +1,5 @@
-//! `gc`: removes the containers and networks of runs whose owner process is gone.
+//! `gc`: removes the containers, networks and host directories of runs whose owner process
+//! is gone.
 //!
 //! A run removes its own objects on every path it controls; a crash, `kill -9` or power
 //! loss is the rest. Objects carry `egress-sandbox.owner=<pid>:<start time>:<boot id>:<pid
@@ -14,6 +15,7 @@
 use std::collections::HashMap;
 
 use super::docker::{Engine, EngineError};
+use super::host_dirs;
 use super::labels::{HostIdentity, OWNER_LABEL, Owner, OwnerLabel, RUN_LABEL};
 
 /// One object `gc` removed (or failed to).
@@ -113,7 +115,13 @@ fn judge(labels: &HashMap<String, String>, here: &HostIdentity) -> Verdict {
 /// networks. Reports what it removed and what it left, with the reason.
 pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, EngineError> {
     let filters = HashMap::from([("label", vec![RUN_LABEL])]);
-    remove_judged(engine, &filters, |labels| judge(labels, here)).await
+    let mut report = remove_judged(engine, &filters, |labels| judge(labels, here)).await?;
+    // A directory's owner is judged as its containers' are; those of live owners, other
+    // hosts and unreadable names are left without a word (they are not Docker's objects).
+    report.remove_host_dirs(|owner| {
+        matches!(owner, OwnerLabel::Owner(owner) if &owner.host == here && !owner.is_alive_here())
+    });
+    Ok(report)
 }
 
 /// Removes every object of one owner (its label value, `Owner`'s display form), without
@@ -122,7 +130,11 @@ pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, Eng
 pub async fn sweep_owner(engine: &Engine, owner: &str) -> Result<GcReport, EngineError> {
     let label = format!("{OWNER_LABEL}={owner}");
     let filters = HashMap::from([("label", vec![label.as_str()])]);
-    remove_judged(engine, &filters, |_| Verdict::Remove).await
+    let mut report = remove_judged(engine, &filters, |_| Verdict::Remove).await?;
+    report.remove_host_dirs(
+        |named| matches!(named, OwnerLabel::Owner(named) if named.to_string() == owner),
+    );
+    Ok(report)
 }
 
 /// Removes the containers, then the networks, that `filters` lists and `judge` condemns.
@@ -158,6 +170,28 @@ async fn remove_judged(
 }
 
 impl GcReport {
+    /// Removes the runs' host directories (`host_dirs`) whose owner `condemned` says is
+    /// gone. Their run is not in their name: reported with an empty `run`.
+    fn remove_host_dirs(&mut self, condemned: impl Fn(&OwnerLabel) -> bool) {
+        for (path, owner) in host_dirs::find(&std::env::temp_dir()) {
+            if !condemned(&owner) {
+                continue;
+            }
+            let error = match std::fs::remove_dir_all(&path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    Some(error.to_string())
+                }
+                _ => None,
+            };
+            self.removed.push(Swept {
+                kind: "directory",
+                name: path.display().to_string(),
+                run: String::new(),
+                error,
+            });
+        }
+    }
+
     /// Judges one object by its labels; removes it (with `remove`) if condemned, and
     /// reports what was done and why.
     async fn settle<F>(

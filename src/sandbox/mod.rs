@@ -48,6 +48,7 @@ pub mod events;
 pub(crate) mod gate_signal;
 pub mod gc;
 pub mod handle;
+pub(crate) mod host_dirs;
 pub mod images;
 pub mod labels;
 pub(crate) mod network;

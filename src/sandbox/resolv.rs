@@ -21,6 +21,8 @@ use std::path::PathBuf;
 use bollard::models::ContainerCreateBody;
 
 use super::docker::bind_mount;
+use super::host_dirs;
+use super::labels::Owner;
 
 /// Where the C library (and every resolver that follows it) reads its name servers.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -33,11 +35,9 @@ pub(crate) struct ResolvConf {
 
 impl ResolvConf {
     /// A file naming `nameserver` alone (mode 0644: the sandbox's user reads it).
-    pub(crate) fn create(nameserver: Ipv4Addr) -> std::io::Result<ResolvConf> {
+    pub(crate) fn create(nameserver: Ipv4Addr, owner: &Owner) -> std::io::Result<ResolvConf> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::Builder::new()
-            .prefix("egress-sandbox-resolv-")
-            .tempdir()?;
+        let dir = host_dirs::create(host_dirs::RESOLV, owner)?;
         let file = dir.path().join("resolv.conf");
         std::fs::write(&file, contents(nameserver))?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
@@ -66,7 +66,7 @@ mod tests {
     #[test]
     fn the_file_names_the_proxy_alone_and_is_mounted_read_only_over_resolv_conf() {
         let proxy = Ipv4Addr::new(10, 213, 0, 10);
-        let resolv = ResolvConf::create(proxy).unwrap();
+        let resolv = ResolvConf::create(proxy, &Owner::current().unwrap()).unwrap();
         let written = std::fs::read_to_string(&resolv.file).unwrap();
         assert_eq!(written, "nameserver 10.213.0.10\noptions ndots:0\n");
         let mut body = ContainerCreateBody::default();
@@ -84,7 +84,8 @@ mod tests {
 
     #[test]
     fn the_directory_goes_when_the_run_drops_it() {
-        let resolv = ResolvConf::create(Ipv4Addr::new(10, 213, 0, 2)).unwrap();
+        let resolv =
+            ResolvConf::create(Ipv4Addr::new(10, 213, 0, 2), &Owner::current().unwrap()).unwrap();
         let file = resolv.file.clone();
         assert!(file.exists());
         drop(resolv);

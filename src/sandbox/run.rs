@@ -168,7 +168,7 @@ async fn cold_objects(sandbox: &Sandbox, spec: &RunSpec) -> Result<SlotObjects, 
     let trust = if inspected.is_empty() {
         None
     } else if engine.is_local() {
-        Some(TrustBundle::create()?)
+        Some(TrustBundle::create(sandbox.owner())?)
     } else {
         return Err(RunError::InspectedNeedsLocalEngine {
             hosts: inspected.iter().map(|host| host.to_string()).collect(),

@@ -30,7 +30,7 @@ use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, ImageFacts, OutputFrames, StdinWriter};
 use super::handle::Sandbox;
 use super::images;
-use super::labels::{RunNames, random_hostname};
+use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, EGRESS_NETWORK};
 use super::outcome::{RunError, docker_step};
 use super::resolv::ResolvConf;
@@ -104,6 +104,8 @@ pub(crate) struct SlotObjects {
     pub(crate) engine: Engine,
     pub(crate) names: RunNames,
     pub(crate) labels: HashMap<String, String>,
+    /// Whose run this is: named by its host directories too (`host_dirs`).
+    owner: Owner,
     pub(crate) teardown: Teardown,
     /// The sandbox's CA bundle file, when some host is inspected.
     pub(crate) trust: Option<TrustBundle>,
@@ -151,6 +153,7 @@ impl SlotObjects {
         SlotObjects {
             engine: engine.clone(),
             labels: sandbox.owner().labels(&names.id),
+            owner: sandbox.owner().clone(),
             teardown: Teardown::new(engine.clone(), &names.id),
             names,
             trust,
@@ -207,7 +210,7 @@ impl SlotObjects {
             async {
                 if gated && super::wiring::runtime_passes_sockets(template.runtime.as_deref()) {
                     // No network of its own: the gate passes the sandbox's doors.
-                    let doors = DoorsDir::create().map_err(RunError::DoorsDir)?;
+                    let doors = DoorsDir::create(&self.owner).map_err(RunError::DoorsDir)?;
                     let wiring = Wiring::PassedListeners {
                         doors: doors.path().to_path_buf(),
                     };
@@ -454,7 +457,8 @@ impl SlotObjects {
         }
         // A host file can be mounted only by a local engine, which is the gated one.
         if held.is_some() {
-            let resolv = ResolvConf::create(wiring.proxy_ip()).map_err(RunError::ResolvConf)?;
+            let resolv =
+                ResolvConf::create(wiring.proxy_ip(), &self.owner).map_err(RunError::ResolvConf)?;
             resolv.add_to(&mut body);
             let _ = self.resolv.set(resolv);
         }

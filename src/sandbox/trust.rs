@@ -23,6 +23,8 @@ use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::TryStreamExt;
 
 use super::docker::{Engine, bind_mount, is_not_found};
+use super::host_dirs;
+use super::labels::Owner;
 use super::teardown::Teardown;
 
 /// Where the sandbox sees the bundle, whatever its image; the variables name it.
@@ -66,12 +68,9 @@ pub struct TrustBundle {
 
 impl TrustBundle {
     /// An empty bundle file (mode 0644: the sandbox's user reads it through the mount).
-    pub fn create() -> Result<TrustBundle, TrustError> {
+    pub fn create(owner: &Owner) -> Result<TrustBundle, TrustError> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::Builder::new()
-            .prefix("egress-sandbox-trust-")
-            .tempdir()
-            .map_err(TrustError::Create)?;
+        let dir = host_dirs::create(host_dirs::TRUST, owner).map_err(TrustError::Create)?;
         let file = dir.path().join("ca-bundle.crt");
         std::fs::write(&file, b"").map_err(TrustError::Create)?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
@@ -241,7 +240,7 @@ mod tests {
 
     #[test]
     fn the_bundle_is_mounted_read_only_and_named_by_every_variable() {
-        let bundle = TrustBundle::create().unwrap();
+        let bundle = TrustBundle::create(&Owner::current().unwrap()).unwrap();
         let mut body = ContainerCreateBody::default();
         bundle.add_to(&mut body);
         let mut env = vec!["SSL_CERT_FILE=/elsewhere".into(), "FOO=bar".into()];
@@ -284,7 +283,7 @@ mod tests {
         assert_eq!(combine(b"", Some(ca)), format!("{ca}\n").into_bytes());
         assert_eq!(combine(b"IMAGE\n", None), b"IMAGE\n");
 
-        let bundle = TrustBundle::create().unwrap();
+        let bundle = TrustBundle::create(&Owner::current().unwrap()).unwrap();
         bundle.fill(b"IMAGE\n", Some(ca)).unwrap();
         assert_eq!(
             std::fs::read(bundle.host_path()).unwrap(),

@@ -18,6 +18,7 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+use super::labels::Owner;
 use super::network::RunSubnet;
 
 /// Where the doors directory appears in the proxy container (read-write: the proxy makes
@@ -78,12 +79,9 @@ pub(crate) struct DoorsDir {
 }
 
 impl DoorsDir {
-    pub(crate) fn create() -> std::io::Result<DoorsDir> {
+    pub(crate) fn create(owner: &Owner) -> std::io::Result<DoorsDir> {
         use std::os::unix::fs::PermissionsExt;
-        let private = tempfile::Builder::new()
-            .prefix("egress-sandbox-doors-")
-            .tempdir()?;
-        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))?;
+        let private = super::host_dirs::create(super::host_dirs::DOORS, owner)?;
         let path = private.path().join("doors");
         std::fs::create_dir(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))?;
@@ -105,7 +103,7 @@ mod tests {
 
     #[test]
     fn the_doors_directory_is_open_inside_a_private_one_and_goes_when_dropped() {
-        let doors = DoorsDir::create().unwrap();
+        let doors = DoorsDir::create(&Owner::current().unwrap()).unwrap();
         let path = doors.path().to_path_buf();
         let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o777);

@@ -116,7 +116,7 @@ impl Pool {
         if !self.sandbox.engine().is_local() {
             return None;
         }
-        TrustBundle::create()
+        TrustBundle::create(self.sandbox.owner())
             .inspect_err(|error| tracing::warn!(%error, "a warm slot without a trust bundle"))
             .ok()
     }

@@ -7,6 +7,20 @@ use std::time::Duration;
 use crate::support::run::binary;
 use crate::support::{Run, RunningRun, TestNetwork, leftovers, objects_owned_by};
 
+/// The host directories (resolv.conf, doors, trust bundle) of runs of process `pid`: their
+/// names carry their owner's stamp, which begins with its pid.
+fn host_dirs_of(pid: u32) -> Vec<String> {
+    let entries = std::fs::read_dir(std::env::temp_dir()).expect("the temp directory lists");
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| {
+            ["resolv", "doors", "trust"]
+                .iter()
+                .any(|kind| name.starts_with(&format!("egress-sandbox-{kind}-{pid}_")))
+        })
+        .collect()
+}
+
 /// Starts a run that prints STARTED and then sleeps, waits for STARTED, and returns it
 /// with its run id (read from the labels of the objects it owns, which must exist).
 fn started_run(network: &TestNetwork) -> (RunningRun, String) {
@@ -66,6 +80,17 @@ fn sigkill_mid_run_is_torn_down_by_the_watchdog() {
         run.pid
     );
     assert!(run.stderr.contains(&said), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("ended without removing its runs; removed directory "),
+        "{}",
+        run.stderr
+    );
+    let dirs = host_dirs_of(run.pid);
+    assert!(
+        dirs.is_empty(),
+        "the watchdog left host directories {dirs:?}"
+    );
     let left = leftovers(&run_id);
     assert!(left.is_empty(), "the watchdog left {left:?}");
     let (owned, _) = objects_owned_by(run.pid);
@@ -78,6 +103,12 @@ fn sigkill_mid_run_is_torn_down_by_the_watchdog() {
 fn sigkill_of_run_and_its_watchdog_leaves_objects_that_gc_removes() {
     let network = TestNetwork::create();
     let (running, run_id) = started_run(&network);
+    let dirs = host_dirs_of(running.pid);
+    assert_eq!(
+        dirs.len(),
+        2,
+        "a run's resolv.conf and doors directories: {dirs:?}"
+    );
     crate::support::kill_watchdog_of(running.pid);
     running.signal("KILL");
     let run = running.wait();
@@ -93,12 +124,29 @@ fn sigkill_of_run_and_its_watchdog_leaves_objects_that_gc_removes() {
         left.containers.len() == 2,
         "expected the killed run's objects to remain until gc, found {left:?}"
     );
+    assert_eq!(
+        host_dirs_of(run.pid),
+        dirs,
+        "the killed run's host directories"
+    );
     let gc = binary().arg("gc").output().expect("run egress-sandbox gc");
     assert!(
         gc.status.success(),
         "gc failed ({}): {}",
         gc.status,
         String::from_utf8_lossy(&gc.stderr)
+    );
+    let said = String::from_utf8_lossy(&gc.stdout);
+    for dir in &dirs {
+        assert!(
+            said.contains("removed directory ") && said.contains(dir.as_str()),
+            "{said}"
+        );
+    }
+    let left_dirs = host_dirs_of(run.pid);
+    assert!(
+        left_dirs.is_empty(),
+        "gc left host directories {left_dirs:?}"
     );
     // Removes whatever gc missed (after reporting it) so the next tests start clean.
     crate::support::assert_nothing_left(&run_id, run.pid);
