@@ -212,20 +212,21 @@ pub fn proxy_body(
             host.mounts = Some(vec![bind_mount(doors, PROXY_DOORS_DIR, false)]);
             (host, None)
         }
-        Wiring::RunNetwork { network, subnet } => (
-            hardened_host_config(network),
-            Some(endpoint(network, subnet.proxy())),
-        ),
+        Wiring::RunNetwork { network, subnet } => {
+            let mut host = hardened_host_config(network);
+            // Binding :53, :80 and :443 without CAP_NET_BIND_SERVICE (namespaced sysctl);
+            // with passed listeners the proxy binds nothing and needs no such leave.
+            host.sysctls
+                .get_or_insert_with(HashMap::new)
+                .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
+            (host, Some(endpoint(network, subnet.proxy())))
+        }
     };
     host.memory = Some(PROXY_MEMORY);
     host.memory_swap = Some(PROXY_MEMORY);
     host.pids_limit = Some(PROXY_PIDS);
     host.nano_cpus = Some(PROXY_NANO_CPUS);
     host.ulimits = Some(nofile(PROXY_NOFILE));
-    // Binding :53, :80 and :443 without CAP_NET_BIND_SERVICE (namespaced sysctl).
-    host.sysctls
-        .get_or_insert_with(HashMap::new)
-        .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
     ContainerCreateBody {
         image: Some(image.to_string()),
         cmd: Some(proxy_command(wiring, floor_extra)),
@@ -716,6 +717,11 @@ mod tests {
         );
         let host = proxy.host_config.unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("egress"));
+        let sysctls = host.sysctls.clone().unwrap();
+        assert!(
+            !sysctls.contains_key("net.ipv4.ip_unprivileged_port_start"),
+            "a proxy that binds nothing may not bind low ports either: {sysctls:?}"
+        );
         let mounts = host.mounts.unwrap();
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].target.as_deref(), Some(PROXY_DOORS_DIR));
