@@ -33,8 +33,9 @@ pub struct ProxyConfig {
     /// Attempt records written per run; past it one `limit` record, then attempts are only
     /// counted (the `end` record's `dropped`). At least 1.
     pub audit_limit: u64,
-    /// DNS queries per second per client address; over it a query is answered REFUSED,
-    /// counted as dropped, and gets no record. At least 1.
+    /// DNS queries per second per client, every loopback address being one client (a run's
+    /// sandbox is one client, whichever of its loopback addresses it sends from); over it a
+    /// query is answered REFUSED, counted as dropped, and gets no record. At least 1.
     pub dns_rate: u32,
     /// `--resolve NAME=IP` pins; the floor still applies to them.
     pub pins: Vec<(HostName, IpAddr)>,

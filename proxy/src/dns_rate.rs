@@ -1,5 +1,11 @@
-//! The DNS responder's per-client rate limit: a token bucket per client address, in a table
-//! of bounded size, so neither a query flood nor many client addresses make memory grow.
+//! The DNS responder's per-client rate limit: a token bucket per client, in a table of
+//! bounded size, so neither a query flood nor many client addresses make memory grow.
+//!
+//! A client is an address, except that every loopback address (all of 127.0.0.0/8, `::1`,
+//! and IPv4 loopback carried in IPv6) is one client: a sandbox owns its whole loopback and
+//! can send from any of those addresses, so keying them apart would give it a bucket per
+//! address. A run's sandbox reaches the proxy only through its loopback (local runs) or from
+//! its one address on the run's network, so the limit is the run's limit.
 //!
 //! A sandbox that sends queries faster than the rate gets REFUSED for the excess; those
 //! queries are counted (the `end` record's `dropped`) but get no record each, so a flood of
@@ -9,22 +15,38 @@
 //! the other shared pieces rather than inside the DNS door.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// The default of `--dns-rate`: queries per second per client address. A program resolves
+/// The default of `--dns-rate`: queries per second per client (a run's sandbox is one). A program resolves
 /// a handful of names per connection it makes; 200 a second is far above any honest use.
 pub const DEFAULT_DNS_RATE: u32 = 200;
 
 /// Clients tracked at once; past it, idle or least recently seen clients are forgotten.
 const MAX_CLIENTS: usize = 1024;
 
-/// Token buckets per client address: `rate` tokens a second, at most `burst` saved up.
+/// Token buckets per client: `rate` tokens a second, at most `burst` saved up.
 pub struct RateLimiter {
     rate: f64,
     burst: f64,
-    clients: Mutex<HashMap<IpAddr, Bucket>>,
+    clients: Mutex<HashMap<Client, Bucket>>,
+}
+
+/// Whom a query counts against: the address it came from, with every loopback address
+/// folded into one (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Client(IpAddr);
+
+impl Client {
+    fn of(address: IpAddr) -> Client {
+        let address = address.to_canonical();
+        if address.is_loopback() {
+            Client(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        } else {
+            Client(address)
+        }
+    }
 }
 
 struct Bucket {
@@ -44,12 +66,13 @@ impl RateLimiter {
         }
     }
 
-    /// Whether a query from `client` may be answered now (and takes a token if so).
-    pub fn allow(&self, client: IpAddr) -> bool {
-        self.allow_at(client, Instant::now())
+    /// Whether a query from `address` may be answered now (and takes a token if so).
+    pub fn allow(&self, address: IpAddr) -> bool {
+        self.allow_at(address, Instant::now())
     }
 
-    fn allow_at(&self, client: IpAddr, now: Instant) -> bool {
+    fn allow_at(&self, address: IpAddr, now: Instant) -> bool {
+        let client = Client::of(address);
         let Ok(mut clients) = self.clients.lock() else {
             return true;
         };
@@ -73,7 +96,7 @@ impl RateLimiter {
 
     /// Makes room: clients whose bucket has refilled are forgotten (a new bucket is the
     /// same), else the one seen least recently.
-    fn forget_some(&self, clients: &mut HashMap<IpAddr, Bucket>, now: Instant) {
+    fn forget_some(&self, clients: &mut HashMap<Client, Bucket>, now: Instant) {
         let refill = self.burst / self.rate;
         clients
             .retain(|_, bucket| now.saturating_duration_since(bucket.last).as_secs_f64() < refill);
@@ -81,7 +104,7 @@ impl RateLimiter {
             && let Some(oldest) = clients
                 .iter()
                 .min_by_key(|(_, bucket)| bucket.last)
-                .map(|(ip, _)| *ip)
+                .map(|(client, _)| *client)
         {
             clients.remove(&oldest);
         }
@@ -117,6 +140,30 @@ mod tests {
         assert!(
             limiter.allow_at(other, later),
             "each client has its own bucket"
+        );
+    }
+
+    #[test]
+    fn every_loopback_address_shares_one_bucket() {
+        let limiter = RateLimiter::new(8);
+        let now = Instant::now();
+        let loopback = [
+            "127.0.0.1",
+            "127.0.0.2",
+            "127.45.6.7",
+            "127.255.255.254",
+            "::1",
+            "::ffff:127.9.9.9",
+        ];
+        let passed = loopback
+            .iter()
+            .filter(|address| limiter.allow_at(address.parse().unwrap(), now))
+            .count();
+        assert_eq!(passed, 2, "one burst for the whole loopback");
+        assert_eq!(limiter.tracked(), 1);
+        assert!(
+            limiter.allow_at(CLIENT, now),
+            "another address is another client"
         );
     }
 

@@ -32,7 +32,8 @@ pub(crate) struct Shared {
     pub pipes: PipePool,
     /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
     pub inspect: Option<crate::inspector::Inspector>,
-    /// DNS queries per second per client, shared by the UDP and TCP responders.
+    /// DNS queries per second per client (the whole loopback is one), shared by the UDP and
+    /// TCP responders.
     pub dns_rate: crate::dns_rate::RateLimiter,
     /// The sandbox's own host name, answered without a record ([`ProxyConfig`]'s field).
     pub sandbox_hostname: Option<crate::target::HostName>,

@@ -1,6 +1,6 @@
 //! The audit log as a file: a refusal's record is there when its answer arrives; record
 //! text from the sandbox never holds a raw control character; the chain (`seq`, `prev`,
-//! `end`); the audit limit; the DNS rate limit.
+//! `end`); the audit limit; the DNS rate limit (one for the whole loopback).
 
 mod common;
 
@@ -305,4 +305,55 @@ async fn dns_queries_over_the_rate_are_refused_and_counted() {
         AuditLine::End(end) => assert_eq!(end.dropped, refused),
         other => panic!("not an end record: {other:?}"),
     }
+}
+
+/// The sandbox owns all of 127.0.0.0/8: queries rotated over 250 source addresses share one
+/// rate, so past the burst the excess is refused and counted, as from one address.
+#[tokio::test]
+async fn dns_queries_from_many_loopback_addresses_share_one_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    // One query a second, a burst of one.
+    let mut proxy = proxy_with_log(&log, |config| config.dns_rate = 1).await;
+    let mut sources = Vec::new();
+    for n in 0..250u32 {
+        let address = std::net::Ipv4Addr::from(0x7f01_0000 + (n << 8) + 2);
+        sources.push(UdpSocket::bind((address, 0)).await.unwrap());
+    }
+    let started = std::time::Instant::now();
+    let (mut answered, mut refused) = (0u64, 0u64);
+    for round in 0..2u16 {
+        for (n, socket) in sources.iter().enumerate() {
+            let id = round * 1000 + u16::try_from(n).unwrap();
+            let label = format!("rotate{id}");
+            let answer = ask(
+                socket,
+                dns_addr(&proxy),
+                &query(id, &[label.as_bytes(), b"test"]),
+            )
+            .await;
+            match answer.metadata.response_code {
+                ResponseCode::Refused => refused += 1,
+                ResponseCode::NXDomain => answered += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    proxy.shutdown().await;
+
+    // A burst of one, then one a second: whatever the pace, no more than that was answered.
+    let within = 1 + elapsed.ceil() as u64;
+    assert!(
+        answered <= within,
+        "{answered} of 500 answered in {elapsed:.1}s at 1/s"
+    );
+    let lines = read_lines(&log);
+    let (end, attempts) = lines.split_last().unwrap();
+    assert_eq!(attempts.len() as u64, answered, "{lines:#?}");
+    match AuditLine::parse(end.as_bytes()).unwrap() {
+        AuditLine::End(end) => assert_eq!(end.dropped, refused),
+        other => panic!("not an end record: {other:?}"),
+    }
+    assert_eq!(answered + refused, 500);
 }
