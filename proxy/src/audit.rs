@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,6 +88,11 @@ pub struct AuditRecord {
     pub reason: Reason,
     pub rule: Option<String>,
     pub addr: Option<String>,
+    /// Refusals after resolution only (`private_address`, a deny `cidr`): every address the
+    /// name resolved to, each refused, so an operator can tell a rebinding attempt from a
+    /// split-horizon mistake. The sandbox is never told them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addrs: Vec<String>,
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
@@ -326,6 +331,8 @@ pub struct Attempt {
     pub rule: Option<String>,
     /// The exact upstream address connected to.
     pub addr: Option<SocketAddr>,
+    /// The addresses refused after resolution, when none was left to connect to.
+    pub refused_addrs: Vec<IpAddr>,
     pub bytes_up: u64,
     pub bytes_down: u64,
     /// Set on inspected requests: their method, path, status and credential.
@@ -350,6 +357,7 @@ impl Attempt {
             reason: Reason::BadRequest,
             rule: None,
             addr: None,
+            refused_addrs: Vec::new(),
             bytes_up: 0,
             bytes_down: 0,
             request: None,
@@ -385,6 +393,7 @@ impl Attempt {
             reason: self.reason,
             rule: self.rule.take(),
             addr: self.addr.map(|a| a.ip().to_string()),
+            addrs: self.refused_addrs.iter().map(ToString::to_string).collect(),
             bytes_up: self.bytes_up,
             bytes_down: self.bytes_down,
             duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -456,6 +465,7 @@ mod tests {
             reason: Reason::BadRequest,
             rule: None,
             addr: None,
+            addrs: Vec::new(),
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,

@@ -193,8 +193,9 @@ impl Gate {
             let verdict = first_refusal.expect("a resolution is never empty");
             attempt.set_decision(&verdict);
             attempt.addr = None;
-            // Which address stays out of the answer (it is in the debug log): the sandbox
+            // Which addresses goes to the record only, never into the answer: the sandbox
             // has no business learning where an allowed name points inside a network.
+            attempt.refused_addrs = addresses.to_vec();
             return Err(Refusal::of(attempt, "the name resolves to such an address"));
         }
         Ok(passed)

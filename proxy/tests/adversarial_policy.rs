@@ -634,6 +634,7 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
             reason: Reason::BadRequest,
             rule: None,
             addr: None,
+            addrs: Vec::new(),
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,

@@ -415,7 +415,39 @@ async fn allowed_names_resolving_to_private_addresses_are_refused() {
             (Outcome::Blocked, Reason::PrivateAddress),
             "{ip}"
         );
+        assert_eq!(record.addrs, [ip], "the record names the refused address");
     }
+}
+
+/// A name whose every address is refused: the record names them all (for the operator),
+/// the answer none (the sandbox learns nothing about the network behind the proxy).
+#[tokio::test]
+async fn a_private_address_record_names_every_refused_address_and_the_answer_none() {
+    let yaml = allow_yaml(&[("inside.test", 80)], "");
+    let mut proxy = TestProxy::start(
+        &yaml,
+        &[("inside.test", "10.20.30.40"), ("inside.test", "fd00::7")],
+    )
+    .await;
+    let response = exchange(
+        proxy.addr,
+        b"GET http://inside.test/ HTTP/1.1\r\nHost: inside.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status(&response), 403, "{response}");
+    assert!(
+        !response.contains("10.20.30.40") && !response.contains("fd00"),
+        "{response}"
+    );
+    let record = proxy.record().await;
+    assert_eq!(record.reason, Reason::PrivateAddress);
+    assert_eq!(record.addr, None);
+    assert_eq!(record.addrs, ["10.20.30.40", "fd00::7"]);
+    let line = record.to_line();
+    assert!(
+        line.contains(r#""addr":null,"addrs":["10.20.30.40","fd00::7"]"#),
+        "{line}"
+    );
 }
 
 #[tokio::test]

@@ -283,6 +283,7 @@ pub(crate) mod tests {
             reason,
             rule: None,
             addr: None,
+            addrs: Vec::new(),
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
