@@ -478,7 +478,7 @@ mod tests {
 
     fn passed() -> Wiring {
         Wiring::PassedListeners {
-            doors: "/tmp/egress-sandbox-doors-x/doors".into(),
+            doors: "/tmp/egress-sandbox-run-x/doors".into(),
         }
     }
 
@@ -705,7 +705,7 @@ mod tests {
         assert_eq!(doors.read_only, Some(true));
         assert_eq!(
             doors.source.as_deref(),
-            Some("/tmp/egress-sandbox-doors-x/doors")
+            Some("/tmp/egress-sandbox-run-x/doors")
         );
 
         let proxy = proxy_body("proxy:1", &passed(), "egress", &[], &HashMap::new());

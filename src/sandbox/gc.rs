@@ -171,7 +171,7 @@ async fn remove_judged(
 
 impl GcReport {
     /// Removes the runs' host directories (`host_dirs`) whose owner `condemned` says is
-    /// gone. Their run is not in their name: reported with an empty `run`.
+    /// gone. Their run is not recorded with them: reported with an empty `run`.
     fn remove_host_dirs(&mut self, condemned: impl Fn(&OwnerLabel) -> bool) {
         for (path, owner) in host_dirs::find(&std::env::temp_dir()) {
             if !condemned(&owner) {

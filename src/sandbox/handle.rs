@@ -141,7 +141,8 @@ impl Sandbox {
     /// Keeps the proxy binary as it is now, for a handle that lives long (a daemon): a
     /// private hard link to it (a copy when the cache directory is on another file
     /// system) under the cache directory, which the proxy image and every sandbox's gate
-    /// then use. Replacing or deleting the binary on disk (an upgrade, a rebuild) changes
+    /// then use (the gate through a link named by the binary's content, so no sandbox sees
+    /// this path). Replacing or deleting the binary on disk (an upgrade, a rebuild) changes
     /// nothing for this handle. Removed when the last clone of the handle is dropped.
     pub fn keep_binary(self) -> Result<Sandbox, RunError> {
         let mut inner = Arc::unwrap_or_clone(self.inner);

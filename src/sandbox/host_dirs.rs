@@ -1,63 +1,56 @@
 //! A run's private directories on the host: its resolv.conf, its trust bundle and its doors
 //! directory, each a temporary directory removed when the run drops it.
 //!
-//! A process killed with SIGKILL drops nothing, so each directory is named by its owner
-//! (`egress-sandbox-KIND-<owner stamp>-<random>`, the stamp as in the owner label with `_`
-//! for `:`): the watchdog removes its owner's directories with its containers, and `gc`
-//! those of owners it proves dead, by the same judgement as their containers.
+//! The sandbox sees what is mounted from them, and its `/proc/self/mountinfo` shows each
+//! mount's source path. So a directory's name says nothing of the host or its owner
+//! (`egress-sandbox-run-<random>`), and what is mounted is always a file or directory inside
+//! it, never the directory itself.
+//!
+//! A process killed with SIGKILL drops nothing, so each directory holds its owner's stamp
+//! (as in the owner label) in a file [`OWNER_FILE`] beside what is mounted: the watchdog
+//! removes its owner's directories with its containers, and `gc` those of owners it proves
+//! dead, by the same judgement as their containers.
 
 use std::path::{Path, PathBuf};
 
 use super::labels::{Owner, OwnerLabel};
 
-/// Every directory of a run starts with this.
-const PREFIX: &str = "egress-sandbox-";
-/// The kinds of run directory, in their names.
-pub(crate) const RESOLV: &str = "resolv";
-pub(crate) const TRUST: &str = "trust";
-pub(crate) const DOORS: &str = "doors";
-const KINDS: [&str; 3] = [RESOLV, TRUST, DOORS];
+/// Every directory of a run is named this, then random characters.
+const PREFIX: &str = "egress-sandbox-run-";
+/// The file in a run directory naming its owner; never mounted.
+const OWNER_FILE: &str = "owner";
 
-/// A new directory of `kind` for a run of `owner` (mode 0700), in the temporary directory.
-pub(crate) fn create(kind: &str, owner: &Owner) -> std::io::Result<tempfile::TempDir> {
+/// A new directory for a run of `owner` (mode 0700), in the temporary directory. Mount
+/// only what is put inside it.
+pub(crate) fn create(owner: &Owner) -> std::io::Result<tempfile::TempDir> {
     use std::os::unix::fs::PermissionsExt;
-    let stamp = owner.to_string().replace(':', "_");
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("{PREFIX}{kind}-{stamp}-"))
-        .tempdir()?;
+    let dir = tempfile::Builder::new().prefix(PREFIX).tempdir()?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    std::fs::write(dir.path().join(OWNER_FILE), owner.to_string())?;
     Ok(dir)
 }
 
-/// Run directories in `parent` (the temporary directory), each with what its name says of
-/// its owner.
+/// Run directories in `parent` (the temporary directory), each with the owner its stamp
+/// names ([`OwnerLabel::Unreadable`] when the stamp is not there yet or not ours to read).
 pub(crate) fn find(parent: &Path) -> Vec<(PathBuf, OwnerLabel)> {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return Vec::new();
     };
     entries
         .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let owner = owner_in(&name)?;
+        .filter(|entry| {
             entry
-                .file_type()
-                .is_ok_and(|kind| kind.is_dir())
-                .then(|| (entry.path(), owner))
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with(PREFIX))
+                && entry.file_type().is_ok_and(|kind| kind.is_dir())
+        })
+        .map(|entry| {
+            let owner = std::fs::read_to_string(entry.path().join(OWNER_FILE))
+                .map_or(OwnerLabel::Unreadable, |stamp| Owner::parse(stamp.trim()));
+            (entry.path(), owner)
         })
         .collect()
-}
-
-/// The owner a run directory's name gives, or `None` when it is no run directory.
-fn owner_in(name: &str) -> Option<OwnerLabel> {
-    let rest = name.strip_prefix(PREFIX)?;
-    let (kind, rest) = rest.split_once('-')?;
-    if !KINDS.contains(&kind) {
-        return None;
-    }
-    // The random part tempfile adds is alphanumeric: the stamp ends at the last '-'.
-    let (stamp, _random) = rest.rsplit_once('-')?;
-    Some(Owner::parse(&stamp.replace('_', ":")))
 }
 
 #[cfg(test)]
@@ -76,44 +69,43 @@ mod tests {
         }
     }
 
-    /// A directory names its owner, private to this user, and is found by it; other
-    /// names in the same place are not taken for run directories.
+    /// A directory's name says nothing of its owner; its stamp file does, and `find` reads
+    /// it; other names in the same place are not taken for run directories.
     #[test]
-    fn a_run_directory_names_its_owner_and_is_found_by_it() {
+    fn a_run_directory_is_named_neutrally_and_found_by_its_owner_stamp() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = create(DOORS, &owner()).unwrap();
-        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
-        let parent = dir.path().parent().unwrap();
-        let found: Vec<_> = find(parent)
-            .into_iter()
-            .filter(|(path, _)| path == dir.path())
-            .collect();
-        assert_eq!(
-            found,
-            [(dir.path().to_path_buf(), OwnerLabel::Owner(owner()))]
-        );
+        let parent = tempfile::tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(PREFIX)
+            .tempdir_in(parent.path())
+            .unwrap();
+        std::fs::write(dir.path().join(OWNER_FILE), owner().to_string()).unwrap();
         for other in [
             "egress-sandbox-cache",
-            "egress-sandbox-kept-binary-1-x",
-            "egress-sandbox-doors-nonsense",
+            "egress-sandbox-run-file",
             "something-else",
         ] {
-            assert!(
-                owner_in(other).is_none_or(|label| label == OwnerLabel::Unreadable),
-                "{other}"
-            );
+            std::fs::write(parent.path().join(other), "").unwrap();
         }
+        let unstamped = parent.path().join("egress-sandbox-run-Unstamped");
+        std::fs::create_dir(&unstamped).unwrap();
+        let mut found = find(parent.path());
+        found.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
-            owner_in("egress-sandbox-trust-1_2_b-o-o-t_3-Ab12cd"),
-            Some(OwnerLabel::Owner(Owner {
-                pid: 1,
-                start_time: 2,
-                host: HostIdentity {
-                    boot_id: "b-o-o-t".into(),
-                    pid_namespace: 3
-                }
-            }))
+            found,
+            [
+                (dir.path().to_path_buf(), OwnerLabel::Owner(owner())),
+                (unstamped, OwnerLabel::Unreadable),
+            ]
         );
+
+        let made = create(&owner()).unwrap();
+        let name = made.path().file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(PREFIX), "{name}");
+        for stamp_part in ["4242", "f74a648c", "4026531836"] {
+            assert!(!name.contains(stamp_part), "{name}");
+        }
+        let mode = std::fs::metadata(made.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 }

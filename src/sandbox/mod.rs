@@ -36,7 +36,10 @@
 //!   [`RunOutcome`](outcome::RunOutcome).
 //! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
 //!   (handle, slot, run, report) without those depending on one another.
-//! - `gate_signal`: what opens the sandbox's gate (and hands it the task files).
+//! - `gate_signal`: what opens the sandbox's gate (and hands it the task files);
+//!   `gate_binary`: the gate's binary at a path named by its content, and `host_dirs`: the
+//!   run's host directories, neutrally named, so the sandbox's mount table shows nothing
+//!   of the host.
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
 
@@ -45,6 +48,7 @@ pub(crate) mod container;
 pub(crate) mod credentials;
 pub mod docker;
 pub mod events;
+pub(crate) mod gate_binary;
 pub(crate) mod gate_signal;
 pub mod gc;
 pub mod handle;

@@ -158,6 +158,8 @@ pub enum RunError {
     ResolvConf(#[source] std::io::Error),
     #[error("cannot create the directory the sandbox passes its doors through: {0}")]
     DoorsDir(#[source] std::io::Error),
+    #[error("cannot place the binary the sandbox mounts as its gate: {0}")]
+    GateBinary(#[source] std::io::Error),
 }
 
 impl RunError {

@@ -37,7 +37,7 @@ impl ResolvConf {
     /// A file naming `nameserver` alone (mode 0644: the sandbox's user reads it).
     pub(crate) fn create(nameserver: Ipv4Addr, owner: &Owner) -> std::io::Result<ResolvConf> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = host_dirs::create(host_dirs::RESOLV, owner)?;
+        let dir = host_dirs::create(owner)?;
         let file = dir.path().join("resolv.conf");
         std::fs::write(&file, contents(nameserver))?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;

@@ -104,7 +104,7 @@ pub(crate) struct SlotObjects {
     pub(crate) engine: Engine,
     pub(crate) names: RunNames,
     pub(crate) labels: HashMap<String, String>,
-    /// Whose run this is: named by its host directories too (`host_dirs`).
+    /// Whose run this is: stamped in its host directories too (`host_dirs`).
     owner: Owner,
     pub(crate) teardown: Teardown,
     /// The sandbox's CA bundle file, when some host is inspected.
@@ -234,10 +234,28 @@ impl SlotObjects {
             },
         )?;
         tracing::debug!(%proxy_image, %image, ?wiring, "images and wiring ready");
-        let held = gated.then(|| HeldStart {
-            binary: sandbox.proxy_binary().to_path_buf(),
-            image_entrypoint: facts.entrypoint,
-        });
+        let held = if gated {
+            // The proxy image's tag names the binary's content: the gate's mount is named
+            // by it too (`gate_binary`), not by where the binary lives.
+            let content_id = proxy_image
+                .rsplit(':')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let source = sandbox.proxy_binary().to_path_buf();
+            let binary = tokio::task::spawn_blocking(move || {
+                super::gate_binary::place(&source, &content_id)
+            })
+            .await
+            .map_err(|error| RunError::GateBinary(std::io::Error::other(error)))?
+            .map_err(RunError::GateBinary)?;
+            Some(HeldStart {
+                binary,
+                image_entrypoint: facts.entrypoint,
+            })
+        } else {
+            None
+        };
         // The image's own CA bundle: read from a probe container while the proxy starts,
         // unless this handle read it for the same image before. (A trust bundle implies a
         // local engine, so the image was inspected and its id is known.)

@@ -70,7 +70,7 @@ impl TrustBundle {
     /// An empty bundle file (mode 0644: the sandbox's user reads it through the mount).
     pub fn create(owner: &Owner) -> Result<TrustBundle, TrustError> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = host_dirs::create(host_dirs::TRUST, owner).map_err(TrustError::Create)?;
+        let dir = host_dirs::create(owner).map_err(TrustError::Create)?;
         let file = dir.path().join("ca-bundle.crt");
         std::fs::write(&file, b"").map_err(TrustError::Create)?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))

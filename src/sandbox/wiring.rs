@@ -81,7 +81,7 @@ pub(crate) struct DoorsDir {
 impl DoorsDir {
     pub(crate) fn create(owner: &Owner) -> std::io::Result<DoorsDir> {
         use std::os::unix::fs::PermissionsExt;
-        let private = super::host_dirs::create(super::host_dirs::DOORS, owner)?;
+        let private = super::host_dirs::create(owner)?;
         let path = private.path().join("doors");
         std::fs::create_dir(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))?;

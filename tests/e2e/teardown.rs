@@ -8,15 +8,15 @@ use crate::support::run::binary;
 use crate::support::{Run, RunningRun, TestNetwork, leftovers, objects_owned_by};
 
 /// The host directories (resolv.conf, doors, trust bundle) of runs of process `pid`: their
-/// names carry their owner's stamp, which begins with its pid.
+/// names are neutral; the owner's stamp, which begins with its pid, is in their `owner` file.
 fn host_dirs_of(pid: u32) -> Vec<String> {
     let entries = std::fs::read_dir(std::env::temp_dir()).expect("the temp directory lists");
     entries
         .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("egress-sandbox-run-"))
         .filter(|name| {
-            ["resolv", "doors", "trust"]
-                .iter()
-                .any(|kind| name.starts_with(&format!("egress-sandbox-{kind}-{pid}_")))
+            std::fs::read_to_string(std::env::temp_dir().join(name).join("owner"))
+                .is_ok_and(|stamp| stamp.starts_with(&format!("{pid}:")))
         })
         .collect()
 }

@@ -1,0 +1,132 @@
+//! The binary a sandbox mounts as its gate, at a path that says nothing of the host.
+//!
+//! The sandbox's `/proc/self/mountinfo` shows a bind mount's source path. The proxy binary
+//! itself lives in a checkout, a home directory or the kept copy of a daemon (named by its
+//! pid), so the sandbox mounts a link to it instead, named by its content:
+//! `<temp dir>/egress-sandbox-gate-<content id>/egress-sandbox` (a hard link, else a copy).
+//! Runs of the same binary share it, whichever process starts them.
+//!
+//! A place is touched each time a run takes it; places of other binaries not taken for a
+//! day are removed when a new one is made. A running sandbox keeps its mount even when the
+//! path goes, and a run whose place went is given a new one: taking it checks it is there.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// Every place starts with this, then the content id.
+const PREFIX: &str = "egress-sandbox-gate-";
+/// The binary's name in its place.
+const FILE_NAME: &str = "egress-sandbox";
+/// Places not taken for this long are removed when another is made.
+const UNUSED_FOR: Duration = Duration::from_secs(24 * 3600);
+
+/// The path a sandbox mounts for `binary`, whose content id is `content_id` (hex), made
+/// if missing.
+pub(crate) fn place(binary: &Path, content_id: &str) -> std::io::Result<PathBuf> {
+    place_in(&std::env::temp_dir(), binary, content_id)
+}
+
+fn place_in(parent: &Path, binary: &Path, content_id: &str) -> std::io::Result<PathBuf> {
+    if content_id.is_empty() || !content_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(std::io::Error::other(format!(
+            "not a content id: {content_id:?}"
+        )));
+    }
+    let dir = parent.join(format!("{PREFIX}{content_id}"));
+    let path = dir.join(FILE_NAME);
+    if path.is_file() {
+        // Taken again: not to be removed as unused.
+        let _ = std::fs::File::open(&dir).and_then(|dir| dir.set_modified(SystemTime::now()));
+        return Ok(path);
+    }
+    remove_unused(parent);
+    let staging = tempfile::Builder::new()
+        .prefix(&format!("{PREFIX}staging-"))
+        .tempdir_in(parent)?;
+    let staged = staging.path().join(FILE_NAME);
+    if let Err(error) = std::fs::hard_link(binary, &staged) {
+        tracing::debug!(%error, "cannot link the gate binary; copying it");
+        std::fs::copy(binary, &staged)?;
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))?;
+    }
+    match std::fs::rename(staging.path(), &dir) {
+        Ok(()) => {
+            // Renamed away: nothing is left at the staging path to remove.
+            let _ = staging.keep();
+            Ok(path)
+        }
+        // Another process placed the same binary meanwhile: theirs is as good.
+        Err(_) if path.is_file() => Ok(path),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes places (and staging leftovers) not taken for [`UNUSED_FOR`].
+fn remove_unused(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let is_place = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.starts_with(PREFIX));
+        let unused = entry
+            .metadata()
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|modified| now.duration_since(modified).unwrap_or_default() > UNUSED_FOR);
+        if is_place && unused {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binary_is_placed_under_its_content_id_once_and_shared() {
+        let parent = tempfile::tempdir().unwrap();
+        let binary = parent.path().join("home-of-someone-egress-sandbox");
+        std::fs::write(&binary, b"\x7fELF...").unwrap();
+        let placed = place_in(parent.path(), &binary, "0123abcd").unwrap();
+        assert_eq!(
+            placed,
+            parent
+                .path()
+                .join("egress-sandbox-gate-0123abcd/egress-sandbox")
+        );
+        assert_eq!(std::fs::read(&placed).unwrap(), b"\x7fELF...");
+        assert_eq!(
+            place_in(parent.path(), &binary, "0123abcd").unwrap(),
+            placed
+        );
+        let names: Vec<_> = std::fs::read_dir(parent.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "the binary and one place: {names:?}");
+        assert!(place_in(parent.path(), &binary, "../x").is_err());
+    }
+
+    #[test]
+    fn places_unused_for_a_day_go_when_another_is_made() {
+        let parent = tempfile::tempdir().unwrap();
+        let binary = parent.path().join("bin");
+        std::fs::write(&binary, b"one").unwrap();
+        let old = place_in(parent.path(), &binary, "aaaa").unwrap();
+        let day_ago = SystemTime::now() - UNUSED_FOR - Duration::from_secs(60);
+        std::fs::File::open(old.parent().unwrap())
+            .unwrap()
+            .set_modified(day_ago)
+            .unwrap();
+        let new = place_in(parent.path(), &binary, "bbbb").unwrap();
+        assert!(new.is_file());
+        assert!(!old.exists(), "the place unused for a day is removed");
+    }
+}
