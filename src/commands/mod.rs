@@ -16,6 +16,7 @@ pub mod run;
 pub mod run_client;
 pub mod sandbox_gate;
 pub mod serve;
+mod tool_lines;
 pub mod watchdog;
 
 /// `egress-sandbox run`: through the daemon when one is named (`run_client`), else cold.
@@ -31,10 +32,10 @@ pub fn run(args: crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
 /// `io::Error` from tempfile names its path and is often quoted by the error around it).
 /// Errors quote paths, hosts and policy text: their controls are never printed raw.
 pub fn report_error(error: &anyhow::Error, code: u8) -> ExitCode {
-    eprintln!(
-        "{}",
-        egress_proxy::text::visible(&format!("egress-sandbox: error: {}", error_line(error)))
-    );
+    tool_lines::print_line(&egress_proxy::text::visible(&format!(
+        "egress-sandbox: error: {}",
+        error_line(error)
+    )));
     ExitCode::from(code)
 }
 

@@ -7,6 +7,7 @@ use anyhow::Context;
 use egress_proxy::text::visible;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::tool_lines::{self, Stream, Tracked};
 use crate::cli::RunArgs;
 use crate::report::{RunReport, summary_line};
 use crate::run_flags;
@@ -30,6 +31,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for warning in spec.warnings() {
         say(warning);
     }
+    for notice in spec.notices() {
+        say(notice);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -44,11 +48,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         // Held until the run's objects are removed; if this process is killed first, it
         // removes them.
         let _watchdog = start_watchdog(&sandbox);
-        anyhow::Ok(
-            sandbox
-                .run_until(spec, OutputSinks::stdio(), interrupt)
-                .await,
-        )
+        anyhow::Ok(sandbox.run_until(spec, tracked_stdio(), interrupt).await)
     })?;
     // A read of a terminal's stdin may still be blocked in a runtime thread: do not wait
     // for it (dropping the runtime would, until the user pressed Enter).
@@ -74,7 +74,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             ));
         }
     }
-    eprintln!("{}", summary_line(&outcome));
+    tool_lines::print_line(&summary_line(&outcome));
     Ok(ExitCode::from(
         u8::try_from(outcome.exit_code).unwrap_or(SETUP_FAILED),
     ))
@@ -208,7 +208,7 @@ pub(crate) fn refuse(error: &SpecError) -> ExitCode {
             for diagnostic in &policy.diagnostics {
                 say(diagnostic);
             }
-            eprintln!("egress-sandbox: error: the policy was refused; nothing was run");
+            say("egress-sandbox: error: the policy was refused; nothing was run");
         }
         other => say(format_args!("egress-sandbox: error: {other}")),
     }
@@ -225,8 +225,18 @@ fn report_setup_failure(error: &RunError) {
 /// One line on stderr. Messages quote hosts, paths, names and policy text that may come
 /// from the sandbox or a hostile file: control, bidi and separator characters are shown as
 /// visible escapes (`text::visible`), never raw.
+/// Each is a line of its own, attributes reset on a terminal (`tool_lines`).
 pub(crate) fn say(message: impl std::fmt::Display) {
-    eprintln!("{}", visible(&message.to_string()));
+    tool_lines::print_line(&visible(&message.to_string()));
+}
+
+/// This process's stdio, with the command's output tracked so the tool's own lines start
+/// on a line of their own.
+fn tracked_stdio() -> OutputSinks {
+    let mut sinks = OutputSinks::stdio();
+    sinks.stdout = Box::new(Tracked::new(sinks.stdout, Stream::Stdout));
+    sinks.stderr = Box::new(Tracked::new(sinks.stderr, Stream::Stderr));
+    sinks
 }
 
 /// Resolves with the first SIGINT, SIGTERM or SIGHUP. A hangup (the terminal or SSH session

@@ -16,6 +16,7 @@ use base64::engine::general_purpose::STANDARD;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
+use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
 use crate::sandbox::Interruption;
 use crate::serve::client::{Client, ClientError, Event};
@@ -48,6 +49,9 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     }
     for warning in spec.warnings() {
         say(warning);
+    }
+    for notice in spec.notices() {
+        say(notice);
     }
     // Secrets and upstream CAs as read and checked here: the daemon may not see this
     // process's environment or files. The values go over the socket only, never in a log.
@@ -204,12 +208,18 @@ fn handle(
         Event::Started { run } => *run_id.lock().expect("run id lock") = Some(run),
         Event::Output { stream, b64 } => {
             let bytes = STANDARD.decode(b64).unwrap_or_default();
-            let written = if stream == "stderr" {
-                std::io::stderr().write_all(&bytes)
+            let (written, stream) = if stream == "stderr" {
+                (std::io::stderr().write_all(&bytes), Stream::Stderr)
             } else {
                 let mut stdout = std::io::stdout();
-                stdout.write_all(&bytes).and_then(|()| stdout.flush())
+                (
+                    stdout.write_all(&bytes).and_then(|()| stdout.flush()),
+                    Stream::Stdout,
+                )
             };
+            if written.is_ok() {
+                tool_lines::note_output(stream, &bytes, tool_lines::is_terminal(stream));
+            }
             if written.is_err_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe) {
                 output_closed.notify_one();
             }
@@ -250,7 +260,7 @@ fn handle(
                     path.display()
                 ));
             }
-            eprintln!("{summary}");
+            tool_lines::print_line(&summary);
             exit_code.set(
                 serde_json::from_str::<serde_json::Value>(&report)
                     .ok()

@@ -11,6 +11,7 @@
 
 mod env;
 mod limits;
+mod mode_notices;
 mod mounts;
 mod policies;
 mod subnet_pool;
@@ -108,6 +109,8 @@ pub struct RunSpec {
     pub(crate) allow: Vec<String>,
     pub(crate) policy_set: PolicySet,
     pub(crate) warnings: Vec<Diagnostic>,
+    /// Lines about the policy mode, said at the run's start (`mode_notices`).
+    pub(crate) notices: Vec<String>,
     pub(crate) limits: RunLimits,
     pub(crate) mounts: Vec<Mount>,
     pub(crate) env: Vec<(String, String)>,
@@ -143,6 +146,13 @@ impl RunSpec {
     /// Policy warnings (shadowed rules, broad wildcards …): accepted, worth showing.
     pub fn warnings(&self) -> &[Diagnostic] {
         &self.warnings
+    }
+
+    /// Lines a run says on stderr before it starts (the API: `warning` events): that report
+    /// mode opens egress to every public host, or that a merge turned a report-mode policy
+    /// into enforce. Each starts `egress-sandbox: `.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
     }
 
     /// The merged policy name as audit records carry it (e.g. `openai-agent+cli`).
@@ -355,6 +365,7 @@ impl RunSpecBuilder {
             .into());
         }
         check_policy_sizes(&sources)?;
+        let notices = mode_notices::mode_notices(&policies);
         let policy_set = PolicySet::merge(policies);
 
         let requested = Requested {
@@ -469,6 +480,7 @@ impl RunSpecBuilder {
             allow: self.allow,
             policy_set,
             warnings,
+            notices,
             limits,
             mounts,
             env: self.env,

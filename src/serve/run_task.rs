@@ -102,10 +102,11 @@ pub(super) fn start(
 ) -> Receiver<Bytes> {
     let (lines, body) = channel(STREAM_LINES);
     // The few warnings fit the fresh stream.
-    for warning in spec.warnings() {
+    let warnings = spec.warnings().iter().map(ToString::to_string);
+    for text in warnings.chain(spec.notices().iter().cloned()) {
         let _ = lines.try_send(line(&serde_json::json!({
             "event": "warning",
-            "text": warning.to_string(),
+            "text": text,
         })));
     }
     let guard = shared.enter();

@@ -74,3 +74,91 @@ fn report_mode_lets_unlisted_hosts_through_but_keeps_deny_rules_and_the_floor() 
     );
     run.assert_nothing_left();
 }
+
+const REPORT_LINE: &str = "egress-sandbox: report mode (watch): egress is open to every public host; \
+     only deny rules and the private-address floor refuse anything";
+const MERGE_WARNING: &str = "egress-sandbox: warning: policy watch is in report mode, but merged \
+     with cli (enforce) the run enforces";
+const WATCH: &str = "version: 1\nname: watch\nmode: report\nallow:\n  - host: a.test\n";
+
+/// A report-mode run says what report mode means before the command's output, once; a
+/// `--allow` merged into it turns it to enforce and says so, naming the policy. Cold and
+/// through `run --server` alike.
+#[test]
+fn report_mode_is_said_at_the_start_and_a_merge_into_enforce_is_warned() {
+    let network = TestNetwork::create();
+    let daemon = crate::serve::Daemon::start();
+    for server in [None, Some(&daemon.socket)] {
+        let with_server = |run: Run| match server {
+            Some(socket) => run.option("--server", socket),
+            None => run,
+        };
+        let run = with_server(Run::new(&network).policy(WATCH).timeout("60s")).run(&[
+            "sh",
+            "-c",
+            "echo command-output >&2",
+        ]);
+        run.assert_code(0);
+        let said = run.stderr.find(REPORT_LINE);
+        let output = run.stderr.find("command-output");
+        assert!(
+            said.is_some() && said < output && run.stderr.matches(REPORT_LINE).count() == 1,
+            "server {server:?}: {}",
+            run.describe()
+        );
+        assert!(
+            !run.stderr.contains("warning: policy"),
+            "{}",
+            run.describe()
+        );
+
+        let run = with_server(
+            Run::new(&network)
+                .policy(WATCH)
+                .allow("b.test")
+                .timeout("60s"),
+        )
+        .run(&["true"]);
+        run.assert_code(0);
+        assert!(
+            run.stderr.contains(MERGE_WARNING),
+            "server {server:?}: {}",
+            run.describe()
+        );
+        assert!(!run.stderr.contains("report mode ("), "{}", run.describe());
+    }
+}
+
+/// The API sends the same lines as `warning` events, before the run starts.
+#[test]
+fn the_api_sends_report_mode_and_the_merge_warning_as_warning_events() {
+    use crate::serve::{Daemon, post, with_network};
+    use serde_json::json;
+
+    let network = TestNetwork::create();
+    let daemon = Daemon::start();
+    let report = post(
+        &daemon,
+        with_network(&network, json!({"argv": ["true"], "policies": [WATCH]})),
+    )
+    .unwrap();
+    let merged = post(
+        &daemon,
+        with_network(
+            &network,
+            json!({"argv": ["true"], "policies": [WATCH], "allow": ["b.test"]}),
+        ),
+    )
+    .unwrap();
+    for (run, expected) in [(&report, REPORT_LINE), (&merged, MERGE_WARNING)] {
+        assert_eq!(run.events[0]["event"], "warning", "{:#?}", run.events);
+        assert!(
+            run.events[0]["text"]
+                .as_str()
+                .is_some_and(|text| text.starts_with(expected)),
+            "{:#?}",
+            run.events
+        );
+        assert_eq!(run.report()["exit_code"], 0, "{:#?}", run.events);
+    }
+}
