@@ -222,10 +222,10 @@ fn report_setup_failure(error: &RunError) {
     ));
 }
 
-/// One line on stderr. Messages quote hosts, paths, names and policy text that may come
-/// from the sandbox or a hostile file: control, bidi and separator characters are shown as
+/// One line on stderr, starting a line of its own, attributes reset on a terminal
+/// (`tool_lines`). Messages quote hosts, paths, names and policy text that may come from
+/// the sandbox or a hostile file: control, bidi and separator characters are shown as
 /// visible escapes (`text::visible`), never raw.
-/// Each is a line of its own, attributes reset on a terminal (`tool_lines`).
 pub(crate) fn say(message: impl std::fmt::Display) {
     tool_lines::print_line(&visible(&message.to_string()));
 }

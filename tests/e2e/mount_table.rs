@@ -3,7 +3,7 @@
 //! no owner stamp (pid, start time, boot id, pid namespace), home, user or checkout path
 //! shows through.
 
-use crate::support::{Run, TestNetwork, gateway_policy, random_hex};
+use crate::support::{Finished, Run, TestNetwork, gateway_policy, random_hex};
 
 /// The mounts whose source is a host path of the run, by their target in the sandbox.
 const RUN_MOUNTS: [&str; 5] = [
@@ -32,9 +32,20 @@ fn is_neutral(source: &str) -> bool {
     }
 }
 
+/// Cold, and through a daemon (which keeps its binary in a pid-named copy of its own).
 #[test]
 fn the_sandbox_mount_table_names_no_owner_home_or_checkout() {
     let network = TestNetwork::create();
+    let daemon = crate::serve::Daemon::start();
+    let run = mountinfo_run(&network, None);
+    assert_no_host_traces(&run, run.pid);
+    run.assert_nothing_left();
+    let run = mountinfo_run(&network, Some(&daemon.socket));
+    assert_no_host_traces(&run, daemon.pid());
+    crate::serve::assert_run_removed(&run.run_id());
+}
+
+fn mountinfo_run(network: &TestNetwork, server: Option<&std::path::PathBuf>) -> Finished {
     let mut yaml = gateway_policy(
         "mounts",
         network.gateway,
@@ -42,13 +53,21 @@ fn the_sandbox_mount_table_names_no_owner_home_or_checkout() {
         &[("api.mounts.test", 443)],
     );
     yaml += "credentials:\n  - host: api.mounts.test\n    secret: API_KEY\n";
-    let run = Run::new(&network)
+    let mut run = Run::new(network)
         .policy(&yaml)
         .caller_env("API_KEY", &format!("sk-mounts-{}", random_hex()))
         .option("--secret", "API_KEY")
-        .timeout("60s")
-        .run(&["cat", "/proc/self/mountinfo"]);
+        .timeout("60s");
+    if let Some(socket) = server {
+        run = run.option("--server", socket);
+    }
+    let run = run.run(&["cat", "/proc/self/mountinfo"]);
     run.assert_code(0);
+    run
+}
+
+/// `owner`: the pid of the process that owns the run (the caller, or the daemon).
+fn assert_no_host_traces(run: &Finished, owner: u32) {
     let mountinfo = &run.stdout;
 
     // mountinfo: id parent major:minor ROOT MOUNT-POINT options … - type source super
@@ -83,7 +102,7 @@ fn the_sandbox_mount_table_names_no_owner_home_or_checkout() {
         ("boot id", boot_id.trim().to_string()),
         ("pid namespace", pid_namespace.to_string()),
         ("checkout", checkout.to_string()),
-        ("an owner stamp", format!("{}_", run.pid)),
+        ("an owner stamp", format!("{owner}_")),
         ("a kept binary", "kept-binary-".to_string()),
     ];
     if home.len() > 1 {
@@ -95,5 +114,4 @@ fn the_sandbox_mount_table_names_no_owner_home_or_checkout() {
             "{what} ({trace}) in the sandbox's mountinfo:\n{mountinfo}"
         );
     }
-    run.assert_nothing_left();
 }

@@ -75,8 +75,8 @@ fn report_mode_lets_unlisted_hosts_through_but_keeps_deny_rules_and_the_floor() 
     run.assert_nothing_left();
 }
 
-const REPORT_LINE: &str = "egress-sandbox: report mode (watch): egress is open to every public host; \
-     only deny rules and the private-address floor refuse anything";
+const REPORT_LINE: &str = "egress-sandbox: report mode: egress is open to every public host \
+     (policy watch); only deny rules and the private-address floor refuse anything";
 const MERGE_WARNING: &str = "egress-sandbox: warning: policy watch is in report mode, but merged \
      with cli (enforce) the run enforces";
 const WATCH: &str = "version: 1\nname: watch\nmode: report\nallow:\n  - host: a.test\n";
@@ -125,7 +125,7 @@ fn report_mode_is_said_at_the_start_and_a_merge_into_enforce_is_warned() {
             "server {server:?}: {}",
             run.describe()
         );
-        assert!(!run.stderr.contains("report mode ("), "{}", run.describe());
+        assert!(!run.stderr.contains("report mode:"), "{}", run.describe());
     }
 }
 

@@ -18,9 +18,9 @@ pub(super) fn mode_notices(policies: &[Policy]) -> Vec<String> {
     }
     if reporting.len() == policies.len() {
         return vec![format!(
-            "egress-sandbox: report mode ({}): egress is open to every public host; only deny \
-             rules and the private-address floor refuse anything, and what the allow rules \
-             would refuse is recorded as would_block",
+            "egress-sandbox: report mode: egress is open to every public host (policy {}); \
+             only deny rules and the private-address floor refuse anything, and what the \
+             allow rules would refuse is recorded as would_block",
             visible(&names(&reporting))
         )];
     }
@@ -57,7 +57,8 @@ mod tests {
         assert_eq!(report.len(), 1);
         assert!(
             report[0].starts_with(
-                "egress-sandbox: report mode (watch, more): egress is open to every public host"
+                "egress-sandbox: report mode: egress is open to every public host (policy \
+                 watch, more); only deny rules and the private-address floor refuse anything"
             ),
             "{report:?}"
         );
