@@ -6,8 +6,8 @@
 //! `<temp dir>/egress-sandbox-gate-<content id>/egress-sandbox` (a hard link, else a copy).
 //! Runs of the same binary share it, whichever process starts them.
 //!
-//! A place is touched each time a run takes it; places of other binaries not taken for a
-//! day are removed when a new one is made. A running sandbox keeps its mount even when the
+//! A place is touched each time a run takes it; places of other binaries not taken for an
+//! hour are removed when a new one is made (a link keeps an old build's bytes on disk). A running sandbox keeps its mount even when the
 //! path goes, and a run whose place went is given a new one: taking it checks it is there.
 
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ const PREFIX: &str = "egress-sandbox-gate-";
 /// The binary's name in its place.
 const FILE_NAME: &str = "egress-sandbox";
 /// Places not taken for this long are removed when another is made.
-const UNUSED_FOR: Duration = Duration::from_secs(24 * 3600);
+const UNUSED_FOR: Duration = Duration::from_secs(3600);
 
 /// The path a sandbox mounts for `binary`, whose content id is `content_id` (hex), made
 /// if missing.
@@ -115,18 +115,18 @@ mod tests {
     }
 
     #[test]
-    fn places_unused_for_a_day_go_when_another_is_made() {
+    fn places_unused_for_an_hour_go_when_another_is_made() {
         let parent = tempfile::tempdir().unwrap();
         let binary = parent.path().join("bin");
         std::fs::write(&binary, b"one").unwrap();
         let old = place_in(parent.path(), &binary, "aaaa").unwrap();
-        let day_ago = SystemTime::now() - UNUSED_FOR - Duration::from_secs(60);
+        let long_ago = SystemTime::now() - UNUSED_FOR - Duration::from_secs(60);
         std::fs::File::open(old.parent().unwrap())
             .unwrap()
-            .set_modified(day_ago)
+            .set_modified(long_ago)
             .unwrap();
         let new = place_in(parent.path(), &binary, "bbbb").unwrap();
         assert!(new.is_file());
-        assert!(!old.exists(), "the place unused for a day is removed");
+        assert!(!old.exists(), "the place unused for an hour is removed");
     }
 }
