@@ -91,13 +91,12 @@ mod tests {
         std::fs::create_dir(&unstamped).unwrap();
         let mut found = find(parent.path());
         found.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(
-            found,
-            [
-                (dir.path().to_path_buf(), OwnerLabel::Owner(owner())),
-                (unstamped, OwnerLabel::Unreadable),
-            ]
-        );
+        let mut expected = vec![
+            (dir.path().to_path_buf(), OwnerLabel::Owner(owner())),
+            (unstamped, OwnerLabel::Unreadable),
+        ];
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(found, expected);
 
         let made = create(&owner()).unwrap();
         let name = made.path().file_name().unwrap().to_str().unwrap();
