@@ -157,6 +157,13 @@ pub(crate) fn server_message(error: &BollardError) -> Option<&str> {
     }
 }
 
+/// The engine's OCI runtimes by name, and the name of its default one.
+#[derive(Clone, Debug)]
+pub struct RuntimeRegistry {
+    pub runtimes: std::collections::BTreeMap<String, super::runtime::RuntimeInfo>,
+    pub default: String,
+}
+
 impl Engine {
     /// Connects through `DOCKER_HOST` (or the default socket) and agrees on an API version;
     /// the version request doubles as the ping.
@@ -212,14 +219,41 @@ impl Engine {
 
     /// The OCI runtimes the engine offers (`docker info`), sorted.
     pub async fn runtimes(&self) -> Result<Vec<String>, EngineError> {
+        Ok(self
+            .runtime_registry()
+            .await?
+            .runtimes
+            .into_keys()
+            .collect())
+    }
+
+    /// The engine's runtimes as it registers them (executable, arguments, what they are)
+    /// and which one it uses by default.
+    pub async fn runtime_registry(&self) -> Result<RuntimeRegistry, EngineError> {
         let info = self
             .docker
             .info()
             .await
             .map_err(EngineError::api("ask the engine for its runtimes"))?;
-        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
-        runtimes.sort();
-        Ok(runtimes)
+        Ok(RuntimeRegistry {
+            runtimes: super::runtime::registry(info.runtimes.unwrap_or_default()),
+            default: info.default_runtime.unwrap_or_else(|| "runc".into()),
+        })
+    }
+
+    /// What the runtime `name` (`None`: the engine's default) is; a name the engine does
+    /// not register is [`RuntimeKind::Other`](super::runtime::RuntimeKind::Other).
+    pub async fn runtime_kind(
+        &self,
+        name: Option<&str>,
+    ) -> Result<super::runtime::RuntimeKind, EngineError> {
+        let registry = self.runtime_registry().await?;
+        let name = name.unwrap_or(&registry.default);
+        Ok(registry
+            .runtimes
+            .get(name)
+            .map(|info| info.kind)
+            .unwrap_or(super::runtime::RuntimeKind::Other))
     }
 
     // ---- networks ----
