@@ -113,6 +113,12 @@ impl RuntimeKind {
         matches!(self, RuntimeKind::Gvisor { .. })
     }
 
+    /// Whether the engine can change a live container's limits under this runtime
+    /// (`docker update`): gVisor's `runsc` has no `update` command.
+    pub fn updates_live_limits(self) -> bool {
+        !matches!(self, RuntimeKind::Gvisor { .. })
+    }
+
     pub fn describe(self) -> String {
         match self {
             RuntimeKind::HostKernel => "host kernel".into(),
@@ -247,9 +253,11 @@ mod tests {
     }
 
     #[test]
-    fn only_gvisor_moves_the_task_limit_inside() {
+    fn only_gvisor_moves_the_task_limit_inside_and_keeps_its_limits_from_create() {
         assert!(!RuntimeKind::HostKernel.counts_tasks_itself());
         assert!(RuntimeKind::classify("runsc", &[]).counts_tasks_itself());
+        assert!(RuntimeKind::HostKernel.updates_live_limits());
+        assert!(!RuntimeKind::classify("runsc", &[]).updates_live_limits());
         assert!(host_pids_for(64) > 64 * 5 + 40);
     }
 }

@@ -160,6 +160,22 @@ pub(crate) struct Prepared {
     pub gate: Option<StdinWriter>,
 }
 
+impl Slot {
+    /// Whether the claim can hold `spec` to its limits in this slot: always where the
+    /// engine changes a live container's limits; else (gVisor) only with the slot's memory
+    /// and cpus and a task limit no higher than its own (the host cgroup's room was sized
+    /// for that, and the gate lowers `RLIMIT_NPROC` to the run's).
+    pub(crate) fn limits_fit(&self, spec: &RunSpec) -> bool {
+        if self.runtime.updates_live_limits() {
+            return true;
+        }
+        let wanted = LiveLimits::of(spec);
+        wanted.memory == self.limits.memory
+            && wanted.nano_cpus == self.limits.nano_cpus
+            && wanted.pids <= self.limits.pids
+    }
+}
+
 impl SlotObjects {
     /// Fresh names and labels for one run of `sandbox`'s owner; nothing exists yet.
     pub(crate) fn new(sandbox: &Sandbox, trust: Option<TrustBundle>) -> SlotObjects {
@@ -355,8 +371,11 @@ impl SlotObjects {
         let slot_limits = slot.limits;
         let egress_connected = slot.egress_connected;
         let egress = slot.egress.clone();
+        // Under a runtime whose limits stay those of the create, the slot fits only runs
+        // that need no update (`Slot::limits_fit`); the gate lowers the task limit itself.
+        let updates = slot.runtime.updates_live_limits();
         let update = async {
-            if limits != slot_limits {
+            if limits != slot_limits && updates {
                 engine
                     .update_limits(
                         &self.names.sandbox,

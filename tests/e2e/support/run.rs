@@ -25,6 +25,44 @@ const IMAGE_BUILD_BOUND: Duration = Duration::from_secs(30 * 60);
 /// must not exhaust the test's memory).
 const CAPTURE_LIMIT: usize = 16 << 20;
 
+/// The environment variable naming the OCI runtime every [`Run`] uses (`--runtime`): CI runs
+/// the isolation, reach, hardening and credential modules once with the engine's default
+/// and once with `runsc` (gVisor), so both wirings are proven end to end.
+pub const RUNTIME_ENV: &str = "EGRESS_SANDBOX_TEST_RUNTIME";
+
+/// The runtime the tests run under, from [`RUNTIME_ENV`]; `None`: the engine's default.
+pub fn test_runtime() -> Option<String> {
+    std::env::var(RUNTIME_ENV)
+        .ok()
+        .filter(|name| !name.is_empty())
+}
+
+/// Whether the runs of this test process have a network of their own (the run-network
+/// wiring: gVisor) rather than none (passed listeners: runc on a local engine).
+pub fn runs_have_a_network() -> bool {
+    static ANSWER: OnceLock<bool> = OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let Some(name) = test_runtime() else {
+            return false;
+        };
+        let (ok, stdout, _) = super::docker::docker(&["info", "--format", "{{json .Runtimes}}"]);
+        assert!(ok, "docker info failed");
+        let runtimes: Value = serde_json::from_str(&stdout).expect("docker info's runtimes");
+        let runtime = &runtimes[name.as_str()];
+        let path = runtime["path"].as_str().unwrap_or(&name);
+        let args: Vec<String> = runtime["runtimeArgs"]
+            .as_array()
+            .map(|args| {
+                args.iter()
+                    .filter_map(|arg| arg.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        use egress_sandbox::sandbox::runtime::{RuntimeKind, WiringChoice};
+        RuntimeKind::classify(path, &args).wiring(true) == WiringChoice::RunNetwork
+    })
+}
+
 /// `egress-sandbox` with nothing from the test's environment but PATH (and what a test
 /// plants on purpose with [`Run::caller_env`]).
 pub fn binary() -> Command {
@@ -74,6 +112,9 @@ impl Run {
         command.arg("run");
         if let Some(network) = network {
             command.arg("--egress-network").arg(network);
+        }
+        if let Some(runtime) = test_runtime() {
+            command.arg("--runtime").arg(runtime);
         }
         command
             .arg("--report")
@@ -232,6 +273,9 @@ pub fn warm_up(network: Option<&str>) {
         command.arg("run");
         if let Some(network) = network {
             command.args(["--egress-network", network]);
+        }
+        if let Some(runtime) = test_runtime() {
+            command.arg("--runtime").arg(runtime);
         }
         command
             .args(["--", "true"])
