@@ -13,9 +13,10 @@
 //!   its own. gVisor with `--network=none` has no way out at all.
 //! - **How its task limit is enforced** ([`RuntimeKind::counts_tasks_itself`]). Under
 //!   gVisor the host's pids cgroup holds the gVisor kernel's own threads (ptrace stubs,
-//!   Go threads: about 40 idle, five or more per guest task), not the guest's tasks; a
-//!   limit meant for the command starves the kernel, which then dies with the run. gVisor's
-//!   kernel enforces `RLIMIT_NPROC` per sandbox, so that carries the limit there.
+//!   Go threads: about 40 idle, up to fifty per guest task under a fork bomb), not the
+//!   guest's tasks; a limit meant for the command starves that kernel, which then dies with
+//!   the run. gVisor's kernel enforces `RLIMIT_NPROC` per sandbox, so that carries the limit
+//!   there, and the cgroup is only a backstop ([`host_pids_for`]).
 
 use std::collections::BTreeMap;
 
@@ -180,11 +181,14 @@ pub(crate) fn registry(
         .collect()
 }
 
-/// The host pids cgroup limit of a sandbox whose runtime counts tasks itself: room for the
-/// runtime's own threads around `tasks` guest tasks (measured with gVisor's ptrace platform:
-/// about 40 idle and 5.4 per guest task), so the guest's `RLIMIT_NPROC` is what it meets.
+/// The host pids cgroup limit of a sandbox whose runtime counts tasks itself: a backstop
+/// against a runaway runtime, not the task limit (the gate's `RLIMIT_NPROC` is). gVisor's
+/// ptrace platform keeps stub threads per address space and per thread of its own that ran
+/// there, so its host tasks grow much faster than the guest's: measured at the peak of a
+/// fork bomb (every child retrying fork), 1,757 host tasks for 32 guest tasks and 3,012 for
+/// 128. A cgroup limit below that kills gVisor's kernel, and the run with it.
 pub(crate) fn host_pids_for(tasks: u64) -> u64 {
-    64 + tasks.saturating_mul(8)
+    1024 + tasks.saturating_mul(48)
 }
 
 #[cfg(test)]
@@ -258,6 +262,7 @@ mod tests {
         assert!(RuntimeKind::classify("runsc", &[]).counts_tasks_itself());
         assert!(RuntimeKind::HostKernel.updates_live_limits());
         assert!(!RuntimeKind::classify("runsc", &[]).updates_live_limits());
-        assert!(host_pids_for(64) > 64 * 5 + 40);
+        assert!(host_pids_for(32) > 1757 * 5 / 4);
+        assert!(host_pids_for(128) > 3012 * 5 / 4);
     }
 }

@@ -136,7 +136,7 @@ fn a_policy_that_requires_gvisor_runs_under_it_without_a_flag() {
     assert_nothing_left(&run.run_id(), run.pid);
 }
 
-/// Under gVisor the host's pids cgroup counts gVisor's own threads (about five per guest
+/// Under gVisor the host's pids cgroup counts gVisor's own threads (dozens per busy guest
 /// task), so a limit meant for the command used to kill gVisor's kernel with the run:
 /// `print(1)` printed, then the shell's next fork failed. Now the gate sets the limit as
 /// the sandbox's `RLIMIT_NPROC`, which gVisor's kernel counts per sandbox: the bomb's forks

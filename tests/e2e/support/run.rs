@@ -37,18 +37,20 @@ pub fn test_runtime() -> Option<String> {
         .filter(|name| !name.is_empty())
 }
 
-/// Whether the runs of this test process have a network of their own (the run-network
-/// wiring: gVisor) rather than none (passed listeners: runc on a local engine).
-pub fn runs_have_a_network() -> bool {
-    static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| {
-        let Some(name) = test_runtime() else {
-            return false;
-        };
+/// What the runtime of this test process's runs is, from the engine's registration
+/// (`None`: the engine's default, runc here).
+fn test_runtime_kind() -> Option<egress_sandbox::sandbox::runtime::RuntimeKind> {
+    static KIND: OnceLock<Option<egress_sandbox::sandbox::runtime::RuntimeKind>> = OnceLock::new();
+    *KIND.get_or_init(|| {
+        let name = test_runtime()?;
         let (ok, stdout, _) = super::docker::docker(&["info", "--format", "{{json .Runtimes}}"]);
         assert!(ok, "docker info failed");
         let runtimes: Value = serde_json::from_str(&stdout).expect("docker info's runtimes");
         let runtime = &runtimes[name.as_str()];
+        assert!(
+            !runtime.is_null(),
+            "the engine has no runtime {name}: {stdout}"
+        );
         let path = runtime["path"].as_str().unwrap_or(&name);
         let args: Vec<String> = runtime["runtimeArgs"]
             .as_array()
@@ -58,9 +60,24 @@ pub fn runs_have_a_network() -> bool {
                     .collect()
             })
             .unwrap_or_default();
-        use egress_sandbox::sandbox::runtime::{RuntimeKind, WiringChoice};
-        RuntimeKind::classify(path, &args).wiring(true) == WiringChoice::RunNetwork
+        Some(egress_sandbox::sandbox::runtime::RuntimeKind::classify(
+            path, &args,
+        ))
     })
+}
+
+/// Whether the runs of this test process have a network of their own (the run-network
+/// wiring: gVisor) rather than none (passed listeners: runc on a local engine).
+pub fn runs_have_a_network() -> bool {
+    use egress_sandbox::sandbox::runtime::WiringChoice;
+    test_runtime_kind().is_some_and(|kind| kind.wiring(true) == WiringChoice::RunNetwork)
+}
+
+/// Whether the runs of this test process are on a kernel of their own (gVisor): their
+/// processes are not host processes, `/proc` is that kernel's.
+pub fn runs_on_their_own_kernel() -> bool {
+    use egress_sandbox::sandbox::runtime::RuntimeKind;
+    test_runtime_kind().is_some_and(|kind| kind != RuntimeKind::HostKernel)
 }
 
 /// `egress-sandbox` with nothing from the test's environment but PATH (and what a test
