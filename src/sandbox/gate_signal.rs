@@ -110,6 +110,7 @@ mod tests {
                 path: "main.py".into(),
                 contents: b"print(42)\n".to_vec(),
             }],
+            task_limit: Some(64),
         };
         let mut bytes = encode(&setup);
         bytes.extend_from_slice(b"stdin!");
