@@ -251,7 +251,19 @@ impl Engine {
             .await
             .map_err(EngineError::api("ask the engine for its runtimes"))?;
         Ok(RuntimeRegistry {
-            runtimes: super::runtime::registry(info.runtimes.unwrap_or_default()),
+            runtimes: info
+                .runtimes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, runtime)| {
+                    let info = super::runtime::RuntimeInfo::new(
+                        name.clone(),
+                        runtime.path,
+                        runtime.runtime_args.unwrap_or_default(),
+                    );
+                    (name, info)
+                })
+                .collect(),
             default: info.default_runtime.unwrap_or_else(|| "runc".into()),
         })
     }

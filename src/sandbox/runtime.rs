@@ -18,8 +18,6 @@
 //!   the run. gVisor's kernel enforces `RLIMIT_NPROC` per sandbox, so that carries the limit
 //!   there, and the cgroup is only a backstop ([`host_pids_for`]).
 
-use std::collections::BTreeMap;
-
 /// A runtime as the engine registers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeInfo {
@@ -160,25 +158,19 @@ fn flag_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     found
 }
 
-/// The engine's runtimes by name, from `docker info`'s `Runtimes`.
-pub(crate) fn registry(
-    runtimes: std::collections::HashMap<String, bollard::models::Runtime>,
-) -> BTreeMap<String, RuntimeInfo> {
-    runtimes
-        .into_iter()
-        .map(|(name, runtime)| {
-            let path = runtime.path.unwrap_or_else(|| name.clone());
-            let args = runtime.runtime_args.unwrap_or_default();
-            let kind = RuntimeKind::classify(&path, &args);
-            let info = RuntimeInfo {
-                name: name.clone(),
-                path,
-                args,
-                kind,
-            };
-            (name, info)
-        })
-        .collect()
+impl RuntimeInfo {
+    /// A runtime the engine registers as `name`, with its executable `path` (`None`: the
+    /// engine looks `name` up on its PATH) and its `args`.
+    pub fn new(name: String, path: Option<String>, args: Vec<String>) -> RuntimeInfo {
+        let path = path.unwrap_or_else(|| name.clone());
+        let kind = RuntimeKind::classify(&path, &args);
+        RuntimeInfo {
+            name,
+            path,
+            args,
+            kind,
+        }
+    }
 }
 
 /// The host pids cgroup limit of a sandbox whose runtime counts tasks itself: a backstop
