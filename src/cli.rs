@@ -35,6 +35,9 @@ pub enum Command {
     Gc(GcArgs),
     /// Serve runs over a local API (HTTP + JSON on a Unix socket).
     Serve(ServeArgs),
+    /// Check that runs can work here: engine, storage, runtimes (and the wiring a run
+    /// gets under each), images, egress network, temp directory, cgroup controllers.
+    Doctor(DoctorArgs),
     /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
     /// ready (a signal on stdin), then executes COMMAND (followed by the signal's
     /// command, with its environment and working directory) in its place.
@@ -74,6 +77,10 @@ pub struct ServeArgs {
     /// requests that name none [default: egress-sandbox-egress].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
+    /// OCI runtime of the pool's slots and of requests that name none (e.g. runsc)
+    /// [default: the engine's default].
+    #[arg(long = "runtime", value_name = "NAME")]
+    pub runtime: Option<String>,
     /// Runs live at once (from the request until their containers and network are
     /// removed); a request beyond gets 503 with Retry-After. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
@@ -334,3 +341,6 @@ pub enum ExportFormat {
 
 #[derive(Debug, Args)]
 pub struct GcArgs {}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {}

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 pub const USAGE: u8 = 2;
 
 pub mod audit;
+pub mod doctor;
 pub mod gc;
 pub mod policy;
 pub mod proxy;

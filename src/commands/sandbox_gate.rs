@@ -53,6 +53,14 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(125));
     }
+    if let Some(tasks) = setup.task_limit
+        && let Err(error) = limit_tasks(tasks)
+    {
+        eprintln!(
+            "egress-sandbox: cannot set the task limit in the sandbox: {error}; the command was not run"
+        );
+        return Ok(ExitCode::from(125));
+    }
     let mut command_line = args.command;
     command_line.extend(setup.argv);
     let Some((program, arguments)) = command_line.split_first() else {
@@ -84,6 +92,18 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
         126
     };
     Ok(ExitCode::from(code))
+}
+
+/// Lowers this user's task limit (`RLIMIT_NPROC`, soft and hard: the command cannot raise
+/// it again). Sent only where the sandbox's kernel is its own (gVisor), so the count is
+/// this sandbox's tasks; on the host kernel it would count every sandbox of the same user.
+fn limit_tasks(tasks: u64) -> std::io::Result<()> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let limit = Rlimit {
+        current: Some(tasks),
+        maximum: Some(tasks),
+    };
+    setrlimit(Resource::Nproc, limit).map_err(std::io::Error::from)
 }
 
 fn pass_listeners(socket: &Path) -> std::io::Result<()> {

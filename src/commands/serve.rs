@@ -14,6 +14,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.metrics_listen = args.metrics_listen;
     options.pool = args.pool;
     options.egress_network = args.egress_network;
+    options.runtime = args.runtime;
     options.max_runs = args.max_runs;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -378,6 +378,7 @@ pub fn gate_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> GateSetup {
         env: sandbox_env(spec, proxy_ip),
         workdir: spec.workdir.clone(),
         files: spec.files.clone(),
+        task_limit: None,
     }
 }
 

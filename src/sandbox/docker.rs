@@ -157,6 +157,28 @@ pub(crate) fn server_message(error: &BollardError) -> Option<&str> {
     }
 }
 
+/// The engine as `doctor` reports it.
+#[derive(Clone, Debug)]
+pub struct EngineFacts {
+    pub version: String,
+    /// The newest API version the engine speaks, and the one this client agreed on.
+    pub api_version: String,
+    pub negotiated_api: String,
+    pub storage_driver: String,
+    pub cgroup_version: String,
+    pub memory_limit: bool,
+    pub swap_limit: bool,
+    pub cpu_quota: bool,
+    pub pids_limit: bool,
+}
+
+/// The engine's OCI runtimes by name, and the name of its default one.
+#[derive(Clone, Debug)]
+pub struct RuntimeRegistry {
+    pub runtimes: std::collections::BTreeMap<String, super::runtime::RuntimeInfo>,
+    pub default: String,
+}
+
 impl Engine {
     /// Connects through `DOCKER_HOST` (or the default socket) and agrees on an API version;
     /// the version request doubles as the ping.
@@ -212,14 +234,124 @@ impl Engine {
 
     /// The OCI runtimes the engine offers (`docker info`), sorted.
     pub async fn runtimes(&self) -> Result<Vec<String>, EngineError> {
+        Ok(self
+            .runtime_registry()
+            .await?
+            .runtimes
+            .into_keys()
+            .collect())
+    }
+
+    /// The engine's runtimes as it registers them (executable, arguments, what they are)
+    /// and which one it uses by default.
+    pub async fn runtime_registry(&self) -> Result<RuntimeRegistry, EngineError> {
         let info = self
             .docker
             .info()
             .await
             .map_err(EngineError::api("ask the engine for its runtimes"))?;
-        let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
-        runtimes.sort();
-        Ok(runtimes)
+        Ok(RuntimeRegistry {
+            runtimes: info
+                .runtimes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, runtime)| {
+                    let info = super::runtime::RuntimeInfo::new(
+                        name.clone(),
+                        runtime.path,
+                        runtime.runtime_args.unwrap_or_default(),
+                    );
+                    (name, info)
+                })
+                .collect(),
+            default: info.default_runtime.unwrap_or_else(|| "runc".into()),
+        })
+    }
+
+    /// What the runtime `name` (`None`: the engine's default) is; a name the engine does
+    /// not register is [`RuntimeKind::Other`](super::runtime::RuntimeKind::Other).
+    pub async fn runtime_kind(
+        &self,
+        name: Option<&str>,
+    ) -> Result<super::runtime::RuntimeKind, EngineError> {
+        let registry = self.runtime_registry().await?;
+        let name = name.unwrap_or(&registry.default);
+        Ok(registry
+            .runtimes
+            .get(name)
+            .map(|info| info.kind)
+            .unwrap_or(super::runtime::RuntimeKind::Other))
+    }
+
+    /// What `doctor` reports of the engine: versions, storage, the resource controls its
+    /// cgroups offer (each run limit needs one).
+    pub async fn facts(&self) -> Result<EngineFacts, EngineError> {
+        let (version, info) = tokio::try_join!(
+            async {
+                self.docker
+                    .version()
+                    .await
+                    .map_err(EngineError::api("ask the engine for its version"))
+            },
+            async {
+                self.docker
+                    .info()
+                    .await
+                    .map_err(EngineError::api("ask the engine about itself"))
+            },
+        )?;
+        Ok(EngineFacts {
+            version: version.version.unwrap_or_default(),
+            api_version: version.api_version.unwrap_or_default(),
+            negotiated_api: self.docker.client_version().to_string(),
+            storage_driver: info.driver.unwrap_or_default(),
+            cgroup_version: info
+                .cgroup_version
+                .map(|version| version.to_string())
+                .unwrap_or_default(),
+            memory_limit: info.memory_limit.unwrap_or(false),
+            swap_limit: info.swap_limit.unwrap_or(false),
+            cpu_quota: info.cpu_cfs_quota.unwrap_or(false),
+            pids_limit: info.pids_limit.unwrap_or(false),
+        })
+    }
+
+    /// Starts `command` in `image` under `runtime` with no network, waits for it and
+    /// removes it: whether a container starts under that runtime at all. `Err`: the
+    /// engine's own words.
+    pub(crate) async fn probe_runtime(
+        &self,
+        name: &str,
+        runtime: &str,
+        image: &str,
+        command: Vec<String>,
+        labels: HashMap<String, String>,
+    ) -> Result<(), String> {
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(command),
+            labels: Some(labels),
+            host_config: Some(bollard::models::HostConfig {
+                runtime: Some(runtime.to_string()),
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let outcome = async {
+            self.create_container(name, body).await?;
+            self.start_container(name).await?;
+            self.wait_container(name).await
+        }
+        .await;
+        let _ = self.remove_container(name).await;
+        match outcome {
+            Ok(0) => Ok(()),
+            Ok(status) => Err(format!("its probe exited with status {status}")),
+            Err(error) => Err(server_message(&error)
+                .map(str::to_owned)
+                .unwrap_or_else(|| error.to_string())),
+        }
     }
 
     // ---- networks ----

@@ -34,6 +34,11 @@ pub struct GateSetup {
     pub workdir: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<TaskFile>,
+    /// The most tasks the sandbox's user may have (`RLIMIT_NPROC`), set by the gate when the
+    /// runtime's kernel is the sandbox's own (gVisor): there the host's pids cgroup counts
+    /// the runtime's threads, not the command's tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_limit: Option<u64>,
 }
 
 /// The bytes that open the gate with `setup`.
@@ -105,6 +110,7 @@ mod tests {
                 path: "main.py".into(),
                 contents: b"print(42)\n".to_vec(),
             }],
+            task_limit: Some(64),
         };
         let mut bytes = encode(&setup);
         bytes.extend_from_slice(b"stdin!");

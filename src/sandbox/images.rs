@@ -29,6 +29,8 @@ use super::docker::{DockerError, Engine};
 
 pub use base::{BASE_IMAGE, MIRROR_ENV};
 pub use elf::{ElfLinkage, elf_linkage};
+/// Where the static binary sits in the proxy image (`/egress-sandbox`, its entrypoint).
+pub use proxy::BINARY_IN_IMAGE as PROXY_BINARY_IN_IMAGE;
 /// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
 pub const PROXY_REPOSITORY: &str = "egress-sandbox-proxy";
 

@@ -17,6 +17,9 @@
 //! - `wiring`: how the sandbox reaches its proxy — on a local engine it has no network, its
 //!   gate passes the doors bound on its loopback to the proxy; a remote engine's run gets
 //!   its own network.
+//! - [`runtime`]: what an OCI runtime the engine offers is (host kernel, gVisor and its
+//!   network mode), read from its registration: it decides the wiring and how the task
+//!   limit is enforced.
 //! - `network`: the per-run internal network of remote engines (own /29, no host address)
 //!   and the shared egress network.
 //! - `container`: the proxy and sandbox containers as create requests, hardened.
@@ -60,6 +63,7 @@ pub mod outcome;
 pub mod output;
 pub(crate) mod resolv;
 pub mod run;
+pub mod runtime;
 pub(crate) mod slot;
 pub mod spec;
 pub mod tally;

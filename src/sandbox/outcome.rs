@@ -148,6 +148,11 @@ pub enum RunError {
         name: String,
         available: Vec<String>,
     },
+    #[error(
+        "the sandbox could not reach its proxy under runtime {name:?} ({kind}): register it with \
+         a network (for gVisor: runtimeArgs [\"--network=host\"], see scripts/gvisor-setup.sh)"
+    )]
+    RuntimeUnreachable { name: String, kind: String },
     #[error("cannot list this host's interface addresses: {0}")]
     HostAddresses(#[source] std::io::Error),
     #[error("cannot identify this process for the owner label: {0}")]

@@ -284,6 +284,7 @@ impl Run<'_> {
         let Prepared {
             image,
             wiring,
+            runtime,
             proxy,
             sandbox_output,
             gate,
@@ -300,7 +301,10 @@ impl Run<'_> {
             // Already started behind the gate: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let setup = gate_setup(self.spec, wiring.proxy_ip());
+                let mut setup = gate_setup(self.spec, wiring.proxy_ip());
+                if runtime.counts_tasks_itself() {
+                    setup.task_limit = Some(self.spec.limits.pids);
+                }
                 go.write_all(&gate_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::GoSignal { source })?;

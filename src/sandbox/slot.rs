@@ -34,6 +34,7 @@ use super::labels::{Owner, RunNames, random_hostname};
 use super::network::{self, EGRESS_NETWORK};
 use super::outcome::{RunError, docker_step};
 use super::resolv::ResolvConf;
+use super::runtime::{RuntimeKind, WiringChoice, host_pids_for};
 use super::spec::RunSpec;
 use super::task_files::TASK_DIR;
 use super::teardown::Teardown;
@@ -58,6 +59,17 @@ impl LiveLimits {
             nano_cpus: (spec.limits.cpus * 1e9).round() as i64,
             pids: spec.limits.pids,
         }
+    }
+}
+
+/// The host pids cgroup limit of a sandbox under `runtime` limited to `tasks` tasks: the
+/// limit itself, unless the runtime's own threads are in that cgroup (gVisor), where the
+/// gate carries the limit inside (`RLIMIT_NPROC`) and the cgroup leaves room around it.
+fn host_pids(runtime: RuntimeKind, tasks: u64) -> u64 {
+    if runtime.counts_tasks_itself() {
+        host_pids_for(tasks)
+    } else {
+        tasks
     }
 }
 
@@ -121,6 +133,8 @@ pub(crate) struct SlotObjects {
 pub(crate) struct Slot {
     image: String,
     wiring: Wiring,
+    /// What the sandbox's runtime is: how its task limit is enforced.
+    runtime: RuntimeKind,
     egress: String,
     egress_connected: bool,
     limits: LiveLimits,
@@ -140,9 +154,26 @@ pub(crate) struct Slot {
 pub(crate) struct Prepared {
     pub image: String,
     pub wiring: Wiring,
+    pub runtime: RuntimeKind,
     pub proxy: ProxyOutput,
     pub sandbox_output: OutputFrames,
     pub gate: Option<StdinWriter>,
+}
+
+impl Slot {
+    /// Whether the claim can hold `spec` to its limits in this slot: always where the
+    /// engine changes a live container's limits; else (gVisor) only with the slot's memory
+    /// and cpus and a task limit no higher than its own (the host cgroup's room was sized
+    /// for that, and the gate lowers `RLIMIT_NPROC` to the run's).
+    pub(crate) fn limits_fit(&self, spec: &RunSpec) -> bool {
+        if self.runtime.updates_live_limits() {
+            return true;
+        }
+        let wanted = LiveLimits::of(spec);
+        wanted.memory == self.limits.memory
+            && wanted.nano_cpus == self.limits.nano_cpus
+            && wanted.pids <= self.limits.pids
+    }
 }
 
 impl SlotObjects {
@@ -208,31 +239,34 @@ impl SlotObjects {
                 Ok::<_, RunError>((egress, floor_extra))
             },
             async {
-                if gated && super::wiring::runtime_passes_sockets(template.runtime.as_deref()) {
+                let runtime = engine.runtime_kind(template.runtime.as_deref()).await?;
+                match runtime.wiring(gated) {
+                    WiringChoice::PassedListeners => {}
+                    WiringChoice::RunNetwork => {
+                        return self
+                            .run_network(engine, template)
+                            .await
+                            .map(|wiring| (wiring, runtime));
+                    }
+                    WiringChoice::Unusable => {
+                        return Err(RunError::RuntimeUnreachable {
+                            name: template.runtime.clone().unwrap_or_default(),
+                            kind: runtime.describe(),
+                        });
+                    }
+                }
+                {
                     // No network of its own: the gate passes the sandbox's doors.
                     let doors = DoorsDir::create(&self.owner).map_err(RunError::DoorsDir)?;
                     let wiring = Wiring::PassedListeners {
                         doors: doors.path().to_path_buf(),
                     };
                     let _ = self.doors.set(doors);
-                    return Ok(wiring);
+                    Ok::<_, RunError>((wiring, runtime))
                 }
-                self.teardown.track_network(&self.names.network);
-                let subnet = self
-                    .teardown
-                    .complete(network::create_run_network(
-                        engine.clone(),
-                        template.subnet_pool,
-                        self.names.network.clone(),
-                        self.labels.clone(),
-                    ))
-                    .await?;
-                Ok::<_, RunError>(Wiring::RunNetwork {
-                    network: self.names.network.clone(),
-                    subnet,
-                })
             },
         )?;
+        let (wiring, runtime) = wiring;
         tracing::debug!(%proxy_image, %image, ?wiring, "images and wiring ready");
         let held = if gated {
             // The proxy image's tag names the binary's content: the gate's mount is named
@@ -281,7 +315,7 @@ impl SlotObjects {
         let hostname = random_hostname();
         let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(
             self.start_proxy(&proxy_image, &wiring, &egress, &floor_extra),
-            self.create_sandbox(template, &image, &wiring, &hostname, held.as_ref()),
+            self.create_sandbox(template, &image, &wiring, runtime, &hostname, held.as_ref()),
             image_bundle,
         )?;
         // The proxy answers this name itself only where resolv.conf sends lookups to it.
@@ -291,6 +325,7 @@ impl SlotObjects {
         Ok(Slot {
             image,
             wiring,
+            runtime,
             egress,
             egress_connected,
             limits: LiveLimits::of(template),
@@ -300,6 +335,24 @@ impl SlotObjects {
             gate,
             image_bundle,
             resolv_hostname,
+        })
+    }
+
+    /// Both containers on a network of this run's own.
+    async fn run_network(&self, engine: &Engine, template: &RunSpec) -> Result<Wiring, RunError> {
+        self.teardown.track_network(&self.names.network);
+        let subnet = self
+            .teardown
+            .complete(network::create_run_network(
+                engine.clone(),
+                template.subnet_pool,
+                self.names.network.clone(),
+                self.labels.clone(),
+            ))
+            .await?;
+        Ok(Wiring::RunNetwork {
+            network: self.names.network.clone(),
+            subnet,
         })
     }
 
@@ -336,14 +389,17 @@ impl SlotObjects {
         let slot_limits = slot.limits;
         let egress_connected = slot.egress_connected;
         let egress = slot.egress.clone();
+        // Under a runtime whose limits stay those of the create, the slot fits only runs
+        // that need no update (`Slot::limits_fit`); the gate lowers the task limit itself.
+        let updates = slot.runtime.updates_live_limits();
         let update = async {
-            if limits != slot_limits {
+            if limits != slot_limits && updates {
                 engine
                     .update_limits(
                         &self.names.sandbox,
                         limits.memory,
                         limits.nano_cpus,
-                        limits.pids,
+                        host_pids(slot.runtime, limits.pids),
                     )
                     .await
                     .map_err(docker_step("update the sandbox's limits"))?;
@@ -405,6 +461,7 @@ impl SlotObjects {
         Ok(Prepared {
             image: slot.image,
             wiring: slot.wiring,
+            runtime: slot.runtime,
             proxy,
             sandbox_output: slot.sandbox_output,
             gate: slot.gate,
@@ -464,12 +521,16 @@ impl SlotObjects {
         template: &RunSpec,
         image: &str,
         wiring: &Wiring,
+        runtime: RuntimeKind,
         hostname: &str,
         held: Option<&HeldStart>,
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
         let engine = &self.engine;
         let name = self.names.sandbox.as_str();
         let mut body = sandbox_body(template, image, wiring, hostname, &self.labels, held);
+        if let Some(host) = body.host_config.as_mut() {
+            host.pids_limit = Some(host_pids(runtime, template.limits.pids) as i64);
+        }
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
         }

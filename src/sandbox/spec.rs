@@ -33,7 +33,7 @@ use super::task_files::{self, TaskFile};
 
 use env::check_env;
 pub use limits::{DEFAULT_LIMITS, RunLimits};
-use limits::{Requested, resolve_limits};
+use limits::{Requested, resolve_limits, resolve_runtime};
 pub use mounts::Mount;
 use mounts::check_mount;
 pub use policies::PolicySource;
@@ -75,6 +75,16 @@ pub enum SpecError {
         key: &'static str,
         limit: String,
     },
+    #[error("--runtime {name} is not allowed by policy {policy} (runtime: {allowed})")]
+    RuntimeNotAllowed {
+        name: String,
+        policy: String,
+        allowed: String,
+    },
+    #[error(
+        "policies {policy} require different runtimes (limits: runtime): no run can satisfy them all"
+    )]
+    RuntimesConflict { policy: String },
     #[error("invalid {flag} {value:?}: {reason}")]
     Invalid {
         flag: &'static str,
@@ -377,6 +387,11 @@ impl RunSpecBuilder {
             output: self.output,
         };
         let limits = resolve_limits(&requested, policy_set.limits(), policy_set.name())?;
+        let runtime = resolve_runtime(
+            self.runtime,
+            policy_set.limits().runtime.as_deref(),
+            policy_set.name(),
+        )?;
 
         let mounts = self
             .mounts
@@ -455,7 +470,7 @@ impl RunSpecBuilder {
         {
             return Err(invalid("--egress-network", network, "not a network name"));
         }
-        if let Some(runtime) = &self.runtime
+        if let Some(runtime) = &runtime
             && (runtime.is_empty() || runtime.chars().any(|c| c.is_whitespace() || c.is_control()))
         {
             return Err(invalid("--runtime", runtime, "not a runtime name"));
@@ -489,7 +504,7 @@ impl RunSpecBuilder {
             audit_log: self.audit_log,
             audit_limit,
             egress_network: self.egress_network,
-            runtime: self.runtime,
+            runtime,
             subnet_pool,
             files: self.files,
             credentials,

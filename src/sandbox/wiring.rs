@@ -9,11 +9,12 @@
 //! measured on this engine, those were a third of a cold run's time, and the sandbox has no
 //! interface, no gateway, no ARP neighbour and no Docker resolver to reach anything through.
 //!
-//! A remote engine can mount no host directory and runs no gate, and an OCI runtime other
-//! than runc (gVisor's `runsc` has a network stack of its own, Kata a VM) puts something
-//! between the sandbox's sockets and the host's, across which no socket can be passed. Such
-//! runs keep the earlier wiring: both containers on a per-run internal network (`network`),
-//! the proxy connected to the egress network as well.
+//! A remote engine can mount no host directory and runs no gate, and some OCI runtimes put
+//! something between the sandbox's sockets and the host's across which no socket can be
+//! passed (gVisor with its own network stack, Kata's VM; which ones is `runtime`'s
+//! judgement, from the engine's registration). Such runs keep the earlier wiring: both
+//! containers on a per-run internal network (`network`), the proxy connected to the egress
+//! network as well.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -46,12 +47,6 @@ impl Wiring {
             Wiring::RunNetwork { subnet, .. } => subnet.proxy(),
         }
     }
-}
-
-/// Whether a sandbox under `runtime` (`None`: the engine's default) shares the host
-/// kernel's sockets, so that its gate can pass its doors to the proxy.
-pub(crate) fn runtime_passes_sockets(runtime: Option<&str>) -> bool {
-    matches!(runtime, None | Some("runc"))
 }
 
 /// The proxy's Unix socket, as the proxy and as the sandbox name it.
@@ -128,13 +123,5 @@ mod tests {
         assert_eq!(network.proxy_ip(), Ipv4Addr::new(10, 213, 0, 10));
         assert_eq!(proxy_socket(), "/doors/listeners.sock");
         assert_eq!(sandbox_socket(), "/.egress-sandbox/doors/listeners.sock");
-    }
-
-    #[test]
-    fn only_runc_sandboxes_pass_their_doors() {
-        assert!(runtime_passes_sockets(None));
-        assert!(runtime_passes_sockets(Some("runc")));
-        assert!(!runtime_passes_sockets(Some("runsc")));
-        assert!(!runtime_passes_sockets(Some("kata")));
     }
 }

@@ -62,6 +62,9 @@ pub struct ServeOptions {
     pub pool: usize,
     /// The egress network of the pool's slots, and of requests that name none.
     pub egress_network: Option<String>,
+    /// The OCI runtime of the pool's slots, and of requests that name none (`None`: the
+    /// engine's default).
+    pub runtime: Option<String>,
     /// Runs at most live at once (from the request to their objects' removal); a request
     /// beyond is refused with 503 and `Retry-After`. 0 is taken as 1.
     pub max_runs: usize,
@@ -81,6 +84,7 @@ impl ServeOptions {
             metrics_listen: None,
             pool: DEFAULT_POOL,
             egress_network: None,
+            runtime: None,
             max_runs: DEFAULT_MAX_RUNS,
         }
     }
@@ -98,6 +102,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     EgressNetwork(#[from] crate::sandbox::network::NetworkError),
+    #[error("--runtime: {0}")]
+    Runtime(String),
 }
 
 /// A way to cancel one run: wake its interrupt with the signal to report.
@@ -151,6 +157,8 @@ struct Shared {
     pool: Arc<pool::Pool>,
     /// The egress network of requests that name none (the pool's).
     egress_network: Option<String>,
+    /// The runtime of requests that name none (the pool's).
+    runtime: Option<String>,
     runs: Mutex<HashMap<String, Cancel>>,
     /// One permit per live run (`ServeOptions::max_runs`), held until its objects are
     /// removed: the engine never holds more runs' objects than that (besides the pool).
@@ -200,11 +208,28 @@ pub async fn serve(
     if let Some(network) = &options.egress_network {
         template = template.egress_network(network.clone());
     }
-    let template = template.build().expect("the default run is a valid run");
+    if let Some(runtime) = &options.runtime {
+        template = template.runtime(runtime.clone());
+    }
+    let template = template
+        .build()
+        .map_err(|error| ServeError::Runtime(error.to_string()))?;
     // Checked as a cold run checks it, before the socket: a daemon whose every run would
     // fail must not start up healthy.
     if let Some(network) = &options.egress_network {
         crate::sandbox::network::egress_network(&engine, Some(network)).await?;
+    }
+    if let Some(name) = &options.runtime {
+        let available = engine
+            .runtimes()
+            .await
+            .map_err(|error| ServeError::Runtime(error.to_string()))?;
+        if !available.contains(name) {
+            return Err(ServeError::Runtime(format!(
+                "the engine has no runtime {name:?} (it has: {})",
+                available.join(", ")
+            )));
+        }
     }
     let pool_size = if engine.is_local() {
         options.pool
@@ -237,6 +262,7 @@ pub async fn serve(
         metrics,
         pool,
         egress_network: options.egress_network.clone(),
+        runtime: options.runtime.clone(),
         runs: Mutex::new(HashMap::new()),
         run_permits: Arc::new(tokio::sync::Semaphore::new(options.max_runs.max(1))),
         max_runs: options.max_runs.max(1),
@@ -371,6 +397,9 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         .map(|mut request| {
             if request.egress_network.is_none() {
                 request.egress_network = shared.egress_network.clone();
+            }
+            if request.runtime.is_none() {
+                request.runtime = shared.runtime.clone();
             }
             request
         })

@@ -142,7 +142,9 @@ impl Pool {
         }
         let warm = {
             let mut state = self.state.lock().expect("pool lock");
-            let fits = |warm: &Warm| trust_fits(spec, warm.objects.trust.is_some());
+            let fits = |warm: &Warm| {
+                trust_fits(spec, warm.objects.trust.is_some()) && warm.slot.limits_fit(spec)
+            };
             let warm = match state.ready.iter().position(fits) {
                 Some(index) => state.ready.remove(index),
                 None => None,
@@ -152,7 +154,7 @@ impl Pool {
         };
         let Some(Warm { objects, slot, .. }) = warm else {
             tracing::debug!(
-                "no warm slot ready that fits (a policy that inspects hosts needs the trust bundle); the request takes the cold path"
+                "no warm slot ready that fits (a policy that inspects hosts needs the trust bundle; under gVisor, limits differ from the slot's); the request takes the cold path"
             );
             return None;
         };

@@ -160,6 +160,7 @@ impl BadRequest {
             SpecError::Invalid { flag, .. } | SpecError::AboveLimit { flag, .. } => {
                 BadRequest::new(field_of_flag(flag), error.to_string())
             }
+            SpecError::RuntimeNotAllowed { .. } => BadRequest::new("runtime", error.to_string()),
             SpecError::NoCommand => BadRequest::new("argv", error.to_string()),
             SpecError::Pin(_) => BadRequest::new("resolve", error.to_string()),
             SpecError::Credentials(ref credential) => {

@@ -20,6 +20,7 @@ mod audit_summary;
 mod concurrency;
 mod credentials;
 mod egress_bridge;
+mod gvisor;
 mod handoff;
 mod hardening;
 mod host_floor;

@@ -165,6 +165,10 @@ pub struct Limits {
     pub pids: Option<u64>,
     pub tmp: Option<u64>,
     pub output: Option<u64>,
+    /// The OCI runtimes a run may use (`runtime: NAME`, as `--runtime` and the engine name
+    /// them): one name per policy; merged policies keep the names all of them allow, so an
+    /// empty list means no runtime satisfies them all.
+    pub runtime: Option<Vec<String>>,
 }
 
 /// How the proxy checks the TLS ClientHello of a `CONNECT` tunnel on a TLS port.

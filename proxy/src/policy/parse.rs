@@ -65,6 +65,7 @@ struct RawLimits {
     pids: Option<Spanned<String>>,
     tmp: Option<Spanned<String>>,
     output: Option<Spanned<String>>,
+    runtime: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -830,6 +831,20 @@ fn build_limits(findings: &mut Findings<'_>, raw: RawLimits) -> Limits {
                 &cpus.referenced,
                 format!("`cpus`: `{}` is not a positive number", cpus.value),
             ),
+        }
+    }
+    if let Some(runtime) = raw.runtime {
+        let name = runtime.value.trim();
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            findings.error_at(
+                &runtime.referenced,
+                format!(
+                    "`runtime`: `{}` is not a runtime name (one name, as `--runtime` takes it)",
+                    runtime.value
+                ),
+            );
+        } else {
+            limits.runtime = Some(vec![name.to_string()]);
         }
     }
     if let Some(pids) = raw.pids {

@@ -691,7 +691,7 @@ fn canonical(addr: IpAddr) -> IpAddr {
     }
 }
 
-/// Each limit: the smaller of the two where both are set.
+/// Each limit: the smaller of the two where both are set; the runtimes both allow.
 fn strictest(a: &Limits, b: &Limits) -> Limits {
     fn min<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
         match (a, b) {
@@ -707,6 +707,11 @@ fn strictest(a: &Limits, b: &Limits) -> Limits {
         pids: min(a.pids, b.pids),
         tmp: min(a.tmp, b.tmp),
         output: min(a.output, b.output),
+        runtime: match (&a.runtime, &b.runtime) {
+            (Some(x), Some(y)) => Some(x.iter().filter(|name| y.contains(name)).cloned().collect()),
+            (x, None) => x.clone(),
+            (None, y) => y.clone(),
+        },
     }
 }
 

@@ -21,7 +21,9 @@
 //! with the checked policy's CIDR rules only — including the IPv4 addresses an allowed IPv6
 //! block carries (NAT64, 6to4, Teredo …), which the engine's deny CIDRs judge as IPv4.
 //!
-//! Beyond rules: a policy in `mode: report` lets through what its allowlist refuses, and
+//! Beyond rules: a policy that lets runs use a runtime UPPER's `limits: {runtime: …}` does
+//! not name (or any runtime) would take away the wall UPPER requires; a policy in
+//! `mode: report` lets through what its allowlist refuses, and
 //! `tls: {sni: off}` or a `tls.ports` list without a port UPPER lists stops checking that a
 //! tunnel there carries TLS for the name allowed; under an UPPER that does neither, each is
 //! an error (at line 1: the policy does not keep their position).
@@ -105,6 +107,22 @@ fn loosened_settings(policy: &Policy, upper: &Policy, upper_file: &str) -> Vec<S
         messages.push(format!(
             "`mode: report` lets through what the allowlist refuses; {upper_file} enforces its allowlist"
         ));
+    }
+    if let Some(required) = &upper.limits.runtime {
+        let allowed = match &policy.limits.runtime {
+            Some(own) => own.iter().all(|name| required.contains(name)),
+            None => false,
+        };
+        if !allowed {
+            let own = match &policy.limits.runtime {
+                Some(own) => format!("`limits: {{runtime: {}}}` lets runs use", own.join(", ")),
+                None => "no `limits: {runtime: …}` lets runs use any runtime, such as".into(),
+            };
+            messages.push(format!(
+                "{own} a runtime {upper_file} does not allow; it requires `runtime: {}`",
+                required.join(", ")
+            ));
+        }
     }
     if upper.tls.sni == SniCheck::Off {
         return messages;

@@ -18,7 +18,7 @@ use super::hash_cache::{HashedFile, cached_sha256, read_and_remember};
 use super::{IMAGE_LABEL, ImageError, PROXY_REPOSITORY, image_exists, lock_exclusive, sweep};
 
 /// Where the binary sits in the image.
-const BINARY_IN_IMAGE: &str = "egress-sandbox";
+pub const BINARY_IN_IMAGE: &str = "egress-sandbox";
 
 pub(super) async fn ensure(
     docker: &Docker,

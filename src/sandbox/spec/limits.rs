@@ -47,6 +47,31 @@ pub(super) struct Requested {
     pub(super) output: Option<u64>,
 }
 
+/// The runtime of a run: `requested` (`--runtime`) when the policies allow it; without
+/// one, the runtime the policies require, if they require one; else the engine's default
+/// (`None`).
+pub(super) fn resolve_runtime(
+    requested: Option<String>,
+    required: Option<&[String]>,
+    policy: &str,
+) -> Result<Option<String>, SpecError> {
+    let Some(required) = required else {
+        return Ok(requested);
+    };
+    match (requested, required) {
+        (_, []) => Err(SpecError::RuntimesConflict {
+            policy: policy.to_string(),
+        }),
+        (Some(name), allowed) if !allowed.contains(&name) => Err(SpecError::RuntimeNotAllowed {
+            name,
+            policy: policy.to_string(),
+            allowed: allowed.join(", "),
+        }),
+        (Some(name), _) => Ok(Some(name)),
+        (None, [only, ..]) => Ok(Some(only.clone())),
+    }
+}
+
 /// A flag is refused above the policy ceiling; without a flag, the default applies unless
 /// the ceiling is stricter.
 pub(super) fn resolve_limits(
@@ -192,6 +217,40 @@ mod tests {
             tmp: None,
             output: None,
         }
+    }
+
+    #[test]
+    fn a_policy_runtime_is_the_default_and_refuses_any_other() {
+        let required = vec!["runsc".to_string()];
+        assert_eq!(
+            resolve_runtime(None, Some(&required), "p")
+                .unwrap()
+                .as_deref(),
+            Some("runsc")
+        );
+        assert_eq!(
+            resolve_runtime(Some("runsc".into()), Some(&required), "p")
+                .unwrap()
+                .as_deref(),
+            Some("runsc")
+        );
+        let refused = resolve_runtime(Some("runc".into()), Some(&required), "p").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "--runtime runc is not allowed by policy p (runtime: runsc)"
+        );
+        let conflict = resolve_runtime(None, Some(&[]), "p").unwrap_err();
+        assert!(
+            conflict.to_string().contains("different runtimes"),
+            "{conflict}"
+        );
+        assert_eq!(resolve_runtime(None, None, "p").unwrap(), None);
+        assert_eq!(
+            resolve_runtime(Some("runc".into()), None, "p")
+                .unwrap()
+                .as_deref(),
+            Some("runc")
+        );
     }
 
     #[test]

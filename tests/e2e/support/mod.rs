@@ -5,7 +5,7 @@ pub mod run;
 pub mod servers;
 
 pub use docker::{TestNetwork, assert_nothing_left, docker_ok, leftovers, objects_owned_by};
-pub use run::{Finished, Run, RunningRun};
+pub use run::{Finished, Run, RunningRun, runs_have_a_network, runs_on_their_own_kernel};
 pub use servers::{Canary, Upstream};
 
 /// A fresh random hex string, for names, secrets and bodies that no other test shares.

@@ -25,6 +25,61 @@ const IMAGE_BUILD_BOUND: Duration = Duration::from_secs(30 * 60);
 /// must not exhaust the test's memory).
 const CAPTURE_LIMIT: usize = 16 << 20;
 
+/// The environment variable naming the OCI runtime every [`Run`] uses (`--runtime`): CI runs
+/// the isolation, reach, hardening and credential modules once with the engine's default
+/// and once with `runsc` (gVisor), so both wirings are proven end to end.
+pub const RUNTIME_ENV: &str = "EGRESS_SANDBOX_TEST_RUNTIME";
+
+/// The runtime the tests run under, from [`RUNTIME_ENV`]; `None`: the engine's default.
+pub fn test_runtime() -> Option<String> {
+    std::env::var(RUNTIME_ENV)
+        .ok()
+        .filter(|name| !name.is_empty())
+}
+
+/// What the runtime of this test process's runs is, from the engine's registration
+/// (`None`: the engine's default, runc here).
+fn test_runtime_kind() -> Option<egress_sandbox::sandbox::runtime::RuntimeKind> {
+    static KIND: OnceLock<Option<egress_sandbox::sandbox::runtime::RuntimeKind>> = OnceLock::new();
+    *KIND.get_or_init(|| {
+        let name = test_runtime()?;
+        let (ok, stdout, _) = super::docker::docker(&["info", "--format", "{{json .Runtimes}}"]);
+        assert!(ok, "docker info failed");
+        let runtimes: Value = serde_json::from_str(&stdout).expect("docker info's runtimes");
+        let runtime = &runtimes[name.as_str()];
+        assert!(
+            !runtime.is_null(),
+            "the engine has no runtime {name}: {stdout}"
+        );
+        let path = runtime["path"].as_str().unwrap_or(&name);
+        let args: Vec<String> = runtime["runtimeArgs"]
+            .as_array()
+            .map(|args| {
+                args.iter()
+                    .filter_map(|arg| arg.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(egress_sandbox::sandbox::runtime::RuntimeKind::classify(
+            path, &args,
+        ))
+    })
+}
+
+/// Whether the runs of this test process have a network of their own (the run-network
+/// wiring: gVisor) rather than none (passed listeners: runc on a local engine).
+pub fn runs_have_a_network() -> bool {
+    use egress_sandbox::sandbox::runtime::WiringChoice;
+    test_runtime_kind().is_some_and(|kind| kind.wiring(true) == WiringChoice::RunNetwork)
+}
+
+/// Whether the runs of this test process are on a kernel of their own (gVisor): their
+/// processes are not host processes, `/proc` is that kernel's.
+pub fn runs_on_their_own_kernel() -> bool {
+    use egress_sandbox::sandbox::runtime::RuntimeKind;
+    test_runtime_kind().is_some_and(|kind| kind != RuntimeKind::HostKernel)
+}
+
 /// `egress-sandbox` with nothing from the test's environment but PATH (and what a test
 /// plants on purpose with [`Run::caller_env`]).
 pub fn binary() -> Command {
@@ -74,6 +129,9 @@ impl Run {
         command.arg("run");
         if let Some(network) = network {
             command.arg("--egress-network").arg(network);
+        }
+        if let Some(runtime) = test_runtime() {
+            command.arg("--runtime").arg(runtime);
         }
         command
             .arg("--report")
@@ -232,6 +290,9 @@ pub fn warm_up(network: Option<&str>) {
         command.arg("run");
         if let Some(network) = network {
             command.args(["--egress-network", network]);
+        }
+        if let Some(runtime) = test_runtime() {
+            command.arg("--runtime").arg(runtime);
         }
         command
             .args(["--", "true"])

@@ -227,6 +227,29 @@ fn report_mode_lets_allowlist_refusals_through_but_not_deny_or_floor() {
 }
 
 #[test]
+fn merged_runtime_requirements_keep_what_all_allow() {
+    let gvisor = policy("version: 1\nname: a\nlimits:\n  runtime: runsc\n");
+    let also_gvisor = policy("version: 1\nname: b\nlimits:\n  runtime: runsc\n");
+    let kata = policy("version: 1\nname: c\nlimits:\n  runtime: kata\n");
+    let free = policy("version: 1\nname: d\n");
+    let runtime = |policies: Vec<Policy>| PolicySet::merge(policies).limits().runtime.clone();
+    assert_eq!(
+        runtime(vec![gvisor.clone(), free.clone()]),
+        Some(vec!["runsc".to_string()])
+    );
+    assert_eq!(
+        runtime(vec![gvisor.clone(), also_gvisor]),
+        Some(vec!["runsc".to_string()])
+    );
+    assert_eq!(
+        runtime(vec![gvisor, kata]),
+        Some(Vec::new()),
+        "no runtime satisfies both"
+    );
+    assert_eq!(runtime(vec![free]), None);
+}
+
+#[test]
 fn merging_unions_rules_and_takes_the_strictest() {
     let openai = policy(
         "version: 1\nname: openai-agent\nmode: report\nallow:\n  - host: api.openai.com\nlimits:\n  timeout: 30s\n  memory: 512MiB\ntls:\n  ports: [443]\n  sni: off\n",

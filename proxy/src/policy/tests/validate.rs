@@ -244,6 +244,20 @@ fn limit_errors_point_at_the_value() {
     assert!(limit_error("pids: 1.5").starts_with("test.yaml:3:9: error: `pids`: "));
     assert!(limit_error("pids: 0").contains("positive"));
     assert!(limit_error("swap: 1GiB").contains("unknown field `swap`"));
+    assert!(limit_error("runtime: \"run sc\"").starts_with("test.yaml:3:12: error: `runtime`: "));
+    assert!(limit_error("runtime: \"\"").contains("not a runtime name"));
+}
+
+#[test]
+fn a_runtime_requirement_is_one_name() {
+    let required = policy("version: 1\nlimits:\n  runtime: runsc\n");
+    assert_eq!(required.limits().runtime, Some(vec!["runsc".to_string()]));
+    let free = policy("version: 1\nlimits:\n  pids: 8\n");
+    assert_eq!(free.limits().runtime, None);
+    assert!(
+        error("version: 1\nlimits:\n  runtime: [runsc, kata]\n").starts_with("test.yaml:3:"),
+        "a list is refused where it stands"
+    );
 }
 
 #[test]

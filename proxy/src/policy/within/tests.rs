@@ -164,6 +164,38 @@ fn report_mode_and_sni_off_reach_beyond_an_enforcing_upper() {
 }
 
 #[test]
+fn a_runtime_upper_requires_is_a_ceiling() {
+    let upper = "version: 1\nlimits:\n  runtime: runsc\n";
+    let check = |child: &str| {
+        let (upper, _) = Policy::from_yaml("upper.yaml", upper).unwrap();
+        let (policy, _) = Policy::from_yaml("child.yaml", child).unwrap();
+        check_within("child.yaml", &policy, "upper.yaml", &upper)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        check("version: 1\nlimits:\n  runtime: runsc\n"),
+        Vec::<String>::new()
+    );
+    let none = check("version: 1\n");
+    assert_eq!(none.len(), 1, "{none:?}");
+    assert!(
+        none[0].starts_with(
+            "child.yaml:1:1: error: no `limits: {runtime: …}` lets runs use any runtime"
+        ) && none[0].ends_with("upper.yaml does not allow; it requires `runtime: runsc`"),
+        "{none:?}"
+    );
+    let other = check("version: 1\nlimits:\n  runtime: runc\n");
+    assert!(
+        other.len() == 1 && other[0].contains("`limits: {runtime: runc}` lets runs use a runtime"),
+        "{other:?}"
+    );
+    // An UPPER that requires nothing lets a child require what it likes.
+    assert_within("version: 1\nlimits:\n  runtime: runc\n");
+}
+
+#[test]
 fn union_coverage_of_nets() {
     let net = |s: &str| s.parse::<IpNet>().unwrap();
     let quarters = [
