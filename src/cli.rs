@@ -1,4 +1,4 @@
-//! The command line, exactly as INTERFACE.md describes it. Values that need more than a
+//! The command line, as the book's command reference (`docs/src/reference/cli.md`) describes it. Values that need more than a
 //! string-to-type conversion (policies, sizes, durations) are parsed and checked by the
 //! commands before anything is started.
 
@@ -201,11 +201,14 @@ pub enum PolicyCommand {
         #[arg(long = "wildcard-after", value_name = "N", default_value_t = 5)]
         wildcard_after: usize,
     },
-    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
-    /// 1 blocked.
+    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0
+    /// allowed, 1 blocked or would_block, 2 invalid input (a flag, target or policy that
+    /// cannot be used; nothing is decided).
     Test {
+        /// Policy file (YAML); repeatable, policies merge as in a run.
         #[arg(short, long = "policy", value_name = "FILE")]
         policies: Vec<PathBuf>,
+        /// Allow HOST[:PORT] (port default 443), as `run --allow`; repeatable.
         #[arg(long = "allow", value_name = "HOST[:PORT]")]
         allow: Vec<String>,
         /// `[METHOD] TARGET`: with a METHOD (e.g. `POST https://host/path`), the request is
@@ -309,7 +312,7 @@ pub enum AuditCommand {
     /// Every record as an event for a SIEM (OCSF JSON lines on stdout).
     Export {
         /// Output format.
-        #[arg(long, value_enum, value_name = "FORMAT")]
+        #[arg(long, value_enum, value_name = "FORMAT", default_value = "ocsf")]
         format: ExportFormat,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,

@@ -16,6 +16,7 @@ pub mod run;
 pub mod run_client;
 pub mod sandbox_gate;
 pub mod serve;
+pub mod usage;
 pub mod watchdog;
 
 /// `egress-sandbox run`: through the daemon when one is named (`run_client`), else cold.

@@ -31,7 +31,7 @@ use super::credentials::{CredentialError, RunCredentials};
 use super::task_files::{self, TaskFile};
 
 use env::check_env;
-pub use limits::{DEFAULT_LIMITS, RunLimits};
+pub use limits::{DEFAULT_LIMITS, MIN_MEMORY, RunLimits};
 use limits::{Requested, resolve_limits};
 pub use mounts::Mount;
 use mounts::check_mount;
