@@ -66,16 +66,16 @@ pub struct ServeArgs {
     /// Also serve GET /metrics (Prometheus text) on this TCP address.
     #[arg(long = "metrics-listen", value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Warm slots kept ready: a run network, its proxy waiting for its policy and a
-    /// sandbox waiting for its command (0: every run is set up when it comes).
+    /// Warm slots kept ready: a proxy waiting for its policy and a sandbox (no network)
+    /// waiting for its command (0: every run is set up when it comes).
     #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
     pub pool: usize,
     /// The network the proxies reach the outside through, for the pool's slots and
     /// requests that name none [default: egress-sandbox-egress].
     #[arg(long = "egress-network", value_name = "NAME")]
     pub egress_network: Option<String>,
-    /// Runs live at once (from the request until their containers and network are
-    /// removed); a request beyond gets 503 with Retry-After. At least 1.
+    /// Runs live at once (from the request until their objects are removed); a request
+    /// beyond gets 503 with Retry-After. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,

@@ -29,7 +29,7 @@
 //! bundle plus that CA before the gate opens.
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs
-//! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
+//! about six times a bare `docker run` (`docs/src/benchmarks.md`). On a local engine the sandbox is even
 //! started alongside the proxy, its command held back by a gate until the proxy is ready
 //! (`commands::sandbox_gate`), which also hands the command its argv, environment and
 //! working directory. Every object is registered with the run's `Teardown` before it is

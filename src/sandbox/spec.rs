@@ -41,7 +41,7 @@ pub use subnet_pool::{DEFAULT_SUBNET_POOL, SUBNET_POOL_ENV};
 use subnet_pool::{check_pool, subnet_pool_from_env};
 
 /// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
-/// INTERFACE.md B3): bounds the log, the caller's work and the disk whatever the sandbox
+/// `docs/src/reference/audit-record.md`): bounds the log, the caller's work and the disk whatever the sandbox
 /// sends. The proxy's own default, so a run and a bare proxy agree.
 pub const DEFAULT_AUDIT_LIMIT: u64 = egress_proxy::audit::DEFAULT_AUDIT_LIMIT;
 

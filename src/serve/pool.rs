@@ -1,8 +1,9 @@
 //! The daemon's warm pool: slots prepared ahead of the requests that will use them.
 //!
-//! A slot is one run's objects up to its handoff (`sandbox::slot`): its run network, its
-//! proxy started, connected to the egress network and waiting for its handoff, its sandbox
-//! started behind the gate with an empty trust bundle mounted (filled at the claim, so a
+//! A slot is one run's objects up to its handoff (`sandbox::slot`): its doors directory, its
+//! proxy started on the egress network alone and waiting for its handoff, its sandbox (no
+//! network: the proxy serves the doors its gate passes) started behind the gate with an
+//! empty trust bundle mounted (filled at the claim, so a
 //! policy that inspects hosts is served warm too) — all of the default shape (the base
 //! image, default tmp size, no mounts, the daemon's egress network). A request that fits
 //! takes the oldest ready slot, which is claimed as a cold run claims its own; anything set
@@ -29,7 +30,7 @@ use crate::sandbox::trust::TrustBundle;
 use crate::sandbox::{RunSpec, Sandbox};
 
 /// A claimed slot's replacement is started when its run is answered, or after this long
-/// if that comes later: preparing a slot (a network, two containers) while the claimed
+/// if that comes later: preparing a slot (two containers) while the claimed
 /// run's command ends slows the engine's report of that end (measured: `true` answered in
 /// ~1.8 s instead of ~0.25 s), so a short run is answered first.
 const REFILL_AFTER: Duration = Duration::from_secs(2);

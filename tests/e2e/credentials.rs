@@ -1,4 +1,4 @@
-//! Credentials the sandbox never holds (INTERFACE.md B1): the program sends `$API_KEY`,
+//! Credentials the sandbox never holds (`docs/src/guide/credentials.md`): the program sends `$API_KEY`,
 //! which holds a placeholder; the proxy puts the real key on the wire to the one host of the
 //! credential. curl, Python (urllib, requests, httpx) and git go through HTTPS_PROXY, Node
 //! (no proxy support) takes the transparent path; all trust the run CA with no flags, also
