@@ -316,7 +316,8 @@ fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConf
     ]);
     host.init = Some(true);
     // The writable places: /tmp and /dev/shm, each a tmpfs of --tmp bytes (Docker's own
-    // /dev/shm would be 64 MiB whatever --tmp says), and nothing executable on /dev/shm.
+    // /dev/shm would be 64 MiB whatever --tmp says). Docker mounts every tmpfs noexec unless
+    // told `exec`; /dev/shm says it anyway.
     // /dev/mqueue, which Docker mounts writable, is replaced by an empty read-only tmpfs.
     host.shm_size = Some(tmp as i64);
     let mut tmpfs = HashMap::from([
