@@ -1,6 +1,6 @@
-//! The command line, as the book's command reference (`docs/src/reference/cli.md`) describes it. Values that need more than a
-//! string-to-type conversion (policies, sizes, durations) are parsed and checked by the
-//! commands before anything is started.
+//! The command line, as the book's command reference (`docs/src/reference/cli.md`) describes it.
+//! Values that need more than a string-to-type conversion (policies, sizes, durations) are parsed
+//! and checked by the commands before anything is started.
 
 use std::path::PathBuf;
 

@@ -7,13 +7,12 @@
 //! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
 //!
 //! Each run goes through the library's lifecycle (`sandbox::Sandbox`), the same code as
-//! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else
-//! cold. The `exit` event goes out as soon as the outcome is known; the run's objects (its
-//! containers, its host directories, and its network when it has one: remote engines and
-//! runtimes other than runc) are removed after it, in the background. On SIGTERM/SIGINT the daemon stops
-//! accepting, interrupts every run, waits until each has removed its objects, removes every
-//! pool slot, and removes its socket; at start it sweeps what a crashed daemon (or run)
-//! left.
+//! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else cold. The
+//! `exit` event goes out as soon as the outcome is known; the run's objects (its containers, its
+//! host directories, and its network when it has one: remote engines and runtimes other than runc)
+//! are removed after it, in the background. On SIGTERM/SIGINT the daemon stops accepting,
+//! interrupts every run, waits until each has removed its objects, removes every pool slot, and
+//! removes its socket; at start it sweeps what a crashed daemon (or run) left.
 
 pub mod client;
 pub mod metrics;

@@ -21,9 +21,9 @@ impl fmt::Display for Severity {
     }
 }
 
-/// One finding: Display is exactly `FILE:LINE:COL: error: message` (or `warning:`).
-/// LINE and COL count from 1; both are 0 for a finding about the file as a whole (it cannot
-/// be read, it is too large), shown as `FILE: error: message`. For `--allow` flags FILE is `--allow`, LINE the flag's
+/// One finding: Display is exactly `FILE:LINE:COL: error: message` (or `warning:`). LINE and COL
+/// count from 1; both are 0 for a finding about the file as a whole (it cannot be read, it is too
+/// large), shown as `FILE: error: message`. For `--allow` flags FILE is `--allow`, LINE the flag's
 /// position (1 = first flag) and COL the byte column in the flag's value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {

@@ -77,8 +77,8 @@ impl Summary {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            // The proxy's own lines besides attempts (docs/src/reference/audit-record.md): `limit` once
-            // the audit limit is reached, `end` last with what was dropped.
+            // The proxy's own lines besides attempts (docs/src/reference/audit-record.md): `limit`
+            // once the audit limit is reached, `end` last with what was dropped.
             match parse(&line) {
                 Ok(Entry::Attempt(attempt)) => self.add(&attempt),
                 Ok(Entry::End(end)) => self.dropped += end.dropped,
