@@ -36,7 +36,7 @@ import threading
 import time
 
 ENGINE = os.environ.get("DOCKER_SOCKET", "/var/run/docker.sock")
-BASE = os.environ.get("IMAGE", "egress-sandbox-base:bookworm-3")
+BASE = os.environ.get("IMAGE", "egress-sandbox-base:bookworm-4")
 EGRESS = "egress-sandbox-egress"
 HARDENED = {"ReadonlyRootfs": True, "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"]}
 

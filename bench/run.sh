@@ -2,7 +2,7 @@
 # Wall time of `egress-sandbox run -- true` against a bare `docker run --rm --network none
 # IMAGE true`, side by side with hyperfine; prints the ratio of the medians.
 #
-#   bench/run.sh [IMAGE]          IMAGE defaults to the base image (egress-sandbox-base:bookworm-3)
+#   bench/run.sh [IMAGE]          IMAGE defaults to the base image (egress-sandbox-base:bookworm-4)
 #   RUNS=20 BIN=path/to/egress-sandbox bench/run.sh
 #
 # Builds the release binary unless BIN is given. Images are prepared once before timing
@@ -10,7 +10,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-IMAGE=${1:-egress-sandbox-base:bookworm-3}
+IMAGE=${1:-egress-sandbox-base:bookworm-4}
 RUNS=${RUNS:-15}
 if [[ -z "${BIN:-}" ]]; then
     cargo build --release --quiet

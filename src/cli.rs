@@ -1,6 +1,6 @@
-//! The command line, exactly as INTERFACE.md describes it. Values that need more than a
-//! string-to-type conversion (policies, sizes, durations) are parsed and checked by the
-//! commands before anything is started.
+//! The command line, as the book's command reference (`docs/src/reference/cli.md`) describes it.
+//! Values that need more than a string-to-type conversion (policies, sizes, durations) are parsed
+//! and checked by the commands before anything is started.
 
 use std::path::PathBuf;
 
@@ -69,8 +69,8 @@ pub struct ServeArgs {
     /// Also serve GET /metrics (Prometheus text) on this TCP address.
     #[arg(long = "metrics-listen", value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Warm slots kept ready: a run network, its proxy waiting for its policy and a
-    /// sandbox waiting for its command (0: every run is set up when it comes).
+    /// Warm slots kept ready: a proxy waiting for its policy and a sandbox (no network)
+    /// waiting for its command (0: every run is set up when it comes).
     #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
     pub pool: usize,
     /// The network the proxies reach the outside through, for the pool's slots and
@@ -81,8 +81,8 @@ pub struct ServeArgs {
     /// [default: the engine's default].
     #[arg(long = "runtime", value_name = "NAME")]
     pub runtime: Option<String>,
-    /// Runs live at once (from the request until their containers and network are
-    /// removed); a request beyond gets 503 with Retry-After. At least 1.
+    /// Runs live at once (from the request until their objects are removed); a request
+    /// beyond gets 503 with Retry-After. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,
@@ -208,11 +208,14 @@ pub enum PolicyCommand {
         #[arg(long = "wildcard-after", value_name = "N", default_value_t = 5)]
         wildcard_after: usize,
     },
-    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0 allowed,
-    /// 1 blocked.
+    /// Print what the policies decide for [METHOD] TARGET (host[:port] or URL): exit 0
+    /// allowed, 1 blocked or would_block, 2 invalid input (a flag, target or policy that
+    /// cannot be used; nothing is decided).
     Test {
+        /// Policy file (YAML); repeatable, policies merge as in a run.
         #[arg(short, long = "policy", value_name = "FILE")]
         policies: Vec<PathBuf>,
+        /// Allow HOST[:PORT] (port default 443), as `run --allow`; repeatable.
         #[arg(long = "allow", value_name = "HOST[:PORT]")]
         allow: Vec<String>,
         /// `[METHOD] TARGET`: with a METHOD (e.g. `POST https://host/path`), the request is
@@ -317,7 +320,7 @@ pub enum AuditCommand {
     /// Every record as an event for a SIEM (OCSF JSON lines on stdout).
     Export {
         /// Output format.
-        #[arg(long, value_enum, value_name = "FORMAT")]
+        #[arg(long, value_enum, value_name = "FORMAT", default_value = "ocsf")]
         format: ExportFormat,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,

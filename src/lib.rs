@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the command line (clap), exactly INTERFACE.md.
+//! - [`cli`]: the command line (clap), as `docs/src/reference/cli.md` describes it.
 //! - [`commands`]: one module per subcommand; each turns arguments into library calls.
 //! - [`sandbox`]: the run lifecycle on Docker — images, the per-run network, the proxy and
 //!   sandbox containers, teardown guards, `gc` — behind one handle,

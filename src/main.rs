@@ -4,13 +4,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use egress_sandbox::cli::{Cli, Command};
+use egress_sandbox::cli::Command;
 use egress_sandbox::commands;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = commands::usage::parse_command_line();
     egress_sandbox::logging::init(cli.verbose);
     let result = match cli.command {
         Command::Run(args) => commands::run(args),
@@ -25,7 +23,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        // 125: the sandbox (or the command) could not be set up; INTERFACE.md.
+        // 125: the sandbox (or the command) could not be set up (docs: reference/exit-codes).
         Err(error) => commands::report_error(&error, 125),
     }
 }

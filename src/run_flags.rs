@@ -14,6 +14,7 @@ use egress_proxy::target::HostName;
 use egress_proxy::units;
 
 use crate::sandbox::SpecError;
+use crate::sandbox::spec::MIN_MEMORY;
 
 fn invalid(flag: &'static str, raw: &str, reason: impl ToString) -> SpecError {
     SpecError::Invalid {
@@ -28,9 +29,15 @@ pub fn duration(flag: &'static str, raw: &str) -> Result<Duration, SpecError> {
     units::parse_duration(raw).map_err(|error| invalid(flag, raw, error))
 }
 
-/// `256MiB`, `1GB`, `65536` ([`units::parse_size`]; zero refused, as in a policy).
+/// `256MiB`, `1GB`, `65536` ([`units::parse_size`]; zero refused, as in a policy). A
+/// `--memory` below what Docker takes is refused here, quoting what was typed (`"10"`, not
+/// the bytes it came to).
 pub fn size(flag: &'static str, raw: &str) -> Result<u64, SpecError> {
-    units::parse_size(raw).map_err(|error| invalid(flag, raw, error))
+    let value = units::parse_size(raw).map_err(|error| invalid(flag, raw, error))?;
+    if flag == "--memory" && value < MIN_MEMORY {
+        return Err(invalid(flag, raw, "Docker needs at least 6MiB"));
+    }
+    Ok(value)
 }
 
 /// `SRC:DST[:rw|:ro]` → (source, target, writable).
@@ -107,6 +114,12 @@ mod tests {
             Duration::from_millis(500)
         );
         assert!(size("--memory", "lots").is_err());
+        let too_small = size("--memory", "10").unwrap_err().to_string();
+        assert_eq!(
+            too_small, "invalid --memory \"10\": Docker needs at least 6MiB",
+            "what was typed is quoted"
+        );
+        assert_eq!(size("--tmp", "10").unwrap(), 10);
         for raw in ["0", "0B", "0KiB"] {
             let error = size("--output-limit", raw).unwrap_err();
             assert_eq!(

@@ -83,6 +83,22 @@ fn write_log(dir: &Path, name: &str, records: &[Value]) -> PathBuf {
     path
 }
 
+/// OCSF is the one format: `--format` may be left out.
+#[test]
+fn export_defaults_to_ocsf() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = write_log(dir.path(), "audit.log", &every_record_shape());
+    let log = log.to_str().unwrap();
+    let default = egress_sandbox(&["audit", "export", log]);
+    assert!(
+        default.status.success(),
+        "{}",
+        String::from_utf8_lossy(&default.stderr)
+    );
+    let explicit = egress_sandbox(&["audit", "export", "--format", "ocsf", log]);
+    assert_eq!(default.stdout, explicit.stdout);
+}
+
 #[test]
 fn ocsf_export_of_every_record_kind_and_decision_validates_against_the_schema() {
     let dir = tempfile::tempdir().unwrap();

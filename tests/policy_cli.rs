@@ -298,8 +298,9 @@ fn test_report_mode_says_would_block_and_exits_1() {
     assert!(result.stdout.contains("report mode"), "{}", result.stdout);
 }
 
+/// Invalid input is not an answer: 2, never the 1 of "blocked".
 #[test]
-fn test_bad_policy_exits_1_with_diagnostics() {
+fn test_bad_policy_exits_2_with_diagnostics() {
     let dir = tempfile::tempdir().unwrap();
     let bad = write(
         dir.path(),
@@ -307,7 +308,7 @@ fn test_bad_policy_exits_1_with_diagnostics() {
         "version: 1\nallow:\n  - host: \"*\"\n",
     );
     let result = run(&["policy", "test", "-p", path_str(&bad), "a.com"]);
-    assert_eq!(result.code, 1);
+    assert_eq!(result.code, 2);
     assert!(result.stdout.is_empty(), "{}", result.stdout);
     assert!(
         result
@@ -317,7 +318,7 @@ fn test_bad_policy_exits_1_with_diagnostics() {
         result.stderr
     );
     let result = run(&["policy", "test", "--allow", "10.0.0.1", "a.com"]);
-    assert_eq!(result.code, 1);
+    assert_eq!(result.code, 2);
     assert!(
         result.stderr.starts_with("--allow:1:1: error: "),
         "{}",
@@ -553,7 +554,7 @@ fn hostile_text_in_policies_names_and_targets_is_shown_escaped() {
     );
 
     let test = run(&["policy", "test", "-p", path_str(&hostile), "a.test"]);
-    assert_eq!(test.code, 1);
+    assert_eq!(test.code, 2);
     assert!(!raw(&test.stdout) && !raw(&test.stderr), "{test:?}");
     assert!(
         test.stderr.contains(r"\x1b[2K\x0dall-clear"),
@@ -597,4 +598,83 @@ fn an_invalid_log_variable_is_warned_about_once() {
             .starts_with("egress-sandbox: warning: ignoring EGRESS_SANDBOX_LOG=egress=notalevel: "),
         "{stderr}"
     );
+}
+
+/// Every flag of `policy test` says what it is, and the exit statuses are in the help.
+#[test]
+fn test_help_describes_every_flag_and_the_exit_statuses() {
+    let result = run(&["policy", "test", "--help"]);
+    assert_eq!(result.code, 0, "{}", result.stderr);
+    let line_of = |flag: &str| {
+        result
+            .stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} in {}", result.stdout))
+            .to_owned()
+    };
+    assert!(
+        line_of("-p, --policy <FILE>").contains("Policy file"),
+        "{}",
+        result.stdout
+    );
+    assert!(
+        line_of("--allow <HOST[:PORT]>").contains("Allow HOST"),
+        "{}",
+        result.stdout
+    );
+    assert!(
+        result.stdout.contains("2 invalid input"),
+        "{}",
+        result.stdout
+    );
+}
+
+/// A file that cannot be read has no line or column: none is made up.
+#[test]
+fn check_a_missing_file_names_no_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let result = run(&["policy", "check", path_str(&missing)]);
+    assert_eq!(result.code, 1);
+    assert!(
+        result
+            .stdout
+            .starts_with(&format!("{}: error: cannot read: ", missing.display())),
+        "{}",
+        result.stdout
+    );
+}
+
+/// `version: "1"` (a string) is read as the number, and `check` says so with a warning.
+#[test]
+fn check_warns_that_a_quoted_version_is_read_as_the_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let quoted = write(
+        dir.path(),
+        "quoted.yaml",
+        "version: \"1\"\nallow:\n  - host: a.com\n",
+    );
+    let result = run(&["policy", "check", path_str(&quoted)]);
+    assert_eq!(result.code, 0, "{}", result.stdout);
+    assert!(
+        result.stdout.starts_with(&format!(
+            "{}:1:10: warning: `version` is the number 1",
+            quoted.display()
+        )),
+        "{}",
+        result.stdout
+    );
+    assert!(
+        result
+            .stdout
+            .contains("ok (1 allow rule, 0 deny rules, 1 warning)")
+    );
+    let plain = write(
+        dir.path(),
+        "plain.yaml",
+        "version: 1\nallow:\n  - host: a.com\n",
+    );
+    let result = run(&["policy", "check", path_str(&plain)]);
+    assert!(result.stdout.contains("0 warnings"), "{}", result.stdout);
 }

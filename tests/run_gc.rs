@@ -127,6 +127,15 @@ fn gc_skips_and_reports_owners_of_another_host_identity() {
     }
     assert!(said.contains("another host or PID namespace"), "{said}");
     assert!(said.contains("has no host identity"), "{said}");
+    // Only skipping is still something done: the last line says how much.
+    let last = said.lines().last().unwrap_or_default();
+    let skipped: usize = last
+        .split_once(", skipped ")
+        .and_then(|(_, rest)| rest.split(',').next())
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no summary line: {said}"));
+    assert!(last.starts_with("egress-sandbox: gc: removed "), "{said}");
+    assert!(skipped >= 2 * runs.len(), "{said}");
 }
 
 /// Where `/proc` hides other users' processes (`hidepid=2`, common on shared hosts), an

@@ -273,3 +273,34 @@ fn an_empty_server_variable_is_the_same_as_none() {
         stderr(&output)
     );
 }
+
+/// `run true` (the command without `--`) is a usage error that says where the command goes.
+#[test]
+fn a_command_without_dashes_gets_the_hint_to_put_it_after_them() {
+    let (code, err, _) = run_as_child(&["true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("put the command after --: egress-sandbox run -- true"),
+        "{err}"
+    );
+    let (code, err, _) = run_as_child(&["--timeout", "5s", "python3", "-c", "print(1)"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "put the command after --: egress-sandbox run --timeout 5s -- python3 -c 'print(1)'"
+        ),
+        "{err}"
+    );
+}
+
+/// A `--memory` too small for Docker is refused quoting what was typed, not the bytes.
+#[test]
+fn a_memory_limit_too_small_is_refused_as_typed() {
+    let (code, err, pid) = run_as_child(&["--memory", "10", "--", "true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("invalid --memory \"10\": Docker needs at least 6MiB"),
+        "{err}"
+    );
+    assert_nothing_left_by(pid);
+}

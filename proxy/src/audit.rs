@@ -1,4 +1,4 @@
-//! The audit record: one JSON line per attempt (INTERFACE.md, "Audit record"), written by
+//! The audit record: one JSON line per attempt (`docs/src/reference/audit-record.md`), written by
 //! a single writer so lines never interleave.
 //!
 //! Doors never format or write records themselves: they fill in an [`Attempt`], which sends
@@ -71,7 +71,8 @@ impl Outcome {
     }
 }
 
-/// One line of the audit log. Field order is the order of INTERFACE.md.
+/// One line of the audit log. Field order is the order of
+/// `docs/src/reference/audit-record.md`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
     pub v: u32,

@@ -15,8 +15,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 #[cfg(test)]
 mod tests;
 
-/// True when `addr` is behind the private-address floor (DESIGN.md list, IPv4 embedded in
-/// IPv6 checked as IPv4: mapped, compatible, NAT64 64:ff9b::/96, 6to4 2002::/16, Teredo).
+/// True when `addr` is behind the private-address floor (the list in
+/// `docs/src/reference/policy.md`, IPv4 embedded in IPv6 checked as IPv4: mapped, compatible, NAT64
+/// 64:ff9b::/96, 6to4 2002::/16, Teredo).
 pub fn is_private(addr: IpAddr) -> bool {
     match addr {
         IpAddr::V4(v4) => is_private_v4(v4),

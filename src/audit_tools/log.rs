@@ -16,7 +16,7 @@ use egress_proxy::audit::{Kind, Outcome};
 use serde::Deserialize;
 
 /// One attempt: a CONNECT tunnel, a plain HTTP request, a DNS query or a transparent
-/// connection (INTERFACE.md, "Audit record").
+/// connection (`docs/src/reference/audit-record.md`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attempt {
     pub ts: String,

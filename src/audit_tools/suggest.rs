@@ -12,7 +12,8 @@
 //! - hosts that are not valid names.
 //!
 //! A wildcard replaces exact names only when at least `wildcard_after` sibling names under
-//! one registrable domain were seen, and only when the engine accepts it without a warning:
+//! one registrable domain were seen (it is `*.P` for P the narrowest parent they are all
+//! below), and only when the engine accepts it without a warning:
 //! never over a public suffix, never over shared hosting, and never over a name the same
 //! logs show refused by a deny rule or the private-address floor (the wildcard would allow
 //! what was refused for where it is). Every comment is made safe first: hosts come from the
@@ -247,6 +248,7 @@ fn widen(
         if threshold == 0 || members.len() < threshold {
             continue;
         }
+        let domain = narrowest_parent(&domain, &members);
         let Ok(checked) = parse_host_pattern(&format!("*.{domain}"), PatternUse::Allow) else {
             continue;
         };
@@ -280,6 +282,32 @@ fn widen(
         wildcards,
         unwidened,
         exact: names,
+    }
+}
+
+/// The longest parent of every name in `members` that each name is strictly below (so
+/// `*.parent` matches them all), never above their registrable `domain`: five names under
+/// `svc.example.com` give `svc.example.com`, not `example.com`.
+fn narrowest_parent(domain: &str, members: &[String]) -> String {
+    let labels: Vec<Vec<&str>> = members
+        .iter()
+        .map(|name| name.split('.').rev().collect())
+        .collect();
+    let shortest = labels.iter().map(Vec::len).min().unwrap_or(0);
+    let mut common = 0;
+    while common < shortest && labels.iter().all(|name| name[common] == labels[0][common]) {
+        common += 1;
+    }
+    // A name that is the common suffix itself is not below it: go up one label.
+    if labels.iter().any(|name| name.len() == common) {
+        common -= 1;
+    }
+    let parent: Vec<&str> = labels[0][..common].iter().rev().copied().collect();
+    let parent = parent.join(".");
+    if parent.len() > domain.len() {
+        parent
+    } else {
+        domain.to_owned()
     }
 }
 

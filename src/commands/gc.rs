@@ -49,10 +49,28 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     if images > 0 {
         super::print_out(&format!("removed {images} stale egress-sandbox image(s)\n"));
     }
-    if swept.is_empty() && report.skipped.is_empty() && images == 0 {
-        eprintln!("egress-sandbox: nothing to remove");
-    }
+    eprintln!("egress-sandbox: {}", summary(&report, images));
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line that says what `gc` did, whatever it was: removed, skipped (left alone with
+/// the reason above), failed.
+fn summary(report: &crate::sandbox::gc::GcReport, images: usize) -> String {
+    let failed = report.removed.iter().filter(|o| o.error.is_some()).count();
+    let removed = report.removed.len() - failed;
+    let skipped = report.skipped.len();
+    if removed == 0 && failed == 0 && skipped == 0 && images == 0 {
+        return "nothing to remove".to_owned();
+    }
+    let mut line = format!("gc: removed {removed} object(s)");
+    if images > 0 {
+        line.push_str(&format!(" and {images} image(s)"));
+    }
+    line.push_str(&format!(", skipped {skipped}"));
+    if failed > 0 {
+        line.push_str(&format!(", could not remove {failed}"));
+    }
+    line
 }
 
 /// ` (run ID)` after an object's name, or nothing when its run is not known (a directory).

@@ -18,6 +18,7 @@ pub mod run_client;
 pub mod sandbox_gate;
 pub mod serve;
 mod tool_lines;
+pub mod usage;
 pub mod watchdog;
 
 /// `egress-sandbox run`: through the daemon when one is named (`run_client`), else cold.

@@ -3,8 +3,10 @@
 //!
 //! Exit status: `check` 0 when every file is valid (warnings allowed), 1 otherwise.
 //! `test` 0 when the target is allowed, 1 when it is blocked (or would be blocked in report
-//! mode) and when a policy is invalid (its diagnostics are printed), 2 on a usage error
-//! (no policy given, a target that is not host[:port] or an http(s) URL).
+//! mode), 2 when the input is invalid and nothing was decided: no policy given, a target
+//! that is not host[:port] or an http(s) URL, a policy or `--allow` that is invalid or
+//! policies whose credentials conflict (their diagnostics are printed on stderr). As with
+//! `grep`, 1 is an answer and 2 is not, so a script can tell them apart.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -178,8 +180,11 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
         return ExitCode::from(USAGE);
     }
     let Some(set) = load_set(files, allow) else {
-        return ExitCode::FAILURE;
+        return ExitCode::from(USAGE);
     };
+    if !set.credential_conflicts().is_empty() {
+        return ExitCode::from(USAGE);
+    }
     let mut decision = set.decide(&target, port);
     let mut checked_address = false;
     if let Target::Ip(addr) = target
@@ -229,7 +234,7 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
             print_request(&set, method, &path, &decision);
         }
     }
-    if set.credential_conflicts().is_empty() && decision.verdict == Verdict::Allow {
+    if decision.verdict == Verdict::Allow {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

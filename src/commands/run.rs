@@ -15,7 +15,8 @@ use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::sandbox::watchdog::Watchdog;
 use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 
-/// Set-up failed: bad flags or policy, no Docker, image missing (INTERFACE.md).
+/// Set-up failed: bad flags or policy, no Docker, image missing
+/// (`docs/src/reference/exit-codes.md`).
 pub(crate) const SETUP_FAILED: u8 = 125;
 
 /// A cold run: this process sets up, runs and removes the sandbox itself.

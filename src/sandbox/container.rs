@@ -1,7 +1,7 @@
 //! The two containers of a run, as Docker create requests. Pure: what a run asks of the
 //! engine can be read (and tested) here in one place.
 //!
-//! Both containers are hardened the same way (DESIGN.md, threat model): unprivileged user,
+//! Both containers are hardened the same way (`docs/src/security/model.md`): unprivileged user,
 //! no capabilities, no new privileges, default seccomp, read-only root, cgroup limits, no
 //! IPv6, no packet forwarding, a log driver that writes nothing (output is relayed through attach instead, with a
 //! byte cap, so nothing can fill the host's disk).
@@ -37,7 +37,7 @@ pub fn loopback_doors() -> egress_proxy::passed_listeners::DoorAddrs {
         transparent: TRANSPARENT_PORTS.into_iter().map(at).collect(),
     }
 }
-/// How long the run CA outlives the run's time limit at most (INTERFACE.md B1).
+/// How long the run CA outlives the run's time limit at most (`docs/src/guide/credentials.md`).
 const CA_SLACK_S: u64 = 3600;
 const NOBODY: &str = "65534:65534";
 /// Open files per process in the sandbox.
@@ -316,7 +316,8 @@ fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConf
     ]);
     host.init = Some(true);
     // The writable places: /tmp and /dev/shm, each a tmpfs of --tmp bytes (Docker's own
-    // /dev/shm would be 64 MiB whatever --tmp says), and nothing executable on /dev/shm.
+    // /dev/shm would be 64 MiB whatever --tmp says). Docker mounts every tmpfs noexec unless
+    // told `exec`; /dev/shm says it anyway.
     // /dev/mqueue, which Docker mounts writable, is replaced by an empty read-only tmpfs.
     host.shm_size = Some(tmp as i64);
     let mut tmpfs = HashMap::from([

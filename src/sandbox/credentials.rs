@@ -1,7 +1,7 @@
-//! The run's side of credentials (INTERFACE.md B1): which secrets the policy's credentials
-//! need, the placeholder the sandbox holds for each, the upstream CAs the proxy trusts.
-//! Everything here is checked by [`RunSpecBuilder::build`](super::RunSpecBuilder::build),
-//! before Docker is touched; the values travel only in the proxy's stdin handoff.
+//! The run's side of credentials (`docs/src/guide/credentials.md`): which secrets the policy's
+//! credentials need, the placeholder the sandbox holds for each, the upstream CAs the proxy trusts.
+//! Everything here is checked by [`RunSpecBuilder::build`](super::RunSpecBuilder::build), before
+//! Docker is touched; the values travel only in the proxy's stdin handoff.
 
 use std::path::{Path, PathBuf};
 

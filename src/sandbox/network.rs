@@ -4,8 +4,8 @@
 //! than runc: see `wiring`) gets an internal bridge with a /29 from the tool's pool: `.1` is the gateway
 //! Docker reserves (and, with `inhibit_ipv4`, never puts on the host), `.2` the proxy, `.3`
 //! the sandbox. Without `inhibit_ipv4` the host would have an address on the bridge and the
-//! sandbox could reach host listeners through it (DESIGN.md, measured). Docker's default
-//! pools run out at ~31 networks, hence the own pool.
+//! sandbox could reach host listeners through it (measured; `docs/src/design/wirings.md`).
+//! Docker's default pools run out at ~31 networks, hence the own pool.
 //!
 //! The proxy's second leg is the shared bridge `egress-sandbox-egress` with inter-container
 //! traffic off, so proxies of different runs cannot reach each other.

@@ -28,12 +28,12 @@
 //! bundle (a read-only bind mount created empty, `trust`) is filled with the image's own
 //! bundle plus that CA before the gate opens.
 //!
-//! Steps that do not depend on each other overlap: done one after another, a run costs
-//! about six times a bare `docker run` (DESIGN.md). On a local engine the sandbox is even
+//! Steps that do not depend on each other overlap: done one after another, a run costs about six
+//! times a bare `docker run` (`docs/src/benchmarks.md`). On a local engine the sandbox is even
 //! started alongside the proxy, its command held back by a gate until the proxy is ready
-//! (`commands::sandbox_gate`), which also hands the command its argv, environment and
-//! working directory. Every object is registered with the run's `Teardown` before it is
-//! created and removed before the run returns, on every path.
+//! (`commands::sandbox_gate`), which also hands the command its argv, environment and working
+//! directory. Every object is registered with the run's `Teardown` before it is created and removed
+//! before the run returns, on every path.
 //!
 //! Embedders (an agent framework, say) run specs through a [`Sandbox`] handle, as the
 //! `run` command and the daemon do.

@@ -32,7 +32,7 @@ use super::credentials::{CredentialError, RunCredentials};
 use super::task_files::{self, TaskFile};
 
 use env::check_env;
-pub use limits::{DEFAULT_LIMITS, RunLimits};
+pub use limits::{DEFAULT_LIMITS, MIN_MEMORY, RunLimits};
 use limits::{Requested, resolve_limits, resolve_runtime};
 pub use mounts::Mount;
 use mounts::check_mount;
@@ -42,8 +42,8 @@ pub use subnet_pool::{DEFAULT_SUBNET_POOL, SUBNET_POOL_ENV};
 use subnet_pool::{check_pool, subnet_pool_from_env};
 
 /// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
-/// INTERFACE.md B3): bounds the log, the caller's work and the disk whatever the sandbox
-/// sends. The proxy's own default, so a run and a bare proxy agree.
+/// `docs/src/reference/audit-record.md`): bounds the log, the caller's work and the disk whatever
+/// the sandbox sends. The proxy's own default, so a run and a bare proxy agree.
 pub const DEFAULT_AUDIT_LIMIT: u64 = egress_proxy::audit::DEFAULT_AUDIT_LIMIT;
 
 /// Why a run cannot be set up as asked. Display is the message for the user.

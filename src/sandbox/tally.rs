@@ -150,6 +150,13 @@ impl AuditTally {
         }
     }
 
+    /// Counts one attempt in the group `host`, `port`, `label` only (no decision counted,
+    /// no line): for listings grouped otherwise than refusals, such as `audit summary`'s
+    /// allowed hosts, with the same bound on memory.
+    pub fn add_to_group(&mut self, host: &str, port: Option<u16>, label: &str) {
+        self.add_refusal(host, port, label);
+    }
+
     /// Counts the proxy's `limit` record: a line written, not an attempt.
     pub fn add_limit(&mut self) {
         self.lines += 1;

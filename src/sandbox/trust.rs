@@ -1,4 +1,5 @@
-//! The sandbox trusts the run CA (INTERFACE.md B1) without anything written into its image.
+//! The sandbox trusts the run CA (`docs/src/guide/credentials.md`) without anything written into
+//! its image.
 //!
 //! The sandbox container is created alongside the proxy, before the run CA exists (it is
 //! born in the proxy and published in its ready line). So each run makes an empty file in

@@ -12,9 +12,9 @@
 //! A remote engine can mount no host directory and runs no gate, and some OCI runtimes put
 //! something between the sandbox's sockets and the host's across which no socket can be
 //! passed (gVisor with its own network stack, Kata's VM; which ones is `runtime`'s
-//! judgement, from the engine's registration). Such runs keep the earlier wiring: both
-//! containers on a per-run internal network (`network`), the proxy connected to the egress
-//! network as well.
+//! judgement, from the engine's registration). Such runs get the per-run network wiring:
+//! both containers on an internal network of the run's own (`network`), the proxy connected
+//! to the egress network as well.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,8 @@ pub(crate) enum Wiring {
     /// proxy through `doors` (a host directory), and the proxy is on the egress network
     /// only. Needs the gate, so a local engine.
     PassedListeners { doors: PathBuf },
-    /// Both containers on the run's internal network (remote engines).
+    /// Both containers on the run's internal network (remote engines, runtimes other than
+    /// runc).
     RunNetwork { network: String, subnet: RunSubnet },
 }
 

@@ -82,13 +82,13 @@ impl Metrics {
         let tearing_down = Gauge::default();
         registry.register(
             "runs_tearing_down",
-            "Runs answered whose containers and network are being removed",
+            "Runs answered whose objects (containers, host directories, a run network if any) are being removed",
             tearing_down.clone(),
         );
         let pool_ready = Gauge::default();
         registry.register(
             "pool_slots_ready",
-            "Warm slots ready to be claimed (run network, proxy and gated sandbox started)",
+            "Warm slots ready to be claimed (proxy and gated sandbox started, doors directory made)",
             pool_ready.clone(),
         );
         let starts = Family::<PathLabel, Counter>::default();

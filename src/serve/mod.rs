@@ -7,12 +7,12 @@
 //! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
 //!
 //! Each run goes through the library's lifecycle (`sandbox::Sandbox`), the same code as
-//! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else
-//! cold. The `exit` event goes out as soon as the outcome is known; the run's containers
-//! and network are removed after it, in the background. On SIGTERM/SIGINT the daemon stops
-//! accepting, interrupts every run, waits until each has removed its objects, removes every
-//! pool slot, and removes its socket; at start it sweeps what a crashed daemon (or run)
-//! left.
+//! `egress-sandbox run`: in a warm slot of the [`pool`] when the request fits one, else cold. The
+//! `exit` event goes out as soon as the outcome is known; the run's objects (its containers, its
+//! host directories, and its network when it has one: remote engines and runtimes other than runc)
+//! are removed after it, in the background. On SIGTERM/SIGINT the daemon stops accepting,
+//! interrupts every run, waits until each has removed its objects, removes every pool slot, and
+//! removes its socket; at start it sweeps what a crashed daemon (or run) left.
 
 pub mod client;
 pub mod metrics;
@@ -73,7 +73,8 @@ pub struct ServeOptions {
 /// Warm slots kept ready by default.
 pub const DEFAULT_POOL: usize = 2;
 
-/// Runs live at once by default: each is two containers and a network on one engine.
+/// Runs live at once by default: each is two containers on one engine (and a network of its
+/// own for a run on a remote engine or another runtime).
 pub const DEFAULT_MAX_RUNS: usize = 32;
 
 impl ServeOptions {

@@ -1,8 +1,9 @@
 //! The daemon's warm pool: slots prepared ahead of the requests that will use them.
 //!
-//! A slot is one run's objects up to its handoff (`sandbox::slot`): its run network, its
-//! proxy started, connected to the egress network and waiting for its handoff, its sandbox
-//! started behind the gate with an empty trust bundle mounted (filled at the claim, so a
+//! A slot is one run's objects up to its handoff (`sandbox::slot`): its doors directory, its
+//! proxy started on the egress network alone and waiting for its handoff, its sandbox (no
+//! network: the proxy serves the doors its gate passes) started behind the gate with an
+//! empty trust bundle mounted (filled at the claim, so a
 //! policy that inspects hosts is served warm too) — all of the default shape (the base
 //! image, default tmp size, no mounts, the daemon's egress network). A request that fits
 //! takes the oldest ready slot, which is claimed as a cold run claims its own; anything set
@@ -29,7 +30,7 @@ use crate::sandbox::trust::TrustBundle;
 use crate::sandbox::{RunSpec, Sandbox};
 
 /// A claimed slot's replacement is started when its run is answered, or after this long
-/// if that comes later: preparing a slot (a network, two containers) while the claimed
+/// if that comes later: preparing a slot (two containers) while the claimed
 /// run's command ends slows the engine's report of that end (measured: `true` answered in
 /// ~1.8 s instead of ~0.25 s), so a short run is answered first.
 const REFILL_AFTER: Duration = Duration::from_secs(2);
@@ -253,8 +254,9 @@ impl Pool {
         self.set_gauge(&state);
     }
 
-    /// The slot of run `id` stopped on its own: never hand it out; remove and replace it.
-    fn discard(self: &Arc<Self>, id: &str) {
+    /// The slot of run `id` stopped on its own (`how`: which container, and how it
+    /// ended): never hand it out; remove and replace it.
+    fn discard(self: &Arc<Self>, id: &str, how: &str) {
         let warm = {
             let mut state = self.state.lock().expect("pool lock");
             let index = state.ready.iter().position(|w| w.objects.names.id == id);
@@ -264,7 +266,7 @@ impl Pool {
         };
         // Already claimed (the claim stopped this watcher's interest): nothing to do.
         let Some(warm) = warm else { return };
-        tracing::warn!(run = %id, "a warm slot stopped on its own; replacing it");
+        tracing::warn!(run = %id, "a warm slot stopped on its own: {how}; replacing it");
         let guard = self.tasks.enter();
         let Warm { objects, slot, .. } = warm;
         tokio::spawn(async move {
@@ -309,15 +311,68 @@ async fn watch_slot(
     engine: crate::sandbox::docker::Engine,
     names: crate::sandbox::labels::RunNames,
 ) {
-    let stopped = tokio::select! {
-        waited = engine.wait_container(&names.proxy) => waited.is_ok(),
-        waited = engine.wait_container(&names.sandbox) => waited.is_ok(),
+    let (role, container, waited) = tokio::select! {
+        waited = engine.wait_container(&names.proxy) => ("proxy", &names.proxy, waited),
+        waited = engine.wait_container(&names.sandbox) => ("sandbox", &names.sandbox, waited),
     };
-    if !stopped {
+    let Ok(status) = waited else {
         // The engine could not be asked: no proof of a death; the claim will tell.
         return;
-    }
+    };
+    let oom_killed = engine
+        .inspect_container(container)
+        .await
+        .ok()
+        .and_then(|inspect| inspect.state)
+        .and_then(|state| state.oom_killed)
+        .unwrap_or(false);
     if let Some(pool) = pool.upgrade() {
-        pool.discard(&names.id);
+        pool.discard(&names.id, &how_it_stopped(role, status, oom_killed));
+    }
+}
+
+/// How a slot's container ended, for the operator: which one, its exit status, and what
+/// the status means when it says (killed for memory, killed by a signal).
+fn how_it_stopped(role: &str, status: i64, oom_killed: bool) -> String {
+    let mut how = format!("its {role} exited with status {status}");
+    if oom_killed {
+        how.push_str(" (killed for memory: out of memory)");
+    } else if let Some(signal) = status.checked_sub(128).filter(|n| (1..=64).contains(n)) {
+        let name = match signal {
+            1 => "SIGHUP".to_owned(),
+            2 => "SIGINT".to_owned(),
+            6 => "SIGABRT".to_owned(),
+            9 => "SIGKILL".to_owned(),
+            11 => "SIGSEGV".to_owned(),
+            15 => "SIGTERM".to_owned(),
+            other => format!("signal {other}"),
+        };
+        how.push_str(&format!(" (killed by {name})"));
+    }
+    how
+}
+
+#[cfg(test)]
+mod tests {
+    use super::how_it_stopped;
+
+    #[test]
+    fn a_dead_slot_says_which_container_ended_and_how() {
+        assert_eq!(
+            how_it_stopped("proxy", 137, false),
+            "its proxy exited with status 137 (killed by SIGKILL)"
+        );
+        assert_eq!(
+            how_it_stopped("sandbox", 137, true),
+            "its sandbox exited with status 137 (killed for memory: out of memory)"
+        );
+        assert_eq!(
+            how_it_stopped("proxy", 1, false),
+            "its proxy exited with status 1"
+        );
+        assert_eq!(
+            how_it_stopped("sandbox", 139, false),
+            "its sandbox exited with status 139 (killed by SIGSEGV)"
+        );
     }
 }

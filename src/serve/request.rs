@@ -65,8 +65,8 @@ pub struct RunRequest {
     /// The Docker network the proxy reaches the outside through, as `--egress-network`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_network: Option<String>,
-    /// Secret values by name, as `--secret` (INTERFACE.md B1): handed to the run's proxy
-    /// only. `Debug` hides the values.
+    /// Secret values by name, as `--secret` (`docs/src/guide/credentials.md`): handed to the run's
+    /// proxy only. `Debug` hides the values.
     #[serde(default, skip_serializing_if = "Secrets::is_empty")]
     pub secrets: Secrets,
     /// PEM CA certificates the proxy trusts for upstream TLS, as `--upstream-ca`: bare PEM

@@ -65,6 +65,10 @@ fn audit_summary_groups_refusals_by_host_port_and_reason() {
     );
     let line_for = |host: &str| -> Vec<String> {
         let found: Vec<&str> = text.lines().filter(|line| line.contains(host)).collect();
+        assert!(
+            found.iter().all(|line| line.contains("blocked")),
+            "a refused row without its decision:\n{text}"
+        );
         assert_eq!(found.len(), 1, "expected one line for {host}:\n{text}");
         found[0]
             // Tokens are runs of name characters, so any layout ("host:port reason 2",
@@ -86,9 +90,16 @@ fn audit_summary_groups_refusals_by_host_port_and_reason() {
             );
         }
     }
+    let (refusals, allowed) = text
+        .split_once("allowed hosts:\n")
+        .unwrap_or_else(|| panic!("no allowed hosts section:\n{text}"));
     assert!(
-        !text.contains("upstream.test"),
-        "an allowed host is in the refusal summary:\n{text}"
+        !refusals.contains("upstream.test"),
+        "an allowed host is in the refusals:\n{text}"
+    );
+    assert!(
+        allowed.lines().any(|line| line.contains("upstream.test")),
+        "the allowed host is not listed:\n{text}"
     );
     run.assert_nothing_left();
 }

@@ -1,11 +1,11 @@
-//! Credentials the sandbox never holds (INTERFACE.md B1): the program sends `$API_KEY`,
-//! which holds a placeholder; the proxy puts the real key on the wire to the one host of the
-//! credential. curl, Python (urllib, requests, httpx) and git go through HTTPS_PROXY, Node
-//! (no proxy support) takes the transparent path; all trust the run CA with no flags, also
-//! through the image's own bundle path with every trust variable unset. Other hosts never get
-//! the key; a placeholder sent elsewhere is `credential_misuse`; a host that is not inspected
-//! is a plain tunnel; `http://` to the credential host is upgraded to TLS. The same through
-//! `serve` (`run --server`, and the API's `secrets`).
+//! Credentials the sandbox never holds (`docs/src/guide/credentials.md`): the program sends
+//! `$API_KEY`, which holds a placeholder; the proxy puts the real key on the wire to the one host
+//! of the credential. curl, Python (urllib, requests, httpx) and git go through HTTPS_PROXY, Node
+//! (no proxy support) takes the transparent path; all trust the run CA with no flags, also through
+//! the image's own bundle path with every trust variable unset. Other hosts never get the key; a
+//! placeholder sent elsewhere is `credential_misuse`; a host that is not inspected is a plain
+//! tunnel; `http://` to the credential host is upgraded to TLS. The same through `serve` (`run
+//! --server`, and the API's `secrets`).
 
 use std::path::{Path, PathBuf};
 

@@ -27,6 +27,7 @@ mod host_floor;
 mod isolation;
 mod library;
 mod mount_table;
+mod pip_install;
 mod policy_suggest;
 mod reach;
 mod report_bounds;

@@ -316,7 +316,13 @@ fn slots_are_replaced_after_runs_and_a_dead_slot_is_never_handed_out() {
         assert_eq!(run.stream("stdout"), "ok\n", "{:#?}", run.events);
     }
     assert_eq!(counter(&daemon, "warm"), 3);
-    daemon.stop();
+    let said = daemon.stop();
+    assert!(
+        said.contains(
+            "a warm slot stopped on its own: its proxy exited with status 137 (killed by SIGKILL)"
+        ),
+        "the log does not say how the slot died:\n{said}"
+    );
 }
 
 /// SIGTERM removes every slot as well as every run's objects.

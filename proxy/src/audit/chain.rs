@@ -1,4 +1,4 @@
-//! The tamper-evident chain of one run's audit lines (INTERFACE.md B4, TEAM contract 3).
+//! The tamper-evident chain of one run's audit lines (`docs/src/reference/audit-record.md`).
 //!
 //! Every line the writer emits gains, after all its other fields, `"seq":N` (0, 1, 2, … per
 //! run) and `"prev":"<hex sha256>"`: the SHA-256 of the previous line of the same run, exact

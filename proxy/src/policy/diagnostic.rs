@@ -21,8 +21,9 @@ impl fmt::Display for Severity {
     }
 }
 
-/// One finding: Display is exactly `FILE:LINE:COL: error: message` (or `warning:`).
-/// LINE and COL count from 1. For `--allow` flags FILE is `--allow`, LINE the flag's
+/// One finding: Display is exactly `FILE:LINE:COL: error: message` (or `warning:`). LINE and COL
+/// count from 1; both are 0 for a finding about the file as a whole (it cannot be read, it is too
+/// large), shown as `FILE: error: message`. For `--allow` flags FILE is `--allow`, LINE the flag's
 /// position (1 = first flag) and COL the byte column in the flag's value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
@@ -61,6 +62,9 @@ impl Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            return write!(f, "{}: {}: {}", self.file, self.severity, self.message);
+        }
         write!(
             f,
             "{}:{}:{}: {}: {}",

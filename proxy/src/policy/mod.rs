@@ -1,6 +1,6 @@
 //! The policy engine: YAML in, [`Decision`] out. Pure: no I/O, no async, no clock.
 //!
-//! The schema is INTERFACE.md's "Policy file". Several policies (and `--allow` flags, which
+//! The schema is `docs/src/reference/policy.md`. Several policies (and `--allow` flags, which
 //! become a policy named `cli`) merge into one [`PolicySet`]: union of allow rules, union of
 //! deny rules, strictest limits. The proxy only ever asks the set.
 //!
@@ -48,7 +48,8 @@ pub use request::{PathError, PathPattern, RequestRules, check_request_path, spli
 pub use set::{Inspection, PolicySet};
 pub use within::check_within;
 
-/// Why an attempt ended the way it did: INTERFACE.md's stable reason vocabulary.
+/// Why an attempt ended the way it did: the stable reason vocabulary
+/// (`docs/src/reference/reasons.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {

@@ -115,6 +115,16 @@ fn parser_options() -> serde_saphyr::Options {
     }
 }
 
+/// Whether the scalar at `location` is written in quotes (`"1"`, `'1'`): YAML makes it a
+/// string where the unquoted form would be a number.
+fn quoted_scalar_at(text: &str, location: &Location) -> bool {
+    let (line, column) = position(location);
+    text.lines()
+        .nth(line.saturating_sub(1))
+        .and_then(|line| line.chars().nth(column.saturating_sub(1)))
+        .is_some_and(|c| c == '"' || c == '\'')
+}
+
 fn position(location: &Location) -> (usize, usize) {
     (
         usize::try_from(location.line()).unwrap_or(usize::MAX),
@@ -169,6 +179,15 @@ impl Policy {
         let raw: RawPolicy = serde_saphyr::from_str_with_options(text, parser_options())
             .map_err(|error| PolicyError::single(yaml_error(file, &error)))?;
         let mut findings = Findings::new(file);
+        if let Some(version) = &raw.version
+            && quoted_scalar_at(text, &version.referenced)
+            && version.value.trim() == "1"
+        {
+            findings.warning_at(
+                &version.referenced,
+                "`version` is the number 1; the string \"1\" is read as 1 (write `version: 1`)",
+            );
+        }
         let policy = build(&mut findings, raw);
         let by_position = |d: &Diagnostic| (d.line, d.column);
         findings.errors.sort_by_key(by_position);
@@ -185,7 +204,8 @@ impl Policy {
     /// Reads `path` (refusing huge files before parsing) and calls `from_yaml`.
     pub fn load(path: &Path) -> Result<(Policy, Vec<Diagnostic>), PolicyError> {
         let file = path.display().to_string();
-        let refuse = |message: String| PolicyError::single(Diagnostic::error(&file, 1, 1, message));
+        // About the file as a whole: no line or column to point at (0:0 is shown as none).
+        let refuse = |message: String| PolicyError::single(Diagnostic::error(&file, 0, 0, message));
         let metadata =
             std::fs::metadata(path).map_err(|error| refuse(format!("cannot read: {error}")))?;
         if !metadata.is_file() {

@@ -43,6 +43,14 @@ fn allows(set: &PolicySet, host: &str, port: u16) -> bool {
     set.decide(&target, port).verdict == Verdict::Allow
 }
 
+/// One would_block `connect` record to port 443 per name.
+fn lines_for(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|name| record("connect", name, Some(443), "would_block", "not_allowed"))
+        .collect()
+}
+
 fn allow_lines(yaml: &str) -> Vec<&str> {
     yaml.lines()
         .filter(|l| l.trim_start().starts_with("- host:"))
@@ -205,9 +213,14 @@ fn a_wildcard_only_after_enough_siblings_and_never_over_shared_hosting() {
     assert!(five.contains("#   n3.example.org: 443 x1; would_block 1"));
     let set = load(&five);
     assert!(allows(&set, "n0.example.org", 443));
-    // Under a multi-label public suffix the registrable domain is what groups names.
+    // Under a multi-label public suffix the registrable domain is what groups names, and
+    // the wildcard is their narrowest common parent.
     let uk = draft(&under("shop.example.co.uk", 6), 5);
-    assert_eq!(allow_lines(&uk), ["  - host: \"*.example.co.uk\""], "{uk}");
+    assert_eq!(
+        allow_lines(&uk),
+        ["  - host: \"*.shop.example.co.uk\""],
+        "{uk}"
+    );
     // Shared hosting: the engine would warn, so each name stays exact.
     for shared in ["googleapis.com", "s3.amazonaws.com", "github.io", "co.uk"] {
         let yaml = draft(&under(shared, 7), 5);
@@ -454,4 +467,33 @@ fn no_host_breaks_the_draft() {
             );
         }
     }
+}
+
+/// Five names under `svc.example.com` give `*.svc.example.com`: the narrowest parent that
+/// covers them, not the whole registrable domain.
+#[test]
+fn a_wildcard_is_the_narrowest_common_parent_of_its_names() {
+    let names: Vec<String> = (1..=5).map(|n| format!("n{n}.svc.example.com")).collect();
+    let deep = draft(&lines_for(&names), 5);
+    assert_eq!(
+        allow_lines(&deep),
+        ["  - host: \"*.svc.example.com\""],
+        "{deep}"
+    );
+    // A name that is the common parent itself is not below it: one label up.
+    let mut with_parent = names.clone();
+    with_parent.push("svc.example.com".to_owned());
+    let up = draft(&lines_for(&with_parent), 5);
+    assert!(
+        allow_lines(&up).contains(&"  - host: \"*.example.com\""),
+        "{up}"
+    );
+    // Names under different subdomains share only the registrable domain.
+    let mixed: Vec<String> = (1..=5).map(|n| format!("a.s{n}.example.com")).collect();
+    let wide = draft(&lines_for(&mixed), 5);
+    assert_eq!(
+        allow_lines(&wide),
+        ["  - host: \"*.example.com\""],
+        "{wide}"
+    );
 }

@@ -1,4 +1,6 @@
-//! `egress-sandbox audit summary FILE...`: refused attempts grouped by host, port and reason.
+//! `egress-sandbox audit summary FILE...`: refused attempts grouped by decision (`blocked`:
+//! refused; `would_block`: let through by report mode), host, port and reason, then the
+//! allowed hosts with how many attempts each.
 //!
 //! Logs are read line by line into the bounded [`AuditTally`], so a log of any size is
 //! summarised in bounded memory. Hosts come from sandboxes and a log may be old (from
@@ -16,6 +18,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use egress_proxy::audit::Outcome;
 use egress_proxy::policy::Reason;
 use egress_proxy::text::visible;
 use serde::Deserialize as _;
@@ -43,7 +46,14 @@ pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
 /// What the logs read so far amount to.
 #[derive(Default)]
 struct Summary {
+    /// Every attempt: the totals.
     tally: AuditTally,
+    /// Groups of `blocked` attempts.
+    blocked: AuditTally,
+    /// Groups of `would_block` attempts (report mode let them through).
+    would_block: AuditTally,
+    /// Allowed attempts by host and port (the reason column is unused).
+    allowed: AuditTally,
     /// Attempts the proxies counted but did not write, from every `end` record.
     dropped: u64,
     /// `limit` records: runs that reached their audit limit.
@@ -67,8 +77,8 @@ impl Summary {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            // The proxy's own lines besides attempts (INTERFACE.md contract 3): `limit` once
-            // the audit limit is reached, `end` last with what was dropped.
+            // The proxy's own lines besides attempts (docs/src/reference/audit-record.md): `limit`
+            // once the audit limit is reached, `end` last with what was dropped.
             match parse(&line) {
                 Ok(Entry::Attempt(attempt)) => self.add(&attempt),
                 Ok(Entry::End(end)) => self.dropped += end.dropped,
@@ -93,6 +103,13 @@ impl Summary {
             attempt.port,
             &attempt.reason,
         );
+        let by_decision = match attempt.decision {
+            Outcome::Blocked => &mut self.blocked,
+            Outcome::WouldBlock => &mut self.would_block,
+            Outcome::Allowed => &mut self.allowed,
+            Outcome::Failed => return,
+        };
+        by_decision.add_to_group(&attempt.host, attempt.port, &attempt.reason);
     }
 
     /// Said once, after every file: the counts are right, but some refusals are grouped
@@ -125,48 +142,94 @@ impl Summary {
                 self.dropped, self.limits
             );
         }
-        let refusals = self.tally.refusals_at_most(REPORT_GROUPS);
-        if refusals.groups.is_empty() {
-            if refusals.more == 0 {
+        let blocked = self.blocked.refusals_at_most(REPORT_GROUPS);
+        let would_block = self.would_block.refusals_at_most(REPORT_GROUPS);
+        if blocked.groups.is_empty() && would_block.groups.is_empty() {
+            if blocked.more == 0 && would_block.more == 0 {
                 out.push_str("no refused attempts\n");
             }
-            return out;
-        }
-        let rows: Vec<(u64, String, String, String)> = refusals
-            .groups
-            .iter()
-            .map(|group| {
-                let port = group
-                    .port
-                    .map_or_else(|| "-".to_string(), |port| port.to_string());
-                let host = visible(&group.host).into_owned();
-                let reason = visible(&group.reason).into_owned();
-                (group.count, host, port, reason)
-            })
-            .collect();
-        let host_width = rows
-            .iter()
-            .map(|(_, host, _, _)| host.chars().count())
-            .max()
-            .unwrap_or(4)
-            .max(4);
-        let _ = writeln!(
-            out,
-            "{:>6}  {:<host_width$}  {:>5}  REASON",
-            "COUNT", "HOST", "PORT"
-        );
-        for (count, host, port, reason) in &rows {
-            let _ = writeln!(out, "{count:>6}  {host:<host_width$}  {port:>5}  {reason}");
-        }
-        if refusals.more > 0 {
+        } else {
+            let mut rows: Vec<[String; 5]> = Vec::new();
+            for (decision, refusals) in [("blocked", &blocked), ("would_block", &would_block)] {
+                rows.extend(refusals.groups.iter().map(|group| {
+                    [
+                        group.count.to_string(),
+                        decision.to_owned(),
+                        visible(&group.host).into_owned(),
+                        port_text(group.port),
+                        visible(&group.reason).into_owned(),
+                    ]
+                }));
+            }
+            // Most attempts first across both decisions; ties keep blocked before would_block.
+            rows.sort_by_key(|row| std::cmp::Reverse(row[0].parse::<u64>().unwrap_or(0)));
+            let host_width = column_width(rows.iter().map(|row| &row[2]));
             let _ = writeln!(
                 out,
-                "{:>6}  (refused attempts in groups not listed)",
-                refusals.more
+                "{:>6}  {:<11}  {:<host_width$}  {:>5}  REASON",
+                "COUNT", "DECISION", "HOST", "PORT"
             );
+            for [count, decision, host, port, reason] in &rows {
+                let _ = writeln!(
+                    out,
+                    "{count:>6}  {decision:<11}  {host:<host_width$}  {port:>5}  {reason}"
+                );
+            }
+        }
+        let unlisted = blocked.more + would_block.more;
+        if unlisted > 0 {
+            let _ = writeln!(
+                out,
+                "{unlisted:>6}  (refused attempts in groups not listed)"
+            );
+        }
+        let allowed = self.allowed.refusals_at_most(REPORT_GROUPS);
+        if !allowed.groups.is_empty() {
+            let rows: Vec<(u64, String, String)> = allowed
+                .groups
+                .iter()
+                .map(|group| {
+                    (
+                        group.count,
+                        visible(&group.host).into_owned(),
+                        port_text(group.port),
+                    )
+                })
+                .collect();
+            let host_width = column_width(rows.iter().map(|(_, host, _)| host));
+            let _ = writeln!(out, "\nallowed hosts:");
+            let _ = writeln!(
+                out,
+                "{:>6}  {:<host_width$}  {:>5}",
+                "COUNT", "HOST", "PORT"
+            );
+            for (count, host, port) in &rows {
+                let _ = writeln!(out, "{count:>6}  {host:<host_width$}  {port:>5}");
+            }
+            if allowed.more > 0 {
+                let _ = writeln!(
+                    out,
+                    "{:>6}  (allowed attempts to hosts not listed)",
+                    allowed.more
+                );
+            }
         }
         out
     }
+}
+
+/// `-` for an attempt with no port (a DNS query).
+fn port_text(port: Option<u16>) -> String {
+    port.map_or_else(|| "-".to_string(), |port| port.to_string())
+}
+
+/// The width of a column holding `cells`, at least that of its heading (`HOST`).
+fn column_width<'a>(cells: impl Iterator<Item = &'a String>) -> usize {
+    cells
+        .map(|cell| cell.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4)
 }
 
 /// One line, read as `audit_tools::log` reads it for every other log command.
@@ -292,6 +355,39 @@ mod tests {
                 "3 records had reasons this version does not know; they are counted under the reason as written"
             ]
         );
+    }
+
+    /// Blocked and would_block rows are told apart, and allowed hosts are listed with counts.
+    #[test]
+    fn rows_say_their_decision_and_allowed_hosts_are_counted() {
+        let with = |host: &str, decision: &str| {
+            RECORD.replace("HOST", host).replace(
+                r#""decision":"blocked""#,
+                &format!(r#""decision":"{decision}""#),
+            )
+        };
+        let log = [
+            with("a.test", "blocked"),
+            with("a.test", "would_block"),
+            with("a.test", "would_block"),
+            with("ok.test", "allowed"),
+            with("ok.test", "allowed"),
+            with("ok.test", "allowed"),
+        ]
+        .join("\n");
+        let (text, warnings) = summarise(&log);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(text.contains("COUNT  DECISION     HOST"), "{text}");
+        assert!(
+            text.contains("     2  would_block  a.test      -  not_allowed\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("     1  blocked      a.test      -  not_allowed\n"),
+            "{text}"
+        );
+        assert!(text.contains("allowed hosts:\n"), "{text}");
+        assert!(text.contains("     3  ok.test      -\n"), "{text}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `egress-sandbox audit verify [--report REPORT.json]... FILE...`: checks every run's chain
-//! in the logs (INTERFACE.md B4, TEAM contract 3) and names each break with its file and
+//! in the logs (`docs/src/reference/audit-record.md`) and names each break with its file and
 //! line: an edited record, a removed one, a reordered pair, a run cut off before its `end`
 //! record, an `end` record whose count does not match the chain, a run report whose
 //! `audit_head` is not the hash of the run's `end` line.

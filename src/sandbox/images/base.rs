@@ -1,7 +1,7 @@
 //! The default sandbox image: Debian bookworm minbase with what code written by an agent
 //! usually needs — python3 with pip, venv, requests and httpx, nodejs, git, curl and
 //! ca-certificates — made with debootstrap on this machine and imported through the Docker
-//! API (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-3`) so
+//! API (no registry, no Dockerfile). Built once; the tag carries a recipe version (`-4`) so
 //! a changed recipe gets a new image instead of silently reusing the old one.
 
 use std::fs;
@@ -26,7 +26,7 @@ use super::{IMAGE_LABEL, ImageError, Progress, image_exists, lock_exclusive, swe
 pub(super) type Report = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
 
 /// The tag of the default sandbox image.
-pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-3";
+pub const BASE_IMAGE: &str = "egress-sandbox-base:bookworm-4";
 /// Overrides the Debian mirror debootstrap downloads from.
 pub const MIRROR_ENV: &str = "EGRESS_SANDBOX_DEBIAN_MIRROR";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
@@ -319,6 +319,15 @@ async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
         .changes(vec![
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             "ENV LANG=C.UTF-8".into(),
+            // `pip install PKG` as on a laptop: Debian marks its Python as externally managed
+            // (PEP 668), so pip refuses before it reaches the network. In the sandbox the
+            // system's packages cannot be broken (the root is read-only, the user is 65534):
+            // pip falls back to a user install under $HOME (/tmp: `/tmp/.local`), thrown away
+            // with the run. A venv (`python3 -m venv /tmp/v`) works as well.
+            "ENV PIP_BREAK_SYSTEM_PACKAGES=1".into(),
+            // No version check against pypi.org on every pip command (a refused attempt in
+            // the audit log of any run that does not allow it).
+            "ENV PIP_DISABLE_PIP_VERSION_CHECK=1".into(),
             r#"CMD ["/bin/sh"]"#.into(),
             format!("LABEL {IMAGE_LABEL}=base"),
         ])

@@ -8,7 +8,8 @@ use egress_proxy::units::format_size;
 
 use super::{SpecError, invalid};
 
-/// The run's limits when neither a flag nor a stricter policy sets them (INTERFACE.md).
+/// The run's limits when neither a flag nor a stricter policy sets them (documented in
+/// `docs/src/reference/cli.md`).
 pub const DEFAULT_LIMITS: RunLimits = RunLimits {
     timeout: Duration::from_secs(30),
     memory: 256 << 20,
@@ -19,7 +20,7 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
 };
 
 /// Docker refuses memory limits below 6 MiB; say so before anything is created.
-const MIN_MEMORY: u64 = 6 << 20;
+pub const MIN_MEMORY: u64 = 6 << 20;
 
 /// The limits a run is held to.
 #[derive(Clone, Debug, PartialEq)]
