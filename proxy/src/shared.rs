@@ -7,12 +7,13 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::AuditSink;
 use crate::config::{ProxyConfig, ProxyLimits};
 use crate::floor::Floor;
 use crate::gate::Gate;
+use crate::name_addresses::NameAddresses;
 use crate::pool::UpstreamPool;
 use crate::resolve::Resolver;
 use crate::splice::PipePool;
@@ -36,6 +37,11 @@ pub(crate) struct Shared {
     pub dns_rate: crate::dns_rate::RateLimiter,
     /// The sandbox's own host name, answered without a record ([`ProxyConfig`]'s field).
     pub sandbox_hostname: Option<crate::target::HostName>,
+    /// The run's name ↔ loopback address table, when the proxy serves raw doors (or its
+    /// listeners are passed, so that it may): the DNS responder answers from it.
+    pub names: Option<NameAddresses>,
+    /// Places for raw door connections (`ProxyLimits::max_raw_connections`).
+    pub raw_connections: Arc<Semaphore>,
 }
 
 impl Shared {
@@ -46,6 +52,8 @@ impl Shared {
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
     ) -> std::io::Result<Shared> {
+        let names = (config.listeners_from.is_some() || !config.raw_listen.is_empty())
+            .then(NameAddresses::new);
         let audit = AuditSink::start(
             config.audit,
             config.run_id,
@@ -77,11 +85,13 @@ impl Shared {
                 config.limits.upstream_idle_timeout,
             ),
             pipes: PipePool::new(IDLE_PIPES, config.limits.relay_buffer_bytes),
+            raw_connections: Arc::new(Semaphore::new(config.limits.max_raw_connections)),
             limits: config.limits,
             dns_answer,
             inspect,
             dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
             sandbox_hostname: config.sandbox_hostname,
+            names,
         })
     }
 }
