@@ -401,6 +401,7 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
         explicit: any,
         dns: Some(any),
         transparent: Vec::new(),
+        raw: Vec::new(),
     })
     .unwrap();
     let explicit = listeners.explicit.local_addr().unwrap();

@@ -24,8 +24,8 @@ pub struct ProxyConfig {
     pub transparent_listen: Vec<SocketAddr>,
     /// Raw doors ([`crate::raw`]): any TCP protocol, the target named by the address the
     /// connection arrived on (the DNS responder's per-name answer,
-    /// [`crate::name_addresses`]) and the listener's port. With any raw door, or with passed
-    /// listeners, the DNS responder answers each allowed name with an address of its own.
+    /// [`crate::name_addresses`]) and the listener's port. With any raw door (bound here or
+    /// passed in), the DNS responder answers each allowed name with an address of its own.
     pub raw_listen: Vec<SocketAddr>,
     /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and
     /// `transparent_listen`: a Unix socket at this path receives one pass of listening

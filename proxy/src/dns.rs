@@ -218,7 +218,7 @@ async fn reply_to(
         policy: gate.policy(),
         placeholders: gate.placeholders(),
         own_name: shared.sandbox_hostname.as_ref(),
-        names: shared.names.as_ref(),
+        names: shared.names.get(),
     };
     let (reply, attempt) = judge(message, client, judges, answer, gate.audit());
     if attempt.is_refused() {

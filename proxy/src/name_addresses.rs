@@ -47,7 +47,10 @@ impl NameAddresses {
 
     /// The address of `name`, given now if it has none yet; `None` once the table is full.
     pub fn address_of(&self, name: &HostName) -> Option<Ipv4Addr> {
-        let mut table = self.table.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut table = self
+            .table
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         if let Some(address) = table.by_name.get(name) {
             return Some(*address);
         }
@@ -64,7 +67,10 @@ impl NameAddresses {
 
     /// The name `address` was given to, if any.
     pub fn name_at(&self, address: Ipv4Addr) -> Option<HostName> {
-        let table = self.table.lock().unwrap_or_else(|poison| poison.into_inner());
+        let table = self
+            .table
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         table.by_address.get(&address).cloned()
     }
 

@@ -58,7 +58,7 @@ pub(crate) async fn serve(
     let mut attempt = Attempt::new(gate.audit(), Kind::Tcp, Some(client));
     attempt.port = Some(port);
     let arrived_on = stream.local_addr().map(|addr| addr.ip()).ok();
-    let name = match (arrived_on, &shared.names) {
+    let name = match (arrived_on, shared.names.get()) {
         (Some(IpAddr::V4(address)), Some(names)) => names.name_at(address),
         _ => None,
     };
@@ -180,4 +180,3 @@ pub(crate) fn reset(stream: TcpStream) {
     let _ = rustix::net::sockopt::set_socket_linger(&stream, Some(Duration::ZERO));
     drop(stream);
 }
-

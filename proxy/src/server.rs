@@ -354,10 +354,7 @@ fn serve_doors(
     };
     let mut tasks = vec![accept(explicit, Entrance::Door(Door::Explicit))];
     for (listener, port) in transparent {
-        tasks.push(accept(
-            listener,
-            Entrance::Door(Door::Transparent { port }),
-        ));
+        tasks.push(accept(listener, Entrance::Door(Door::Transparent { port })));
     }
     for (listener, port) in raw {
         tasks.push(accept(listener, Entrance::Raw { port }));
@@ -424,6 +421,12 @@ async fn serve_passed(
             return;
         }
     };
+    if !listeners.raw.is_empty() {
+        // Before any door is served: the sandbox's first lookup already gets its own address.
+        let _ = shared
+            .names
+            .set(crate::name_addresses::NameAddresses::new());
+    }
     tracing::debug!("serving the listeners passed by the sandbox");
     for task in serve_doors(listeners, &shared, &connections, &shutdown) {
         let _ = task.await;

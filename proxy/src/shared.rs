@@ -5,7 +5,7 @@
 //! builds one [`Shared`] from the configuration and hands it to every door it dispatches to.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -37,9 +37,10 @@ pub(crate) struct Shared {
     pub dns_rate: crate::dns_rate::RateLimiter,
     /// The sandbox's own host name, answered without a record ([`ProxyConfig`]'s field).
     pub sandbox_hostname: Option<crate::target::HostName>,
-    /// The run's name ↔ loopback address table, when the proxy serves raw doors (or its
-    /// listeners are passed, so that it may): the DNS responder answers from it.
-    pub names: Option<NameAddresses>,
+    /// The run's name ↔ loopback address table, set once the proxy serves a raw door (bound
+    /// at start, or passed by the sandbox before its command runs): from then on the DNS
+    /// responder answers from it. Without raw doors, names get `dns_answer` as before.
+    pub names: OnceLock<NameAddresses>,
     /// Places for raw door connections (`ProxyLimits::max_raw_connections`).
     pub raw_connections: Arc<Semaphore>,
 }
@@ -52,8 +53,10 @@ impl Shared {
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
     ) -> std::io::Result<Shared> {
-        let names = (config.listeners_from.is_some() || !config.raw_listen.is_empty())
-            .then(NameAddresses::new);
+        let names = OnceLock::new();
+        if !config.raw_listen.is_empty() {
+            let _ = names.set(NameAddresses::new());
+        }
         let audit = AuditSink::start(
             config.audit,
             config.run_id,

@@ -192,8 +192,7 @@ mod tests {
             sink.read_to_end(&mut got).await.unwrap();
             got
         };
-        let (pumped, (), got) =
-            tokio::join!(pump(&from, &to, &mut pipe, &count), send, receive);
+        let (pumped, (), got) = tokio::join!(pump(&from, &to, &mut pipe, &count), send, receive);
         pumped.unwrap();
         assert!(
             got == payload,

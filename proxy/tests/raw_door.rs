@@ -100,7 +100,9 @@ async fn a_raw_door_relays_a_line_protocol_to_the_name_behind_its_address() {
         resolve(&mut proxy, "site.test.").await,
         vec![FIRST_NAME_ADDRESS]
     );
-    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     stream.write_all(b"PING 1\r\nPING 2\r\n").await.unwrap();
     let mut back = [0u8; 16];
     tokio::time::timeout(HANG, stream.read_exact(&mut back))
@@ -142,7 +144,9 @@ async fn an_address_the_responder_never_gave_is_refused() {
     let port = echo.port();
     let mut proxy = raw_proxy(&site_policy(port), &[port], |_| {}).await;
     // No lookup yet: the address names nothing.
-    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     assert!(closed_by_reset(&mut stream).await, "not reset");
     let record = proxy.record().await;
     assert_tcp(&record, Outcome::Blocked, Reason::NotAllowed, port);
@@ -158,7 +162,9 @@ async fn tls_on_a_raw_door_must_name_the_doors_name() {
     resolve(&mut proxy, "site.test.").await;
 
     let hello = client_hello(Some("site.test"), false);
-    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     stream.write_all(&hello).await.unwrap();
     let mut back = vec![0u8; hello.len()];
     tokio::time::timeout(HANG, stream.read_exact(&mut back))
@@ -172,7 +178,9 @@ async fn tls_on_a_raw_door_must_name_the_doors_name() {
     assert_eq!(record.bytes_up, hello.len() as u64);
 
     let other = client_hello(Some("other.test"), false);
-    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     stream.write_all(&other).await.unwrap();
     assert!(read_to_close(&mut stream).await.is_empty());
     let record = proxy.record().await;
@@ -196,7 +204,9 @@ async fn a_server_that_speaks_first_is_relayed() {
     });
     let mut proxy = raw_proxy(&site_policy(port), &[port], |_| {}).await;
     resolve(&mut proxy, "site.test.").await;
-    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     let mut greeting = [0u8; 11];
     tokio::time::timeout(HANG, stream.read_exact(&mut greeting))
         .await
@@ -225,13 +235,17 @@ async fn raw_connections_over_their_cap_are_reset_and_recorded() {
     resolve(&mut proxy, "site.test.").await;
     let mut open = Vec::new();
     for n in 0..CAP {
-        let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+        let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+            .await
+            .unwrap();
         stream.write_all(&[b'0' + n as u8]).await.unwrap();
         let mut back = [0u8; 1];
         stream.read_exact(&mut back).await.unwrap();
         open.push(stream);
     }
-    let mut over = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut over = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     assert!(closed_by_reset(&mut over).await, "not reset");
     let record = proxy.record().await;
     assert_tcp(&record, Outcome::Blocked, Reason::Limit, port);
@@ -250,7 +264,9 @@ async fn an_idle_raw_connection_is_closed_and_recorded() {
     })
     .await;
     resolve(&mut proxy, "site.test.").await;
-    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port)).await.unwrap();
+    let mut stream = TcpStream::connect((FIRST_NAME_ADDRESS, port))
+        .await
+        .unwrap();
     stream.write_all(b"once").await.unwrap();
     let mut back = [0u8; 4];
     stream.read_exact(&mut back).await.unwrap();

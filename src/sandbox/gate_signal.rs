@@ -34,6 +34,11 @@ pub struct GateSetup {
     pub workdir: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<TaskFile>,
+    /// Ports the run's rules allow for some host, besides :80 and :443: the gate binds a
+    /// raw door on each ([`crate::sandbox::container::loopback_doors`]). Known only with
+    /// the run's policy, so they come with the signal, as the command does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raw_ports: Vec<u16>,
 }
 
 /// The bytes that open the gate with `setup`.
@@ -105,6 +110,7 @@ mod tests {
                 path: "main.py".into(),
                 contents: b"print(42)\n".to_vec(),
             }],
+            raw_ports: vec![5432, 18080],
         };
         let mut bytes = encode(&setup);
         bytes.extend_from_slice(b"stdin!");
