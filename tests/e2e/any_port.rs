@@ -65,7 +65,7 @@ fn program(script: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn tcp_records<'a>(run: &'a Finished, port: u16) -> Vec<&'a Value> {
+fn tcp_records(run: &Finished, port: u16) -> Vec<&Value> {
     run.audit_where(|record| {
         record["kind"] == "tcp" && record["host"] == "api.test" && record["port"] == port
     })
