@@ -128,6 +128,7 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     };
     args.allow.extend(handoff.allow);
     args.resolve.extend(handoff.resolve);
+    let door_ports = handoff.door_ports;
     if handoff.run_id.is_some() {
         args.run_id = handoff.run_id;
     }
@@ -188,6 +189,14 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         .iter()
         .map(|raw| parse_addr("--transparent-listen", raw))
         .collect::<Result<_>>()?;
+    if config.listeners_from.is_none() {
+        for port in door_ports {
+            let door = SocketAddr::new(listen.ip(), port);
+            if !config.transparent_listen.contains(&door) {
+                config.transparent_listen.push(door);
+            }
+        }
+    }
     config.raw_listen = args
         .raw_listen
         .iter()

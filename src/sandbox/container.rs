@@ -201,6 +201,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .collect();
     handoff.run_id = Some(run_id.to_string());
     handoff.audit_limit = Some(spec.audit_limit());
+    handoff.door_ports = raw_door_ports(&spec.policy_set);
     let credentials = &spec.credentials;
     handoff.secrets = Secrets(
         credentials
@@ -695,6 +696,12 @@ mod tests {
         assert_eq!(handoff.audit_limit, Some(100_000));
         let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();
         assert_eq!(proxy_handoff(&spec, "r-1").audit_limit, Some(7));
+        assert!(handoff.door_ports.is_empty(), "443 is a transparent door's");
+        let spec = RunSpec::builder(["true"])
+            .allow("db.example.com:5432")
+            .build()
+            .unwrap();
+        assert_eq!(proxy_handoff(&spec, "r-1").door_ports, [5432]);
     }
 
     /// A local run: the sandbox has no network and passes its doors, the proxy is on the
