@@ -233,7 +233,7 @@ pub struct ProxyArgs {
     /// Bind no listener: take every door from the sandbox, passed once to a Unix socket made
     /// at PATH (how a local run's proxy serves a sandbox that has no network).
     #[arg(long = "listeners-from", value_name = "PATH", hide = true,
-          conflicts_with_all = ["listen", "dns_listen", "transparent_listen"], requires = "dns_answer")]
+          conflicts_with_all = ["listen", "dns_listen", "transparent_listen", "raw_listen"], requires = "dns_answer")]
     pub listeners_from: Option<PathBuf>,
     /// Policy file; repeatable.
     #[arg(short, long = "policy", value_name = "FILE")]
@@ -259,6 +259,12 @@ pub struct ProxyArgs {
     /// Transparent listener (TLS routed by SNI, HTTP by Host); repeatable, e.g. 10.0.0.2:443.
     #[arg(long = "transparent-listen", value_name = "ADDR")]
     pub transparent_listen: Vec<String>,
+    /// Raw door (any TCP protocol; the target is the allowed name the DNS responder gave the
+    /// address reached, the port the listener's); repeatable, e.g. 127.100.0.1:5432. With
+    /// one, the responder answers each allowed name with an address of its own in
+    /// 127.100.0.0/16.
+    #[arg(long = "raw-listen", value_name = "ADDR")]
+    pub raw_listen: Vec<String>,
     /// Add CIDR (or one IP) to the private-address floor: allowed names leading there are
     /// refused as private_address unless a cidr rule covers the address; repeatable. For the
     /// engine host's own addresses and the egress gateway.

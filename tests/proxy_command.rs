@@ -344,6 +344,48 @@ fn an_audit_log_that_cannot_be_written_is_a_failed_exit() {
     assert_eq!(status.code(), Some(1), "{status:?}");
 }
 
+/// A proxy that binds its own doors (a run network) serves a transparent door on every
+/// port of the handoff's `door_ports`, at its explicit door's address, as it would on :443.
+#[test]
+fn a_handoffs_door_ports_become_transparent_doors_beside_the_explicit_one() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            format!("{{\"allow\":[\"site.test:{port}\"],\"door_ports\":[{port}]}}\n").as_bytes(),
+        )
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let door = format!("127.0.0.1:{port}");
+    assert_eq!(ready["transparent"], serde_json::json!([door]), "{ready}");
+    // Plain HTTP there is judged by its Host, as on :80: a name not allowed gets 403.
+    let mut stream = TcpStream::connect(&door).unwrap();
+    stream
+        .write_all(
+            format!("GET / HTTP/1.1\r\nHost: evil.test:{port}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(stdin);
+}
+
 /// The handoff's `sandbox_hostname` is a host name like any other: anything else refuses
 /// to start, with no ready line, and says which field.
 #[test]
@@ -401,6 +443,7 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
         explicit: any,
         dns: Some(any),
         transparent: Vec::new(),
+        raw: Vec::new(),
     })
     .unwrap();
     let explicit = listeners.explicit.local_addr().unwrap();

@@ -22,6 +22,11 @@ pub struct ProxyConfig {
     pub dns_answer: Option<IpAddr>,
     /// Transparent listeners: TLS routed by SNI, HTTP by `Host`.
     pub transparent_listen: Vec<SocketAddr>,
+    /// Raw doors ([`crate::raw`]): any TCP protocol, the target named by the address the
+    /// connection arrived on (the DNS responder's per-name answer,
+    /// [`crate::name_addresses`]) and the listener's port. With any raw door (bound here or
+    /// passed in), the DNS responder answers each allowed name with an address of its own.
+    pub raw_listen: Vec<SocketAddr>,
     /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and
     /// `transparent_listen`: a Unix socket at this path receives one pass of listening
     /// sockets ([`crate::passed_listeners`]). `dns_answer` must then be given.
@@ -63,6 +68,11 @@ pub struct ProxyLimits {
     /// A client must send a complete request head within this time, so idle or slow
     /// connections (slowloris) cannot hold connection slots. Also the keep-alive idle time.
     pub head_timeout: Duration,
+    /// Raw door connections open at once; each also holds a place under `max_connections`.
+    /// Beyond it a raw connection is reset and one `limit` record is written.
+    pub max_raw_connections: usize,
+    /// A raw door connection on which no byte moved either way for this long is closed.
+    pub raw_idle_timeout: Duration,
     /// Largest request head accepted (request line + headers); larger ones get 431.
     pub max_head_bytes: usize,
     /// Connections served at once over all TCP listeners; beyond it a connection gets 503
@@ -95,6 +105,8 @@ impl Default for ProxyLimits {
     fn default() -> Self {
         ProxyLimits {
             head_timeout: Duration::from_secs(10),
+            max_raw_connections: 256,
+            raw_idle_timeout: Duration::from_secs(600),
             max_head_bytes: 64 * 1024,
             max_connections: 1024,
             client_hello_timeout: Duration::from_secs(10),
@@ -119,6 +131,7 @@ impl ProxyConfig {
             dns_listen: None,
             dns_answer: None,
             transparent_listen: Vec::new(),
+            raw_listen: Vec::new(),
             listeners_from: None,
             audit: AuditDestination::Stdout,
             run_id: None,

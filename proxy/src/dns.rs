@@ -1,6 +1,7 @@
 //! The DNS responder for the sandbox (UDP and TCP). It never forwards a query anywhere:
-//! allowed names get the proxy's own address (so programs that ignore proxy variables reach
-//! the transparent listeners), everything else gets NXDOMAIN, and every query is an audit
+//! allowed names get the proxy's own address, or with raw doors an address of their own on
+//! the sandbox's loopback ([`crate::name_addresses`]), so programs that ignore proxy
+//! variables reach the transparent and raw doors; everything else gets NXDOMAIN, and every query is an audit
 //! record (kind `dns`, port null). A refusal's record is written before the answer goes out.
 //! Queries over the per-client rate ([`RateLimiter`]) are answered REFUSED and only counted.
 
@@ -15,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::{Attempt, AuditSink, Kind, Outcome};
+use crate::name_addresses::NameAddresses;
 use crate::policy::{PolicySet, Reason, Verdict};
 use crate::secrets::Placeholders;
 use crate::shared::Shared;
@@ -49,6 +51,9 @@ pub struct Judges<'a> {
     pub placeholders: &'a Placeholders,
     /// The sandbox's own host name: answered NOERROR with no records, and not recorded.
     pub own_name: Option<&'a HostName>,
+    /// The run's per-name addresses: an allowed name is answered with its own address
+    /// from it (for the raw doors), the common answer once it is full.
+    pub names: Option<&'a NameAddresses>,
 }
 
 /// The answer to one query message and the query's attempt, not yet recorded.
@@ -164,6 +169,10 @@ fn answer_query(
     // would carry ECH keys included) are empty, since the sandbox has no IPv6 and every
     // connection must come to the proxy.
     if query.query_type() == RecordType::A {
+        let answer = judges
+            .names
+            .and_then(|names| names.address_of(&name))
+            .unwrap_or(answer);
         response.add_answer(Record::from_rdata(
             query.name().clone(),
             ANSWER_TTL,
@@ -209,6 +218,7 @@ async fn reply_to(
         policy: gate.policy(),
         placeholders: gate.placeholders(),
         own_name: shared.sandbox_hostname.as_ref(),
+        names: shared.names.get(),
     };
     let (reply, attempt) = judge(message, client, judges, answer, gate.audit());
     if attempt.is_refused() {

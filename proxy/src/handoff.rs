@@ -63,6 +63,12 @@ pub struct Handoff {
     /// record (`ProxyConfig::sandbox_hostname`). Chosen with the sandbox, known at claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_hostname: Option<String>,
+    /// Ports the run's host rules allow besides the transparent doors' own. A proxy that
+    /// binds its doors itself (on a run network) serves a transparent door on each, at the
+    /// explicit door's address: TLS routed by SNI, HTTP by `Host`, on any allowed port. With
+    /// passed listeners the sandbox's gate binds raw doors on them instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub door_ports: Vec<u16>,
 }
 
 /// A PEM file's text, with its name for errors.
@@ -155,6 +161,7 @@ mod tests {
             ca_lifetime_s: Some(3630),
             audit_limit: Some(5),
             sandbox_hostname: Some("sandbox-1a2b3c".into()),
+            door_ports: vec![5432, 8443],
         };
         assert!(
             !format!("{handoff:?}").contains("sk-1"),

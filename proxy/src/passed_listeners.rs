@@ -2,7 +2,8 @@
 //!
 //! On a local engine a run's sandbox has no network at all (`--network none`), only its own
 //! loopback. Before its command runs, the sandbox's gate binds the proxy's doors there
-//! (127.0.0.1:3128, :53 over UDP and TCP, :443, :80) and passes the sockets to the proxy
+//! (127.0.0.1:3128, :53 over UDP and TCP, :443, :80, and a raw door per port the run's
+//! rules allow, [`crate::raw`]) and passes the sockets to the proxy
 //! over a Unix socket in a directory both containers mount (`SCM_RIGHTS`). The proxy then
 //! accepts the sandbox's connections on sockets that live in the sandbox's network
 //! namespace, while its own upstream connections leave from its own namespace. No packet
@@ -30,11 +31,13 @@ use rustix::net::{
 /// The file name of the proxy's Unix socket in the directory both containers mount.
 pub const SOCKET_NAME: &str = "listeners.sock";
 
-/// The most descriptors one pass carries: an explicit door, DNS over UDP and TCP, and up
-/// to five transparent doors.
-const MAX_PASSED: usize = 8;
+/// The most raw doors (one per port, [`crate::raw`]) one pass carries.
+pub const MAX_RAW_DOORS: usize = 64;
+/// The most descriptors one pass carries: an explicit door, DNS over UDP and TCP, up to
+/// five transparent doors and the raw doors.
+const MAX_PASSED: usize = 8 + MAX_RAW_DOORS;
 /// The pass's text (the roles, one word each) is at most this long.
-const MAX_ROLES_BYTES: usize = 256;
+const MAX_ROLES_BYTES: usize = 1024;
 /// Connections the kernel queues on a passed stream listener (as [`crate::listen`]).
 const BACKLOG: i32 = crate::listen::LISTEN_BACKLOG as i32;
 /// How long the gate waits for the proxy's answer to its pass, and the proxy for the pass
@@ -52,6 +55,9 @@ pub struct DoorAddrs {
     pub dns: Option<SocketAddrV4>,
     /// Transparent doors: TLS by SNI, HTTP by `Host` (the port says which).
     pub transparent: Vec<SocketAddrV4>,
+    /// Raw doors: any TCP protocol, the target named by the address reached (at most
+    /// [`MAX_RAW_DOORS`]).
+    pub raw: Vec<SocketAddrV4>,
 }
 
 /// The doors' sockets, bound (and listening, for streams) by whoever made them.
@@ -60,6 +66,7 @@ pub struct PassedListeners {
     pub explicit: std::net::TcpListener,
     pub dns: Option<(std::net::UdpSocket, std::net::TcpListener)>,
     pub transparent: Vec<std::net::TcpListener>,
+    pub raw: Vec<std::net::TcpListener>,
 }
 
 /// Why a pass was refused: the proxy then serves no door at all.
@@ -84,6 +91,7 @@ enum Role {
     DnsUdp,
     DnsTcp,
     Transparent,
+    Raw,
 }
 
 impl Role {
@@ -93,6 +101,7 @@ impl Role {
             Role::DnsUdp => "dns-udp",
             Role::DnsTcp => "dns-tcp",
             Role::Transparent => "transparent",
+            Role::Raw => "raw",
         }
     }
 
@@ -102,6 +111,7 @@ impl Role {
             Role::DnsUdp,
             Role::DnsTcp,
             Role::Transparent,
+            Role::Raw,
         ]
         .into_iter()
         .find(|role| role.word() == word)
@@ -113,6 +123,12 @@ impl PassedListeners {
     /// `SO_REUSEADDR` and the proxy's backlog; every socket is close-on-exec, so the
     /// command the gate runs next never inherits one.
     pub fn bind(addrs: &DoorAddrs) -> io::Result<PassedListeners> {
+        if addrs.raw.len() > MAX_RAW_DOORS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("more than {MAX_RAW_DOORS} raw doors"),
+            ));
+        }
         let dns = match addrs.dns {
             Some(addr) => Some((bind_udp(addr)?, bind_tcp(addr)?)),
             None => None,
@@ -122,6 +138,11 @@ impl PassedListeners {
             dns,
             transparent: addrs
                 .transparent
+                .iter()
+                .map(|addr| bind_tcp(*addr))
+                .collect::<io::Result<_>>()?,
+            raw: addrs
+                .raw
                 .iter()
                 .map(|addr| bind_tcp(*addr))
                 .collect::<io::Result<_>>()?,
@@ -180,6 +201,10 @@ impl PassedListeners {
         }
         for listener in &self.transparent {
             roles.push(Role::Transparent);
+            fds.push(listener.as_fd());
+        }
+        for listener in &self.raw {
+            roles.push(Role::Raw);
             fds.push(listener.as_fd());
         }
         (roles, fds)
@@ -279,12 +304,14 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
     let mut dns_udp = None;
     let mut dns_tcp = None;
     let mut transparent = Vec::new();
+    let mut raw = Vec::new();
     for (index, (role, fd)) in roles.into_iter().zip(fds).enumerate() {
         match role {
             Role::Explicit => put_once(&mut explicit, stream_listener(fd, index, role)?)?,
             Role::DnsUdp => put_once(&mut dns_udp, datagram_socket(fd, index, role)?)?,
             Role::DnsTcp => put_once(&mut dns_tcp, stream_listener(fd, index, role)?)?,
             Role::Transparent => transparent.push(stream_listener(fd, index, role)?),
+            Role::Raw => raw.push(stream_listener(fd, index, role)?),
         }
     }
     let dns = match (dns_udp, dns_tcp) {
@@ -300,6 +327,7 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
         explicit: explicit.ok_or(PassError::Malformed("no explicit door"))?,
         dns,
         transparent,
+        raw,
     })
 }
 

@@ -1,6 +1,9 @@
 //! Copying a tunnel's bytes both ways, counting them, until both sides are done or the
 //! proxy shuts down.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -26,7 +29,22 @@ pub async fn relay(
     moved: &mut Transferred,
     shutdown: &mut Shutdown,
 ) {
-    let Transferred { up, down } = moved;
+    relay_bounded(client, upstream, pipes, moved, shutdown, None).await;
+}
+
+/// [`relay`], also ended when no byte has moved either way for `idle` (when given): a raw
+/// door's connection holds a place under the proxy's limits, and a program that opens one
+/// and forgets it must not keep that place for the whole run.
+pub async fn relay_bounded(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    pipes: &PipePool,
+    moved: &mut Transferred,
+    shutdown: &mut Shutdown,
+    idle: Option<Duration>,
+) {
+    let up = AtomicU64::new(moved.up);
+    let down = AtomicU64::new(moved.down);
     let pair = match (pipes.take(), pipes.take()) {
         (Ok(up_pipe), Ok(down_pipe)) => Ok((up_pipe, down_pipe)),
         (Err(error), other) | (other, Err(error)) => {
@@ -36,17 +54,19 @@ pub async fn relay(
             Err(error)
         }
     };
+    let idle_end = idle_watch(idle, &up, &down);
     let result = match pair {
         Ok((mut up_pipe, mut down_pipe)) => {
             let (client, upstream) = (&*client, &*upstream);
             let both = async {
                 tokio::try_join!(
-                    splice::pump(client, upstream, &mut up_pipe, up),
-                    splice::pump(upstream, client, &mut down_pipe, down),
+                    splice::pump(client, upstream, &mut up_pipe, &up),
+                    splice::pump(upstream, client, &mut down_pipe, &down),
                 )
             };
             let result = tokio::select! {
                 result = both => result.map(|_| ()),
+                () = idle_end => Ok(()),
                 () = shutdown.wait() => Ok(()),
             };
             pipes.put(up_pipe);
@@ -60,18 +80,43 @@ pub async fn relay(
             let (mut upstream_read, mut upstream_write) = upstream.split();
             let both = async {
                 tokio::try_join!(
-                    pump(&mut client_read, &mut upstream_write, buffer_bytes, up),
-                    pump(&mut upstream_read, &mut client_write, buffer_bytes, down),
+                    pump(&mut client_read, &mut upstream_write, buffer_bytes, &up),
+                    pump(&mut upstream_read, &mut client_write, buffer_bytes, &down),
                 )
             };
             tokio::select! {
                 result = both => result.map(|_| ()),
+                () = idle_end => Ok(()),
                 () = shutdown.wait() => Ok(()),
             }
         }
     };
+    moved.up = up.into_inner();
+    moved.down = down.into_inner();
     if let Err(error) = result {
         tracing::debug!(%error, "tunnel ended with an error");
+    }
+}
+
+/// Ends once `idle` passes with neither count moving; never without `idle`. It looks a few
+/// times per `idle`, so a silent connection ends between `idle` and 1.25 × `idle`.
+async fn idle_watch(idle: Option<Duration>, up: &AtomicU64, down: &AtomicU64) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
+    let moved = || up.load(Ordering::Relaxed) + down.load(Ordering::Relaxed);
+    let mut seen = moved();
+    let mut quiet_since = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval(idle / 4);
+    loop {
+        ticks.tick().await;
+        let now = moved();
+        if now != seen {
+            seen = now;
+            quiet_since = tokio::time::Instant::now();
+        } else if quiet_since.elapsed() >= idle {
+            return;
+        }
     }
 }
 
@@ -79,7 +124,7 @@ async fn pump<R, W>(
     reader: &mut R,
     writer: &mut W,
     buffer_bytes: usize,
-    count: &mut u64,
+    count: &AtomicU64,
 ) -> std::io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
@@ -94,7 +139,7 @@ where
             return Ok(());
         }
         writer.write_all(&buffer[..n]).await?;
-        *count += n as u64;
+        count.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

@@ -55,6 +55,7 @@ pub struct LocalAddrs {
     pub listen: SocketAddr,
     pub dns: Option<SocketAddr>,
     pub transparent: Vec<SocketAddr>,
+    pub raw: Vec<SocketAddr>,
 }
 
 /// Entry point: bind and start in one step.
@@ -79,6 +80,7 @@ enum Doors {
     Bound {
         explicit: TcpListener,
         transparent: Vec<TcpListener>,
+        raw: Vec<TcpListener>,
         dns: Option<(UdpSocket, TcpListener)>,
     },
     /// Passed by the sandbox's gate ([`crate::passed_listeners`]) to this Unix socket, which
@@ -111,6 +113,10 @@ impl BoundProxy {
         for addr in &config.transparent_listen {
             transparent.push(bind_tcp(*addr)?);
         }
+        let mut raw = Vec::new();
+        for addr in &config.raw_listen {
+            raw.push(bind_tcp(*addr)?);
+        }
         let explicit = bind_tcp(config.listen)?;
         let dns = match config.dns_listen {
             Some(addr) => Some(bind_dns(addr).await?),
@@ -129,6 +135,7 @@ impl BoundProxy {
                 .iter()
                 .map(local_addr)
                 .collect::<Result<_, _>>()?,
+            raw: raw.iter().map(local_addr).collect::<Result<_, _>>()?,
         };
         let shared = Shared::new(config, dns_answer, inspect).map_err(ProxyError::Audit)?;
         Ok(BoundProxy {
@@ -136,6 +143,7 @@ impl BoundProxy {
             doors: Doors::Bound {
                 explicit,
                 transparent,
+                raw,
                 dns,
             },
             addrs,
@@ -173,6 +181,7 @@ impl BoundProxy {
                 listen: unbound,
                 dns: None,
                 transparent: Vec::new(),
+                raw: Vec::new(),
             },
         })
     }
@@ -209,20 +218,22 @@ impl BoundProxy {
             Doors::Bound {
                 explicit,
                 transparent,
+                raw,
                 dns,
             } => {
-                let transparent = transparent
-                    .into_iter()
-                    .zip(self.addrs.transparent.iter().map(SocketAddr::port))
-                    .collect();
-                serve_doors(
+                let with_ports = |listeners: Vec<TcpListener>, addrs: &[SocketAddr]| {
+                    listeners
+                        .into_iter()
+                        .zip(addrs.iter().map(SocketAddr::port))
+                        .collect()
+                };
+                let listeners = Listeners {
                     explicit,
-                    transparent,
+                    transparent: with_ports(transparent, &self.addrs.transparent),
+                    raw: with_ports(raw, &self.addrs.raw),
                     dns,
-                    &self.shared,
-                    &connections,
-                    &shutdown,
-                )
+                };
+                serve_doors(listeners, &self.shared, &connections, &shutdown)
             }
             Doors::Passed { socket, path } => vec![tokio::spawn(serve_passed(
                 socket,
@@ -301,16 +312,37 @@ impl RunningProxy {
     }
 }
 
-/// Starts every door's task: the explicit door, the transparent doors (with their ports),
-/// the DNS responder.
-fn serve_doors(
+/// Every door's listener, the transparent and raw ones with their ports.
+struct Listeners {
     explicit: TcpListener,
     transparent: Vec<(TcpListener, u16)>,
+    raw: Vec<(TcpListener, u16)>,
     dns: Option<(UdpSocket, TcpListener)>,
+}
+
+/// What a TCP listener's connections are served by.
+#[derive(Clone, Copy, Debug)]
+enum Entrance {
+    /// A door that reads requests or a ClientHello ([`Door`]).
+    Door(Door),
+    /// A raw door on this port ([`crate::raw`]).
+    Raw { port: u16 },
+}
+
+/// Starts every door's task: the explicit door, the transparent and raw doors (with their
+/// ports), the DNS responder.
+fn serve_doors(
+    listeners: Listeners,
     shared: &Arc<Shared>,
     connections: &Arc<Semaphore>,
     shutdown: &Shutdown,
 ) -> Vec<JoinHandle<()>> {
+    let Listeners {
+        explicit,
+        transparent,
+        raw,
+        dns,
+    } = listeners;
     let accept = |listener, door| {
         tokio::spawn(accept_loop(
             listener,
@@ -320,9 +352,12 @@ fn serve_doors(
             shutdown.clone(),
         ))
     };
-    let mut tasks = vec![accept(explicit, Door::Explicit)];
+    let mut tasks = vec![accept(explicit, Entrance::Door(Door::Explicit))];
     for (listener, port) in transparent {
-        tasks.push(accept(listener, Door::Transparent { port }));
+        tasks.push(accept(listener, Entrance::Door(Door::Transparent { port })));
+    }
+    for (listener, port) in raw {
+        tasks.push(accept(listener, Entrance::Raw { port }));
     }
     if let Some((udp, tcp)) = dns {
         tasks.push(tokio::spawn(crate::dns::serve_udp(
@@ -359,29 +394,41 @@ async fn serve_passed(
     };
     let doors = passed.and_then(|passed| {
         let tokio_tcp = |listener| TcpListener::from_std(listener).map_err(PassError::Io);
-        let transparent = passed
-            .transparent
-            .into_iter()
-            .map(|listener| {
-                let port = listener.local_addr()?.port();
-                Ok((tokio_tcp(listener)?, port))
-            })
-            .collect::<Result<Vec<_>, PassError>>()?;
+        let with_ports = |listeners: Vec<std::net::TcpListener>| {
+            listeners
+                .into_iter()
+                .map(|listener| {
+                    let port = listener.local_addr()?.port();
+                    Ok((tokio_tcp(listener)?, port))
+                })
+                .collect::<Result<Vec<_>, PassError>>()
+        };
         let dns = match passed.dns {
             Some((udp, tcp)) => Some((UdpSocket::from_std(udp)?, tokio_tcp(tcp)?)),
             None => None,
         };
-        Ok((tokio_tcp(passed.explicit)?, transparent, dns))
+        Ok(Listeners {
+            explicit: tokio_tcp(passed.explicit)?,
+            transparent: with_ports(passed.transparent)?,
+            raw: with_ports(passed.raw)?,
+            dns,
+        })
     });
-    let (explicit, transparent, dns) = match doors {
+    let listeners = match doors {
         Ok(doors) => doors,
         Err(error) => {
             tracing::error!(%error, "refused the listeners passed by the sandbox: no door is served");
             return;
         }
     };
+    if !listeners.raw.is_empty() {
+        // Before any door is served: the sandbox's first lookup already gets its own address.
+        let _ = shared
+            .names
+            .set(crate::name_addresses::NameAddresses::new());
+    }
     tracing::debug!("serving the listeners passed by the sandbox");
-    for task in serve_doors(explicit, transparent, dns, &shared, &connections, &shutdown) {
+    for task in serve_doors(listeners, &shared, &connections, &shutdown) {
         let _ = task.await;
     }
 }
@@ -419,7 +466,7 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ProxyError> {
 
 async fn accept_loop(
     listener: TcpListener,
-    door: Door,
+    door: Entrance,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
     mut shutdown: Shutdown,
@@ -468,11 +515,21 @@ async fn accept_loop(
 async fn serve_connection(
     stream: TcpStream,
     client: SocketAddr,
-    door: Door,
+    door: Entrance,
     shared: Arc<Shared>,
     shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
+    let door = match door {
+        Entrance::Door(door) => door,
+        Entrance::Raw { port } => {
+            Box::pin(crate::raw::serve(
+                stream, client, port, shared, shutdown, slot,
+            ))
+            .await;
+            return;
+        }
+    };
     match door {
         Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown, slot).await,
         // Boxed: its state (the TLS door) is ten times the explicit door's, and every
@@ -491,17 +548,21 @@ async fn serve_connection(
 async fn refuse_over_limit(
     mut stream: TcpStream,
     client: SocketAddr,
-    door: Door,
+    door: Entrance,
     shared: Arc<Shared>,
     _shutdown: Shutdown,
 ) {
     let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
     attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
-    if let Door::Transparent { port } = door {
+    if let Entrance::Door(Door::Transparent { port }) | Entrance::Raw { port } = door {
         attempt.port = Some(port);
     }
     attempt.record().await;
-    if let Door::Explicit = door {
+    if let Entrance::Raw { .. } = door {
+        crate::raw::reset(stream);
+        return;
+    }
+    if let Entrance::Door(Door::Explicit) = door {
         let body = "egress-sandbox: the proxy is at its connection limit\n";
         let response = format!(
             "HTTP/1.1 503 Service Unavailable\r\nX-Egress-Blocked: limit\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

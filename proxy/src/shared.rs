@@ -5,14 +5,15 @@
 //! builds one [`Shared`] from the configuration and hands it to every door it dispatches to.
 
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::AuditSink;
 use crate::config::{ProxyConfig, ProxyLimits};
 use crate::floor::Floor;
 use crate::gate::Gate;
+use crate::name_addresses::NameAddresses;
 use crate::pool::UpstreamPool;
 use crate::resolve::Resolver;
 use crate::splice::PipePool;
@@ -37,6 +38,12 @@ pub(crate) struct Shared {
     pub dns_rate: crate::dns_rate::RateLimiter,
     /// The sandbox's own host name, answered without a record ([`ProxyConfig`]'s field).
     pub sandbox_hostname: Option<crate::target::HostName>,
+    /// The run's name ↔ loopback address table, set once the proxy serves a raw door (bound
+    /// at start, or passed by the sandbox before its command runs): from then on the DNS
+    /// responder answers from it. Without raw doors, names get `dns_answer` as before.
+    pub names: OnceLock<NameAddresses>,
+    /// Places for raw door connections (`ProxyLimits::max_raw_connections`).
+    pub raw_connections: Arc<Semaphore>,
 }
 
 impl Shared {
@@ -47,6 +54,10 @@ impl Shared {
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
     ) -> std::io::Result<Shared> {
+        let names = OnceLock::new();
+        if !config.raw_listen.is_empty() {
+            let _ = names.set(NameAddresses::new());
+        }
         let audit = AuditSink::start(
             config.audit,
             config.run_id,
@@ -78,11 +89,13 @@ impl Shared {
                 config.limits.upstream_idle_timeout,
             ),
             pipes: PipePool::new(IDLE_PIPES, config.limits.relay_buffer_bytes),
+            raw_connections: Arc::new(Semaphore::new(config.limits.max_raw_connections)),
             limits: config.limits,
             dns_answer,
             inspect,
             dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
             sandbox_hostname: config.sandbox_hostname,
+            names,
         })
     }
 }

@@ -12,6 +12,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::net::Shutdown as Direction;
 use rustix::pipe::{PipeFlags, SpliceFlags, fcntl_setpipe_size, pipe_with, splice};
@@ -116,7 +117,7 @@ pub async fn pump(
     from: &TcpStream,
     to: &TcpStream,
     pipe: &mut Pipe,
-    count: &mut u64,
+    count: &AtomicU64,
 ) -> io::Result<()> {
     debug_assert!(pipe.is_empty(), "a pump starts with an empty pipe");
     loop {
@@ -147,7 +148,7 @@ async fn fill(from: &TcpStream, pipe: &mut Pipe) -> io::Result<usize> {
 }
 
 /// Splices everything `pipe` holds into `to`, counting each delivered chunk.
-async fn drain(to: &TcpStream, pipe: &mut Pipe, count: &mut u64) -> io::Result<()> {
+async fn drain(to: &TcpStream, pipe: &mut Pipe, count: &AtomicU64) -> io::Result<()> {
     while pipe.held > 0 {
         to.writable().await?;
         match to.try_io(Interest::WRITABLE, || {
@@ -155,7 +156,7 @@ async fn drain(to: &TcpStream, pipe: &mut Pipe, count: &mut u64) -> io::Result<(
         }) {
             Ok(n) => {
                 pipe.held -= n;
-                *count += n as u64;
+                count.fetch_add(n as u64, Ordering::Relaxed);
             }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
             Err(error) => return Err(error),
@@ -181,7 +182,7 @@ mod tests {
         let (to, mut sink) = socket_pair().await;
         let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let mut pipe = Pipe::new(64 * 1024).unwrap();
-        let mut count = 0;
+        let count = AtomicU64::new(0);
         let send = async {
             source.write_all(&payload).await.unwrap();
             source.shutdown().await.unwrap();
@@ -191,8 +192,7 @@ mod tests {
             sink.read_to_end(&mut got).await.unwrap();
             got
         };
-        let (pumped, (), got) =
-            tokio::join!(pump(&from, &to, &mut pipe, &mut count), send, receive);
+        let (pumped, (), got) = tokio::join!(pump(&from, &to, &mut pipe, &count), send, receive);
         pumped.unwrap();
         assert!(
             got == payload,
@@ -200,7 +200,7 @@ mod tests {
             got.len(),
             payload.len()
         );
-        assert_eq!(count, payload.len() as u64);
+        assert_eq!(count.into_inner(), payload.len() as u64);
         assert!(pipe.is_empty());
         assert_eq!(in_pipe(&pipe), 0);
     }
@@ -220,9 +220,9 @@ mod tests {
         fill(&from, &mut cut_short).await.unwrap();
         pool.put(cut_short);
         assert_eq!(pool.idle(), 0);
-        let mut count = 0;
-        drain(&to, &mut pipe, &mut count).await.unwrap();
-        assert_eq!((count, in_pipe(&pipe)), (16, 0));
+        let count = AtomicU64::new(0);
+        drain(&to, &mut pipe, &count).await.unwrap();
+        assert_eq!((count.into_inner(), in_pipe(&pipe)), (16, 0));
         let mut got = [0u8; 16];
         sink.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"left in the pipe");

@@ -53,6 +53,7 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<Exit
             "listen": addrs.listen.to_string(),
             "dns": addrs.dns.map(|a| a.to_string()),
             "transparent": addrs.transparent.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "raw": addrs.raw.iter().map(ToString::to_string).collect::<Vec<_>>(),
         }),
     };
     if let Some(ca) = bound.ca_certificate_pem() {
@@ -127,6 +128,7 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     };
     args.allow.extend(handoff.allow);
     args.resolve.extend(handoff.resolve);
+    let door_ports = handoff.door_ports;
     if handoff.run_id.is_some() {
         args.run_id = handoff.run_id;
     }
@@ -186,6 +188,19 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         .transparent_listen
         .iter()
         .map(|raw| parse_addr("--transparent-listen", raw))
+        .collect::<Result<_>>()?;
+    if config.listeners_from.is_none() {
+        for port in door_ports {
+            let door = SocketAddr::new(listen.ip(), port);
+            if !config.transparent_listen.contains(&door) {
+                config.transparent_listen.push(door);
+            }
+        }
+    }
+    config.raw_listen = args
+        .raw_listen
+        .iter()
+        .map(|raw| parse_addr("--raw-listen", raw))
         .collect::<Result<_>>()?;
     config.audit = match args.audit_log.as_str() {
         "-" => AuditDestination::Stdout,

@@ -46,7 +46,7 @@ pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
     // the proxy before the command exists: the command can neither pre-empt nor forge the
     // pass, and inherits none of the sockets (close-on-exec, and dropped here).
     if let Some(socket) = &args.pass_listeners
-        && let Err(error) = pass_listeners(socket)
+        && let Err(error) = pass_listeners(socket, &setup.raw_ports)
     {
         eprintln!(
             "egress-sandbox: cannot hand the proxy its doors in the sandbox: {error}; the command was not run"
@@ -106,8 +106,8 @@ fn limit_tasks(tasks: u64) -> std::io::Result<()> {
     setrlimit(Resource::Nproc, limit).map_err(std::io::Error::from)
 }
 
-fn pass_listeners(socket: &Path) -> std::io::Result<()> {
-    let listeners = PassedListeners::bind(&loopback_doors())?;
+fn pass_listeners(socket: &Path, raw_ports: &[u16]) -> std::io::Result<()> {
+    let listeners = PassedListeners::bind(&loopback_doors(raw_ports))?;
     listeners.send(socket)
 }
 

@@ -27,15 +27,42 @@ pub const PROXY_PORT: u16 = 3128;
 const TRANSPARENT_PORTS: [u16; 2] = [443, 80];
 const DNS_PORT: u16 = 53;
 
-/// The doors a gate binds on the sandbox's loopback and passes to the proxy
-/// ([`Wiring::PassedListeners`]).
-pub fn loopback_doors() -> egress_proxy::passed_listeners::DoorAddrs {
-    let at = |port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+/// The doors a gate binds in the sandbox and passes to the proxy
+/// ([`Wiring::PassedListeners`]): the explicit proxy and DNS on 127.0.0.1; the transparent
+/// doors and a raw door per port of `raw_ports` on every loopback address (0.0.0.0: the
+/// sandbox has no other interface), since the DNS responder answers each allowed name with
+/// an address of its own ([`egress_proxy::name_addresses`]).
+pub fn loopback_doors(raw_ports: &[u16]) -> egress_proxy::passed_listeners::DoorAddrs {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let local = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let every = |port| SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
     egress_proxy::passed_listeners::DoorAddrs {
-        explicit: at(PROXY_PORT),
-        dns: Some(at(DNS_PORT)),
-        transparent: TRANSPARENT_PORTS.into_iter().map(at).collect(),
+        explicit: local(PROXY_PORT),
+        dns: Some(local(DNS_PORT)),
+        transparent: TRANSPARENT_PORTS.into_iter().map(every).collect(),
+        raw: raw_ports.iter().copied().map(every).collect(),
     }
+}
+
+/// The ports of `policy`'s host rules that get a raw door: not the proxy's own ports (the
+/// explicit proxy's, DNS's, the transparent doors'), at most
+/// [`egress_proxy::passed_listeners::MAX_RAW_DOORS`] of them (the lowest). A port left out
+/// is still reachable through the explicit proxy.
+pub fn raw_door_ports(policy: &egress_proxy::policy::PolicySet) -> Vec<u16> {
+    let mut ports: Vec<u16> = policy
+        .host_ports()
+        .into_iter()
+        .filter(|port| ![PROXY_PORT, DNS_PORT].contains(port) && !TRANSPARENT_PORTS.contains(port))
+        .collect();
+    let max = egress_proxy::passed_listeners::MAX_RAW_DOORS;
+    if ports.len() > max {
+        tracing::warn!(
+            left_out = ?&ports[max..],
+            "the policy allows more ports than a sandbox has raw doors for; programs reach the others through the proxy variables only"
+        );
+        ports.truncate(max);
+    }
+    ports
 }
 /// How long the run CA outlives the run's time limit at most (`docs/src/guide/credentials.md`).
 const CA_SLACK_S: u64 = 3600;
@@ -174,6 +201,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .collect();
     handoff.run_id = Some(run_id.to_string());
     handoff.audit_limit = Some(spec.audit_limit());
+    handoff.door_ports = raw_door_ports(&spec.policy_set);
     let credentials = &spec.credentials;
     handoff.secrets = Secrets(
         credentials
@@ -380,6 +408,7 @@ pub fn gate_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> GateSetup {
         workdir: spec.workdir.clone(),
         files: spec.files.clone(),
         task_limit: None,
+        raw_ports: raw_door_ports(&spec.policy_set),
     }
 }
 
@@ -669,6 +698,12 @@ mod tests {
         assert_eq!(handoff.audit_limit, Some(100_000));
         let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();
         assert_eq!(proxy_handoff(&spec, "r-1").audit_limit, Some(7));
+        assert!(handoff.door_ports.is_empty(), "443 is a transparent door's");
+        let spec = RunSpec::builder(["true"])
+            .allow("db.example.com:5432")
+            .build()
+            .unwrap();
+        assert_eq!(proxy_handoff(&spec, "r-1").door_ports, [5432]);
     }
 
     /// A local run: the sandbox has no network and passes its doors, the proxy is on the
@@ -738,10 +773,45 @@ mod tests {
 
     #[test]
     fn the_gate_binds_the_proxys_ports_on_the_loopback() {
-        let doors = loopback_doors();
+        let doors = loopback_doors(&[5432, 18080]);
         assert_eq!(doors.explicit.to_string(), "127.0.0.1:3128");
         assert_eq!(doors.dns.unwrap().to_string(), "127.0.0.1:53");
-        let transparent: Vec<_> = doors.transparent.iter().map(ToString::to_string).collect();
-        assert_eq!(transparent, ["127.0.0.1:443", "127.0.0.1:80"]);
+        let on_every_address = |addrs: &[std::net::SocketAddrV4]| {
+            addrs.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            on_every_address(&doors.transparent),
+            ["0.0.0.0:443", "0.0.0.0:80"]
+        );
+        assert_eq!(
+            on_every_address(&doors.raw),
+            ["0.0.0.0:5432", "0.0.0.0:18080"]
+        );
+    }
+
+    #[test]
+    fn raw_doors_are_the_host_rules_ports_but_the_proxys_own_and_bounded() {
+        let (policy, _) = egress_proxy::policy::Policy::from_yaml(
+            "t.yaml",
+            "version: 1\nallow:\n  - host: a.test\n    ports: [53, 80, 443, 3128, 8443, 18080]\n  - cidr: 10.0.0.0/8\n    ports: [9000]\n",
+        )
+        .unwrap();
+        let set = egress_proxy::policy::PolicySet::merge(vec![policy]);
+        assert_eq!(raw_door_ports(&set), [8443, 18080]);
+        let many: Vec<String> = (20000..20100)
+            .map(|port| format!("a.test:{port}"))
+            .collect();
+        let set = egress_proxy::policy::PolicySet::merge(vec![
+            egress_proxy::policy::Policy::from_allow_flags(&many).unwrap(),
+        ]);
+        let ports = raw_door_ports(&set);
+        assert_eq!(ports.len(), egress_proxy::passed_listeners::MAX_RAW_DOORS);
+        assert_eq!(ports[0], 20000);
+        let spec = RunSpec::builder(["true"])
+            .allow("api.example.com:8443")
+            .allow("api.example.com")
+            .build()
+            .unwrap();
+        assert_eq!(gate_setup(&spec, proxy_ip()).raw_ports, [8443]);
     }
 }

@@ -39,6 +39,11 @@ pub struct GateSetup {
     /// the runtime's threads, not the command's tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_limit: Option<u64>,
+    /// Ports the run's rules allow for some host, besides :80 and :443: the gate binds a
+    /// raw door on each ([`crate::sandbox::container::loopback_doors`]). Known only with
+    /// the run's policy, so they come with the signal, as the command does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raw_ports: Vec<u16>,
 }
 
 /// The bytes that open the gate with `setup`.
@@ -111,6 +116,7 @@ mod tests {
                 contents: b"print(42)\n".to_vec(),
             }],
             task_limit: Some(64),
+            raw_ports: vec![5432, 18080],
         };
         let mut bytes = encode(&setup);
         bytes.extend_from_slice(b"stdin!");

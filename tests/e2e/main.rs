@@ -15,6 +15,7 @@
 
 mod support;
 
+mod any_port;
 mod audit_chain;
 mod audit_summary;
 mod concurrency;

@@ -61,6 +61,7 @@ fuzz_target!(|data: &[u8]| {
         policy: &state.policy,
         placeholders: &state.placeholders,
         own_name: Some(&state.own_name),
+        names: None,
     };
     let reply = dns::respond(data, client, judges, ANSWER, &state.audit);
     let request = Message::from_vec(data);

@@ -8,6 +8,7 @@ fn loopback_doors() -> DoorAddrs {
         explicit: any_port,
         dns: Some(any_port),
         transparent: vec![any_port, any_port],
+        raw: vec![any_port],
     }
 }
 
@@ -53,6 +54,7 @@ async fn passed_sockets_are_the_bound_ones_and_serve_connections() {
         .iter()
         .map(|l| l.local_addr().unwrap())
         .collect();
+    let raw = bound.raw[0].local_addr().unwrap();
     let sender = std::thread::spawn({
         let path = path.clone();
         move || {
@@ -76,6 +78,8 @@ async fn passed_sockets_are_the_bound_ones_and_serve_connections() {
         .map(|l| l.local_addr().unwrap())
         .collect();
     assert_eq!(got, transparent);
+    assert_eq!(received.raw.len(), 1);
+    assert_eq!(received.raw[0].local_addr().unwrap(), raw);
 
     let served = tokio::net::TcpListener::from_std(received.explicit).unwrap();
     let client = tokio::net::TcpStream::connect(explicit);
@@ -160,6 +164,7 @@ async fn the_sender_hears_a_refusal() {
         explicit: std::net::TcpListener::from(not_listening),
         dns: None,
         transparent: Vec::new(),
+        raw: Vec::new(),
     };
     let sender = std::thread::spawn({
         let path = path.clone();

@@ -323,6 +323,26 @@ impl PolicySet {
         }
     }
 
+    /// Every port some allow rule names for a host (`cidr` rules not counted), sorted and
+    /// without repeats: where a sandbox needs doors for programs that ignore the proxy
+    /// variables. A rule without `ports:` counts with its default, 443.
+    pub fn host_ports(&self) -> Vec<u16> {
+        let mut ports: Vec<u16> = self
+            .index
+            .policies
+            .iter()
+            .flat_map(|policy| &policy.allow)
+            .filter(|rule| matches!(rule.target, RuleTarget::Host(_)))
+            .flat_map(|rule| match &rule.ports {
+                PortSet::List(ports) => ports.clone(),
+                PortSet::Any => Vec::new(),
+            })
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
     /// Exact names whose requests the proxy reads (on some port): what the run CA may sign.
     pub fn inspected_hosts(&self) -> &[HostName] {
         &self.index.inspected

@@ -144,3 +144,15 @@ fn parse_budget_refuses_deep_nesting() {
     assert!(message.starts_with("test.yaml:2:"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn host_ports_are_the_ports_of_host_allow_rules_only() {
+    let merged = PolicySet::merge(vec![
+        policy(
+            "version: 1\nallow:\n  - host: api.test\n    ports: [8443, 18080]\n  - host: \"*.db.test\"\n    ports: [5432]\n  - host: plain.test\n  - cidr: 10.0.0.0/8\n    ports: [9000]\ndeny:\n  - host: bad.test\n    ports: [7000]\n",
+        ),
+        policy("version: 1\nallow:\n  - host: other.test\n    ports: [18080, 6379]\n"),
+    ]);
+    assert_eq!(merged.host_ports(), [443, 5432, 6379, 8443, 18080]);
+    assert!(PolicySet::merge(Vec::new()).host_ports().is_empty());
+}
