@@ -83,6 +83,8 @@ mod pool;
 pub mod refusal;
 pub mod relay;
 pub mod resolve;
+mod scrub;
+pub mod secret_forms;
 pub mod secrets;
 pub mod server;
 mod shared;
