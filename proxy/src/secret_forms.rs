@@ -9,7 +9,7 @@
 //! (`base64("Bearer <key>")`), so the secret's bytes rarely start a base64 group: for each
 //! alignment the matcher looks for the characters that depend on the secret's bits alone,
 //! which is also why padding never matters. Matching ignores ASCII letter case (hex digits
-//! and host names come in either case; a needle of at least [`MIN_SECRET_BYTES`] bytes does
+//! and host names come in either case; a secret of at least [`MIN_SECRET_BYTES`] bytes does
 //! not turn up in ordinary text by chance, in any case).
 //!
 //! What is not found: a secret transformed in any other way (cut in pieces, reversed, split
@@ -24,9 +24,9 @@ use base64::engine::GeneralPurpose;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 
 /// Shortest secret value accepted for a credential: the scrubber replaces every occurrence
-/// of each form in every inspected answer, and a shorter value (or its base64 core) could
-/// be ordinary text.
-pub const MIN_SECRET_BYTES: usize = 8;
+/// of each form in every inspected answer, and a shorter value (or its base64 core, seven
+/// characters at this length) could be ordinary text.
+pub const MIN_SECRET_BYTES: usize = 6;
 
 /// One needle: which secret, and what replaces it in an answer to the sandbox.
 #[derive(Debug)]

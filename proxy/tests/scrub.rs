@@ -15,8 +15,9 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use common::tls::{TestCa, run_ca, tunnel};
 use common::{HANG, Site, TestProxy, exchange, status};
 use egress_proxy::audit::{AuditRecord, Kind, Outcome};
-use egress_proxy::policy::Reason;
+use egress_proxy::policy::{Policy, PolicySet, Reason};
 use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
+use egress_proxy::{Proxy, ProxyConfig};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -484,4 +485,21 @@ async fn the_real_key_in_any_request_is_refused_as_credential_misuse() {
         .find_map(|r| r.request.as_ref())
         .map(|fields| fields.path.clone());
     assert_eq!(path.as_deref(), Some("/v1/«secret:API_KEY»"));
+}
+
+#[tokio::test]
+async fn a_secret_too_short_to_scrub_is_refused_before_the_proxy_starts() {
+    let (policy, _) = Policy::from_yaml("test.yaml", &api_yaml(443)).unwrap();
+    let mut config = ProxyConfig::new(
+        PolicySet::merge(vec![policy]),
+        "127.0.0.1:0".parse().unwrap(),
+    );
+    config.credentials = credentials("abcde", None);
+    let Err(error) = Proxy::bind(config).await else {
+        panic!("a five-byte secret was accepted");
+    };
+    assert!(
+        error.to_string().contains("shorter than 6 bytes"),
+        "{error}"
+    );
 }
