@@ -90,8 +90,8 @@ chmod 644 "$TMP/server.key"
 
 # --- upstream: nginx with TLS on $UP:443, one text file -------------------------------------
 mkdir -p "$TMP/www"
-head -c $((SIZE_MIB * 3 / 4 * 1024 * 1024 + 4096)) /dev/urandom | base64 -w 76 \
-    | head -c $((SIZE_MIB * 1024 * 1024)) >"$TMP/www/big.txt"
+head -c $((SIZE_MIB * 3 / 4 * 1024 * 1024 + 4096)) /dev/urandom | base64 -w 76 >"$TMP/www/big.txt"
+truncate -s $((SIZE_MIB * 1024 * 1024)) "$TMP/www/big.txt"
 chmod -R a+rX "$TMP/www"
 SIZE=$(stat -c %s "$TMP/www/big.txt")
 if ss -Hltn "src $UP:443" | grep -q .; then
