@@ -228,7 +228,10 @@ async fn serve(
     }
     let head = String::from_utf8_lossy(&head).into_owned();
     let response = echo_authorization(&head, response);
-    record.lock().expect("upstream lock").push(Request { head, sni });
+    record
+        .lock()
+        .expect("upstream lock")
+        .push(Request { head, sni });
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
