@@ -33,11 +33,17 @@ pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue)> {
     Ok((name.to_owned(), value))
 }
 
-/// A value that can go in an HTTP header: not empty, printable ASCII. The error says what
-/// is wrong, never the value.
+/// A value that can go in an HTTP header and be told from ordinary text: at least
+/// [`egress_proxy::secret_forms::MIN_SECRET_BYTES`] bytes, printable ASCII. The error says
+/// what is wrong, never the value.
 pub fn check_secret_value(value: String) -> Result<SecretValue, &'static str> {
     if value.is_empty() {
         return Err("the value is empty");
+    }
+    if value.len() < egress_proxy::secret_forms::MIN_SECRET_BYTES {
+        return Err(
+            "the value is shorter than 6 bytes: the proxy could not tell it from ordinary text when it keeps it out of answers",
+        );
     }
     if value.bytes().any(|b| b.is_ascii_control() || b >= 0x80) {
         return Err(
@@ -109,6 +115,21 @@ mod tests {
         std::fs::write(&file, "sk-secret\r\nmore\n").unwrap();
         let bad = read_secret_flag(&format!("K=file:{}", file.display())).unwrap_err();
         assert!(!bad.to_string().contains("sk-secret"), "{bad}");
+    }
+
+    #[test]
+    fn a_value_too_short_to_scrub_is_refused() {
+        let short = "a".repeat(egress_proxy::secret_forms::MIN_SECRET_BYTES - 1);
+        let problem = check_secret_value(short).unwrap_err();
+        assert!(
+            problem.contains(&format!(
+                "shorter than {} bytes",
+                egress_proxy::secret_forms::MIN_SECRET_BYTES
+            )),
+            "{problem}"
+        );
+        let long = "a".repeat(egress_proxy::secret_forms::MIN_SECRET_BYTES);
+        assert!(check_secret_value(long).is_ok());
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::policy::{Decision, Reason, RuleRef, Verdict};
+use crate::secret_forms::SecretForms;
 use crate::text::{must_escape, push_escape};
 use writer::WriterMessage;
 
@@ -111,6 +112,10 @@ pub struct RequestFields {
     /// The upstream's status, or null when no response came.
     pub status: Option<u16>,
     pub credential: Option<String>,
+    /// Occurrences of a run's real secret replaced by its placeholder in the answer
+    /// (headers and body); absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reflected: Option<u64>,
 }
 
 impl AuditRecord {
@@ -202,6 +207,9 @@ pub struct AuditSink {
     write_errors: Arc<AtomicU64>,
     run: Option<Arc<str>>,
     policy: Arc<str>,
+    /// The run's real secrets: where one sits in a host or path, the record shows
+    /// `«secret:NAME»`.
+    redactor: Arc<SecretForms>,
 }
 
 impl AuditSink {
@@ -242,7 +250,14 @@ impl AuditSink {
             write_errors,
             run: run.map(Arc::from),
             policy: Arc::from(policy),
+            redactor: Arc::default(),
         })
+    }
+
+    /// The sink that keeps the run's real secrets out of records' hosts and paths.
+    pub fn with_redactor(mut self, secrets: Arc<SecretForms>) -> Self {
+        self.redactor = secrets;
+        self
     }
 
     /// Fills in `v`, `run` and `policy` and counts the record.
@@ -387,8 +402,8 @@ impl Attempt {
             policy: None,
             kind: self.kind,
             client: self.client.map(|c| c.to_string()),
-            // Whatever a door put here, no control character leaves raw.
-            host: text_for_log(&self.host),
+            // Whatever a door put here, no control character or secret leaves raw.
+            host: text_for_log(&self.sink.redactor.redact(&self.host)),
             port: self.port,
             decision: self.decision,
             reason: self.reason,
@@ -398,13 +413,22 @@ impl Attempt {
             bytes_up: self.bytes_up,
             bytes_down: self.bytes_down,
             duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            request: self.request.take(),
+            request: self.request.take().map(|mut fields| {
+                fields.path = self.sink.redactor.redact(&fields.path).into_owned();
+                fields
+            }),
         })
     }
 
-    /// Sets `host` from an untrusted raw value (escaped and cut).
+    /// Sets `host` from an untrusted raw value (secrets redacted, escaped and cut).
     pub fn set_raw_host(&mut self, raw: &[u8]) {
-        self.host = raw_host_for_log(raw);
+        self.host = match self.sink.redactor.find(raw) {
+            None => raw_host_for_log(raw),
+            Some(_) => {
+                let text = String::from_utf8_lossy(raw);
+                raw_host_for_log(self.sink.redactor.redact(&text).as_bytes())
+            }
+        };
     }
 
     pub fn set_outcome(&mut self, decision: Outcome, reason: Reason, rule: Option<&RuleRef>) {

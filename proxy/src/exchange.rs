@@ -7,6 +7,9 @@
 //! of any size to an allowed host. So the answer's end only hands the record to the upload:
 //! it is written when the request body is done too, or when shutdown begins (with what was
 //! sent until then), whichever comes first.
+//!
+//! An inspected host's answer in a run with secrets is scrubbed on its way ([`crate::scrub`]):
+//! headers at once, the body as it streams; the record's `reflected` counts what was replaced.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,6 +27,8 @@ use crate::audit::{Attempt, Outcome};
 use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
+use crate::scrub::{Scrubber, scrub_headers};
+use crate::secret_forms::SecretForms;
 use crate::shutdown::Shutdown;
 
 /// The request body's side of an exchange: what it has sent upstream and whether it is done.
@@ -107,11 +112,14 @@ impl Drop for CountingBody {
 /// The upstream's answer, as [`counted_response`] passes it on; but a 502 when the upstream
 /// switched protocols: the proxy removed the request's `Upgrade` (it relays HTTP only), so
 /// a `101` would leave the client on a connection nobody relays, its next requests lost.
+/// With `secrets` (an inspected host in a run with secrets) the answer is scrubbed of them,
+/// and one in an encoding the scrubber cannot read is refused (`upstream_encoding`).
 pub(crate) async fn answer(
     response: Response<Incoming>,
     mut attempt: Attempt,
     upload: Arc<Upload>,
     shutdown: Shutdown,
+    secrets: Option<&Arc<SecretForms>>,
 ) -> Response<ProxyBody> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         attempt.set_outcome(Outcome::Failed, Reason::ConnectFailed, None);
@@ -121,33 +129,131 @@ pub(crate) async fn answer(
         );
         return refuse(attempt, &refusal).await;
     }
-    counted_response(response, attempt, upload, shutdown)
+    let secrets = secrets.filter(|secrets| !secrets.is_empty());
+    if secrets.is_some()
+        && !response.body().is_end_stream()
+        && let Some(coding) = crate::scrub::refuse_encoding(response.headers())
+    {
+        attempt.set_outcome(Outcome::Failed, Reason::UpstreamEncoding, None);
+        let refusal = Refusal::of(
+            &attempt,
+            format!(
+                "the upstream answered in `{}` although `identity` was asked for",
+                crate::text::visible(&coding)
+            ),
+        );
+        return refuse(attempt, &refusal).await;
+    }
+    counted_response(response, attempt, upload, shutdown, secrets.cloned())
 }
 
-/// The upstream's answer with its body counted; the attempt's record is written once this
-/// body and the request body (`upload`) are both done, or at shutdown.
+/// The upstream's answer with its body counted (and scrubbed with `secrets`); the attempt's
+/// record is written once this body and the request body (`upload`) are both done, or at
+/// shutdown.
 fn counted_response(
     response: Response<Incoming>,
     attempt: Attempt,
     upload: Arc<Upload>,
     shutdown: Shutdown,
+    secrets: Option<Arc<SecretForms>>,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    let scrubbing = secrets.map(|secrets| {
+        let in_headers = scrub_headers(&mut parts.headers, &secrets);
+        if !body.is_end_stream() {
+            // A replacement changes the body's length: hyper frames it anew (chunked).
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+        Scrubbing {
+            scrubber: Scrubber::new(secrets),
+            in_headers,
+            queued: None,
+        }
+    });
     let body = CountedBody {
         inner: body,
         record: Some((attempt, shutdown)),
         upload,
+        scrubbing,
     };
     Response::from_parts(parts, body.boxed())
 }
 
-/// A response body that counts what it delivers into the attempt it owns.
+/// An answer being scrubbed: the streaming scrubber, what the headers had replaced, and a
+/// trailers frame waiting for the bytes the scrubber still holds.
+struct Scrubbing {
+    scrubber: Scrubber,
+    in_headers: u64,
+    queued: Option<Frame<Bytes>>,
+}
+
+impl Scrubbing {
+    fn replaced(&self) -> u64 {
+        self.in_headers + self.scrubber.replaced()
+    }
+}
+
+/// A response body that counts what it delivers into the attempt it owns, scrubbed when
+/// the answer is.
 struct CountedBody {
     inner: Incoming,
     /// The attempt, and the hold on shutdown its record keeps until written; taken on drop.
     record: Option<(Attempt, Shutdown)>,
     upload: Arc<Upload>,
+    scrubbing: Option<Scrubbing>,
+}
+
+impl CountedBody {
+    /// The next frame as the client gets it: data scrubbed (never an empty data frame, which
+    /// would end a chunked body), what the scrubber held back released at the end and
+    /// before trailers.
+    fn poll_scrubbed(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let Some(scrubbing) = self.scrubbing.as_mut() else {
+            return Pin::new(&mut self.inner)
+                .poll_frame(cx)
+                .map_err(BoxError::from);
+        };
+        if let Some(frame) = scrubbing.queued.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        loop {
+            let frame = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
+                None if scrubbing.scrubber.has_pending() => {
+                    return Poll::Ready(Some(Ok(Frame::data(scrubbing.scrubber.finish()))));
+                }
+                None => return Poll::Ready(None),
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let released = scrubbing.scrubber.push(&data);
+                    if !released.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(released))));
+                    }
+                }
+                Err(frame) => {
+                    let frame = match frame.into_trailers() {
+                        Ok(mut trailers) => {
+                            let secrets = scrubbing.scrubber.secrets().clone();
+                            scrubbing.in_headers += scrub_headers(&mut trailers, &secrets);
+                            Frame::trailers(trailers)
+                        }
+                        Err(other) => other,
+                    };
+                    if !scrubbing.scrubber.has_pending() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    scrubbing.queued = Some(frame);
+                    return Poll::Ready(Some(Ok(Frame::data(scrubbing.scrubber.finish()))));
+                }
+            }
+        }
+    }
 }
 
 impl Body for CountedBody {
@@ -158,22 +264,29 @@ impl Body for CountedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let polled = self.poll_scrubbed(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
             && let Some((attempt, _)) = self.record.as_mut()
         {
             attempt.bytes_down += data.len() as u64;
         }
-        polled.map_err(BoxError::from)
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
+            && self
+                .scrubbing
+                .as_ref()
+                .is_none_or(|s| s.queued.is_none() && !s.scrubber.has_pending())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.scrubbing {
+            Some(_) => SizeHint::default(),
+            None => self.inner.size_hint(),
+        }
     }
 }
 
@@ -185,6 +298,12 @@ impl Drop for CountedBody {
         let Some((mut attempt, mut shutdown)) = self.record.take() else {
             return;
         };
+        let reflected = self.scrubbing.as_ref().map_or(0, Scrubbing::replaced);
+        if reflected > 0
+            && let Some(fields) = attempt.request.as_mut()
+        {
+            fields.reflected = Some(reflected);
+        }
         let upload = self.upload.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !upload.done.load(Ordering::Acquire) => {

@@ -27,8 +27,8 @@ pub struct Gate {
     resolver: Resolver,
     connect_timeout: Duration,
     audit: AuditSink,
-    /// The run's placeholders: a name that carries one is refused (`credential_misuse`)
-    /// before the policy is asked, so it is never resolved either.
+    /// The run's placeholders and real secrets: a name that carries either is refused
+    /// (`credential_misuse`) before the policy is asked, so it is never resolved either.
     placeholders: Placeholders,
 }
 
@@ -80,6 +80,14 @@ impl Gate {
         if attempt.host.is_empty() {
             attempt.set_raw_host(raw);
         }
+        // A secret in what could not even be parsed is misuse first: the sandbox holds it.
+        if let Some(secret) = self.placeholders.secret_forms().find(raw) {
+            attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+            return Refusal::of(
+                attempt,
+                format!("the request carries the real secret {secret}"),
+            );
+        }
         attempt.set_outcome(Outcome::Blocked, reason, None);
         Refusal {
             outcome: Outcome::Blocked,
@@ -102,9 +110,17 @@ impl Gate {
             && let Some(secret) = self.placeholders.find([name.as_str().as_bytes()], None)
         {
             attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+            let what = match self
+                .placeholders
+                .secret_forms()
+                .find(name.as_str().as_bytes())
+            {
+                Some(_) => "real secret",
+                None => "placeholder",
+            };
             return Err(Refusal::of(
                 attempt,
-                format!("the host name carries the placeholder of {secret}"),
+                format!("the host name carries the {what} of {secret}"),
             ));
         }
         let decision = self.policy.decide(target, port);

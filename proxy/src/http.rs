@@ -185,7 +185,7 @@ impl ClientConnection {
             .forward(request, &target, port, &mut attempt, &upload)
             .await
         {
-            Ok(response) => answer(response, attempt, upload, self.shutdown.clone()).await,
+            Ok(response) => answer(response, attempt, upload, self.shutdown.clone(), None).await,
             Err(refusal) => refuse(attempt, &refusal).await,
         }
     }

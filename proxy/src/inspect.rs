@@ -43,7 +43,8 @@ use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 use crate::upstream::connect_tls;
 
-/// A refused request of a plain (not inspected) door that carries a run placeholder.
+/// A refused request of a plain (not inspected) door that carries a real secret or a run
+/// placeholder.
 pub(crate) fn tripwire(
     shared: &Shared,
     attempt: &mut Attempt,
@@ -54,18 +55,13 @@ pub(crate) fn tripwire(
     let Some(inspector) = shared.inspect.as_ref() else {
         return Ok(());
     };
-    match inspector.misused_placeholder(parts, None) {
+    match inspector.misuse(parts, None) {
         None => Ok(()),
-        Some(name) => {
+        Some(misuse) => {
             attempt.host = target.to_string();
             attempt.port = Some(port);
             attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-            Err(Refusal::of(
-                attempt,
-                format!(
-                    "the request carries the placeholder of {name}, which belongs to another host"
-                ),
-            ))
+            Err(Refusal::of(attempt, misuse.sentence()))
         }
     }
 }
@@ -170,7 +166,7 @@ pub(crate) async fn forward_plain(
     let upload = Upload::new();
     let outgoing = Request::from_parts(parts, counting_body(body, upload.clone()));
     match sender.send_request(outgoing).await {
-        Ok(response) => answered(response, attempt, upload, shutdown).await,
+        Ok(response) => answered(response, attempt, upload, shutdown, inspector).await,
         Err(error) => refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     }
 }
@@ -343,7 +339,14 @@ impl InspectedConnection {
             if sender.ready().await.is_ok() {
                 match sender.try_send_request(outgoing).await {
                     Ok(response) => {
-                        return answered(response, attempt, upload, self.shutdown.clone()).await;
+                        return answered(
+                            response,
+                            attempt,
+                            upload,
+                            self.shutdown.clone(),
+                            inspector,
+                        )
+                        .await;
                     }
                     Err(mut error) => match error.take_message() {
                         Some(request) if attempt_number == 0 => outgoing = request,
@@ -407,10 +410,11 @@ fn attempt_decision(attempt: &Attempt, tunnel: &Decision) -> Decision {
 const NEVER_FORWARDED_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
 
 /// The per-request judgement, shared by the tunnel and the plain door: fills in the
-/// attempt's request fields, asks the policy about the host, the method and the path,
-/// springs the placeholder tripwire, then rewrites the request for the upstream:
-/// origin-form, HTTP/1.1, hop-by-hop headers gone, `Host` set from the judged target, the
-/// credential header replaced by the real one.
+/// attempt's request fields, springs the tripwire (a real secret anywhere, another host's
+/// placeholder), asks the policy about the host, the method and the path, then rewrites the
+/// request for the upstream: origin-form, HTTP/1.1, hop-by-hop headers gone, `Host` set from
+/// the judged target, `Accept-Encoding: identity` when answers are scrubbed, the credential
+/// header replaced by the real one.
 fn judge(
     shared: &Shared,
     inspector: &Inspector,
@@ -434,7 +438,14 @@ fn judge(
         path: crate::text::visible(path).into_owned(),
         status: None,
         credential: credential.as_ref().map(|c| c.secret.clone()),
+        reflected: None,
     });
+    // Before any rule: a real secret in the path must not be refused as a path (its record
+    // shows where it sat as `«secret:NAME»` either way).
+    if let Some(misuse) = inspector.misuse(parts, credential.as_ref().map(|c| c.secret.as_str())) {
+        attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+        return Err(Refusal::of(attempt, misuse.sentence()));
+    }
     let host_decision = policy.decide(&target, port);
     if host_decision.verdict == Verdict::Block {
         attempt.set_decision(&host_decision);
@@ -466,15 +477,6 @@ fn judge(
         };
         return Err(Refusal::of(attempt, detail.to_owned()));
     }
-    if let Some(name) =
-        inspector.misused_placeholder(parts, credential.as_ref().map(|c| c.secret.as_str()))
-    {
-        attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-        return Err(Refusal::of(
-            attempt,
-            format!("the request carries the placeholder of {name}, which belongs to another host"),
-        ));
-    }
     parts.uri = Uri::try_from(path_and_query.as_str()).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
     crate::exchange::strip_hop_by_hop(&mut parts.headers);
@@ -485,6 +487,13 @@ fn judge(
     };
     if let Ok(value) = HeaderValue::try_from(host) {
         parts.headers.insert(header::HOST, value);
+    }
+    if !inspector.secret_forms().is_empty() {
+        // The scrubber reads answers as they come; an encoded one is refused.
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
     }
     if let Some(credential) = &credential {
         let header_name =
@@ -522,17 +531,19 @@ where
     Ok(sender)
 }
 
-/// The upstream's answer, its status in the record.
+/// The upstream's answer, its status in the record, scrubbed of the run's secrets.
 async fn answered(
     response: Response<Incoming>,
     mut attempt: Attempt,
     upload: Arc<Upload>,
     shutdown: Shutdown,
+    inspector: &Inspector,
 ) -> Response<ProxyBody> {
     if let Some(fields) = attempt.request.as_mut() {
         fields.status = Some(response.status().as_u16());
     }
-    crate::exchange::answer(response, attempt, upload, shutdown).await
+    let secrets = Some(inspector.secret_forms());
+    crate::exchange::answer(response, attempt, upload, shutdown, secrets).await
 }
 
 fn upstream_tls_failure(attempt: &mut Attempt, error: &std::io::Error) -> Refusal {

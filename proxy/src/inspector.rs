@@ -14,6 +14,7 @@ use rustls::ClientConfig;
 
 use crate::ca::{CaError, RunCa};
 use crate::policy::{Credential, PolicySet};
+use crate::secret_forms::{MIN_SECRET_BYTES, SecretForms};
 use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
 use crate::upstream::{UpstreamCaError, client_config};
 
@@ -28,6 +29,10 @@ pub enum InspectError {
     DuplicateSecret(String),
     #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
     ShortPlaceholder(String),
+    #[error(
+        "the secret {0} is shorter than {MIN_SECRET_BYTES} bytes: too short to keep out of answers without mangling ordinary text"
+    )]
+    ShortSecret(String),
     #[error("two secrets have the same placeholder")]
     DuplicatePlaceholder,
     #[error("{0}")]
@@ -45,6 +50,32 @@ pub struct Inspector {
     secrets: HashMap<String, Secret>,
     /// The tripwire's view of the secrets' placeholders.
     placeholders: Placeholders,
+    /// Every form of the real secrets: what the tripwire refuses in a request and the
+    /// scrubber replaces in an answer.
+    forms: Arc<SecretForms>,
+}
+
+/// What a request carries that it may not.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Misuse<'a> {
+    /// A real secret, in one of its forms: the sandbox should never hold it.
+    Secret(&'a str),
+    /// The placeholder of a secret whose host this is not.
+    Placeholder(&'a str),
+}
+
+impl Misuse<'_> {
+    /// What the refusal tells the client (a name, never a value).
+    pub(crate) fn sentence(&self) -> String {
+        match self {
+            Misuse::Secret(name) => format!(
+                "the request carries the real secret {name}, which the sandbox should never hold"
+            ),
+            Misuse::Placeholder(name) => format!(
+                "the request carries the placeholder of {name}, which belongs to another host"
+            ),
+        }
+    }
 }
 
 impl std::fmt::Debug for Inspector {
@@ -71,6 +102,9 @@ impl Inspector {
         for secret in config.secrets {
             if secret.placeholder.len() < MIN_PLACEHOLDER_BYTES {
                 return Err(InspectError::ShortPlaceholder(secret.name));
+            }
+            if secret.value.expose().len() < MIN_SECRET_BYTES {
+                return Err(InspectError::ShortSecret(secret.name));
             }
             if secrets
                 .values()
@@ -105,16 +139,27 @@ impl Inspector {
         if hosts.is_empty() {
             return Ok(None);
         }
+        let mut named: Vec<&Secret> = secrets.values().collect();
+        named.sort_by(|a, b| a.name.cmp(&b.name));
+        let forms = Arc::new(SecretForms::new(named.into_iter().map(|secret| {
+            (
+                secret.name.as_str(),
+                secret.value.expose(),
+                secret.placeholder.as_str(),
+            )
+        })));
         let placeholders = Placeholders::new(
             secrets
                 .values()
                 .map(|secret| (secret.name.as_str(), secret.placeholder.as_str())),
-        );
+        )
+        .with_secrets(forms.clone());
         Ok(Some(Inspector {
             ca: Some(RunCa::new(hosts, config.ca_lifetime)?),
             upstream_tls: client_config(&config.upstream_ca)?,
             secrets,
             placeholders,
+            forms,
         }))
     }
 
@@ -136,17 +181,29 @@ impl Inspector {
         &self.placeholders
     }
 
-    /// The name of a secret whose placeholder appears in the request line or a header,
-    /// other than `allowed` (the secret of this target's own credential).
-    pub(crate) fn misused_placeholder(&self, parts: &Parts, allowed: Option<&str>) -> Option<&str> {
+    /// Every form of the real secrets, which the gate holds too (for names and records).
+    pub fn secret_forms(&self) -> &Arc<SecretForms> {
+        &self.forms
+    }
+
+    /// A real secret in the request line or a header, in any of its forms, to any host;
+    /// else a placeholder other than `allowed` (the secret of this target's own credential).
+    pub(crate) fn misuse(&self, parts: &Parts, allowed: Option<&str>) -> Option<Misuse<'_>> {
         let uri = parts.uri.to_string();
-        let texts = std::iter::once(uri.as_bytes()).chain(
-            parts
-                .headers
-                .iter()
-                .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
-        );
-        self.placeholders.find(texts, allowed)
+        let texts = || {
+            std::iter::once(uri.as_bytes()).chain(
+                parts
+                    .headers
+                    .iter()
+                    .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
+            )
+        };
+        if let Some(name) = texts().find_map(|text| self.forms.find(text)) {
+            return Some(Misuse::Secret(name));
+        }
+        self.placeholders
+            .find(texts(), allowed)
+            .map(Misuse::Placeholder)
     }
 
     /// The credential header value with the real secret. Never logged.

@@ -85,6 +85,8 @@ mod raw;
 pub mod refusal;
 pub mod relay;
 pub mod resolve;
+mod scrub;
+pub mod secret_forms;
 pub mod secrets;
 pub mod server;
 mod shared;

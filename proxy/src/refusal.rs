@@ -45,7 +45,10 @@ impl Refusal {
         match self.reason {
             Reason::BadRequest | Reason::Unsupported => 400,
             Reason::Limit => 503,
-            Reason::ResolveFailed | Reason::ConnectFailed | Reason::UpstreamTls => 502,
+            Reason::ResolveFailed
+            | Reason::ConnectFailed
+            | Reason::UpstreamTls
+            | Reason::UpstreamEncoding => 502,
             Reason::Timeout => 504,
             _ => 403,
         }
@@ -71,9 +74,12 @@ pub fn explain(reason: Reason) -> &'static str {
         Reason::MethodNotAllowed => "the host is allowed, but not this request method",
         Reason::PathNotAllowed => "the host is allowed, but not this path",
         Reason::CredentialMisuse => {
-            "the request carries a credential placeholder meant for another host"
+            "the request carries a run secret, or a credential placeholder meant for another host"
         }
         Reason::UpstreamTls => "the upstream's TLS certificate does not verify",
+        Reason::UpstreamEncoding => {
+            "the upstream's answer is encoded (compressed), so it cannot be checked for the run's secrets"
+        }
     }
 }
 

@@ -3,9 +3,12 @@
 //! `Display` print `<redacted>`, so no log line, error or record can carry it by accident.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
+
+use crate::secret_forms::SecretForms;
 
 /// A secret's value. Deliberately without `Display`; `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -70,7 +73,8 @@ pub fn placeholder_from(random: [u8; 16]) -> String {
 }
 
 /// The run's placeholders, for the tripwire: which secret's placeholder (if any) a piece of
-/// request text carries. Matched in any letter case and through one layer of percent-encoding,
+/// request text carries — or its real value, in any of the forms of [`SecretForms`], which
+/// is misuse wherever it goes. Matched in any letter case and through one layer of percent-encoding,
 /// the two changes client libraries make on their own (header and host case, URL-encoding),
 /// so an accident is caught; code that transforms the placeholder on purpose is not, and
 /// gains nothing by it: the placeholder is not the secret.
@@ -78,6 +82,8 @@ pub fn placeholder_from(random: [u8; 16]) -> String {
 pub struct Placeholders {
     /// (secret name, its placeholder in lower case).
     entries: Vec<(String, Vec<u8>)>,
+    /// The real secrets' forms: found first, and never excepted.
+    secrets: Arc<SecretForms>,
 }
 
 impl Placeholders {
@@ -92,23 +98,41 @@ impl Placeholders {
             })
             .collect();
         entries.sort();
-        Placeholders { entries }
+        Placeholders {
+            entries,
+            secrets: Arc::default(),
+        }
+    }
+
+    /// The matcher that also finds the real secrets.
+    pub fn with_secrets(mut self, secrets: Arc<SecretForms>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// The real secrets' forms.
+    pub fn secret_forms(&self) -> &Arc<SecretForms> {
+        &self.secrets
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.secrets.is_empty()
     }
 
-    /// The name of a secret, other than `except`, whose placeholder is in any of `texts`.
+    /// The name of a secret whose real value (in any form) is in any of `texts`, or one
+    /// other than `except` whose placeholder is.
     pub fn find<'t>(
         &self,
         texts: impl IntoIterator<Item = &'t [u8]>,
         except: Option<&str>,
     ) -> Option<&str> {
-        if self.entries.is_empty() {
+        if self.is_empty() {
             return None;
         }
         for text in texts {
+            if let Some(name) = self.secrets.find(text) {
+                return Some(name);
+            }
             let basic = basic_credentials(text);
             for text in std::iter::once(text).chain(basic.as_deref()) {
                 let normal = percent_decoded_lowercase(text);

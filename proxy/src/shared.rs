@@ -63,7 +63,13 @@ impl Shared {
             config.run_id,
             config.policy.name(),
             config.audit_limit.max(1),
-        )?;
+        )?
+        .with_redactor(
+            inspect
+                .as_ref()
+                .map(|inspector| inspector.secret_forms().clone())
+                .unwrap_or_default(),
+        );
         let resolver = Resolver::new(
             config.pins,
             &config.upstream_dns,

@@ -160,7 +160,7 @@ async fn a_name_carrying_a_placeholder_is_credential_misuse() {
         config.credentials = CredentialConfig {
             secrets: vec![Secret {
                 name: "API_KEY".into(),
-                value: SecretValue::new("sk-real".into()),
+                value: SecretValue::new("sk-real-key".into()),
                 placeholder: PLACEHOLDER.into(),
             }],
             ..CredentialConfig::default()

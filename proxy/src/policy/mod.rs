@@ -71,10 +71,14 @@ pub enum Reason {
     MethodNotAllowed,
     /// An inspected request whose path no rule for its host allows.
     PathNotAllowed,
-    /// A run placeholder sent anywhere but its credential's host.
+    /// A run's real secret sent anywhere, or a run placeholder sent anywhere but its
+    /// credential's host.
     CredentialMisuse,
     /// The upstream of an inspected host presented a certificate that does not verify.
     UpstreamTls,
+    /// An inspected upstream answered in an encoding the proxy cannot scrub of the run's
+    /// secrets (compressed although `identity` was asked for).
+    UpstreamEncoding,
 }
 
 impl Reason {
@@ -97,6 +101,7 @@ impl Reason {
             Reason::PathNotAllowed => "path_not_allowed",
             Reason::CredentialMisuse => "credential_misuse",
             Reason::UpstreamTls => "upstream_tls",
+            Reason::UpstreamEncoding => "upstream_encoding",
         }
     }
 }

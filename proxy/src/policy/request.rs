@@ -6,7 +6,9 @@
 //! The query string is never matched. A request path that could mean two things to two
 //! servers — a dot segment (`.`/`..`, also percent-encoded, also with `;parameters` as in
 //! `..;x`), an encoded `/` or `\` (`%2F`, `%5C`), a raw `\`, an empty segment (`//`), an
-//! encoded control byte (`%00`) — is refused as `bad_request` before any rule is asked: the
+//! encoded control byte (`%00`), an encoded `%` (`%25`: a server or a gateway that decodes
+//! twice reads `%252e%252e` as `..`), escapes that do not decode to UTF-8 (overlong forms
+//! such as `%c0%ae` for `.`) — is refused as `bad_request` before any rule is asked: the
 //! proxy never guesses which path the upstream will see.
 
 use std::fmt;
@@ -174,6 +176,10 @@ pub enum PathError {
     #[error("the request path holds a bad percent escape")]
     BadEscape,
     #[error(
+        "the request path holds a non-canonical escape (`%25`, an encoded `%`, or escapes that are not UTF-8, such as overlong `%c0%ae`)"
+    )]
+    NonCanonical,
+    #[error(
         "the request path holds a character that is not allowed in a URL path (or an encoded control byte)"
     )]
     BadByte,
@@ -234,6 +240,8 @@ fn check_segments(path: &str) -> Result<(), PathError> {
 fn decode_segment(segment: &str) -> Result<String, PathError> {
     let bytes = segment.as_bytes();
     let mut decoded = String::with_capacity(segment.len());
+    // The segment fully decoded, to check that it is UTF-8.
+    let mut fully_decoded = Vec::with_capacity(bytes.len());
     let mut index = 0;
     while index < bytes.len() {
         let byte = bytes[index];
@@ -244,8 +252,10 @@ fn decode_segment(segment: &str) -> Result<String, PathError> {
                     .and_then(|pair| std::str::from_utf8(pair).ok())
                     .and_then(|pair| u8::from_str_radix(pair, 16).ok())
                     .ok_or(PathError::BadEscape)?;
+                fully_decoded.push(hex);
                 match hex {
                     b'/' | b'\\' => return Err(PathError::EncodedSeparator),
+                    b'%' => return Err(PathError::NonCanonical),
                     // An encoded NUL or control byte: servers cut or mangle paths at them.
                     0x00..=0x1f | 0x7f => return Err(PathError::BadByte),
                     b'.' => decoded.push('.'),
@@ -262,9 +272,14 @@ fn decode_segment(segment: &str) -> Result<String, PathError> {
             }
             _ => {
                 decoded.push(byte as char);
+                fully_decoded.push(byte);
                 index += 1;
             }
         }
+    }
+    // Rust's UTF-8 check refuses overlong forms, surrogates and stray continuation bytes.
+    if std::str::from_utf8(&fully_decoded).is_err() {
+        return Err(PathError::NonCanonical);
     }
     Ok(decoded)
 }
@@ -349,6 +364,16 @@ mod tests {
             ("/v1/..%00/admin", PathError::BadByte),
             ("/v1/a%0d%0aX:1", PathError::BadByte),
             ("/v1/a%7F", PathError::BadByte),
+            ("/v1/%252e%252e/admin", PathError::NonCanonical),
+            ("/v1/..%252fadmin", PathError::NonCanonical),
+            ("/v1/%25", PathError::NonCanonical),
+            ("/v1/%c0%ae%c0%ae/admin", PathError::NonCanonical),
+            ("/v1/%C0%AF", PathError::NonCanonical),
+            ("/v1/%e0%80%ae", PathError::NonCanonical),
+            ("/v1/%ed%a0%80", PathError::NonCanonical),
+            ("/v1/%80", PathError::NonCanonical),
+            ("/v1/caf%c3", PathError::NonCanonical),
+            ("/v1/caf%c3x%a9", PathError::NonCanonical),
         ] {
             assert_eq!(check_request_path(path), Err(expected), "{path}");
         }
@@ -361,6 +386,8 @@ mod tests {
             "/v1/chat;v=2",
             "/v1/..x;/y",
             "/v1/a%3Bb",
+            "/v1/caf%C3%A9",
+            "/v1/%E2%82%AC%41",
         ] {
             assert_eq!(check_request_path(path), Ok(()), "{path}");
         }

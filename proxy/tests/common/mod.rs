@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{Notify, mpsc};
 
 pub mod client_hello;
+pub mod tls;
 
 /// Generous bound that only catches hangs; never a performance assertion.
 pub const HANG: Duration = Duration::from_secs(10);

@@ -172,6 +172,34 @@ impl Drop for Upstream {
     }
 }
 
+/// Put in an upstream's body, it becomes the request's `Authorization` value, which the
+/// answer also carries in an `x-echo-auth` header: an upstream that hands the key back.
+pub const ECHO_AUTHORIZATION: &str = "{echo-authorization}";
+
+/// `response` with [`ECHO_AUTHORIZATION`] in its body replaced as it says (the length
+/// adjusted); as it is when the body holds none.
+fn echo_authorization(head: &str, response: &str) -> String {
+    let Some((_, body)) = response.split_once("\r\n\r\n") else {
+        return response.to_owned();
+    };
+    if !body.contains(ECHO_AUTHORIZATION) {
+        return response.to_owned();
+    }
+    let value = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("authorization")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let body = body.replace(ECHO_AUTHORIZATION, &value);
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-echo-auth: {value}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// Reads one request head (bounded in bytes and time), records it, answers, closes.
 async fn serve(
     mut stream: impl AsyncRead + AsyncWrite + Unpin,
@@ -198,10 +226,12 @@ async fn serve(
     ) {
         return;
     }
-    record.lock().expect("upstream lock").push(Request {
-        head: String::from_utf8_lossy(&head).into_owned(),
-        sni,
-    });
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let response = echo_authorization(&head, response);
+    record
+        .lock()
+        .expect("upstream lock")
+        .push(Request { head, sni });
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
