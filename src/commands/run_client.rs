@@ -336,7 +336,10 @@ fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<
         argv: args.command.clone(),
         allow: args.allow.clone(),
         policies,
-        timeout: args.timeout.clone(),
+        timeout: args
+            .timeout
+            .clone()
+            .map(crate::serve::request::Duration::Text),
         memory: args.memory.clone(),
         cpus: args.cpus,
         pids: args.pids,

@@ -383,10 +383,25 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         // `run` answers a missing image with 125 before creating anything: so does this.
         match crate::sandbox::images::require_local_image(shared.sandbox.engine(), &image).await {
             Ok(()) => {}
-            Err(error @ crate::sandbox::ImageError::Missing { .. }) => {
+            Err(crate::sandbox::ImageError::Missing { image }) => {
                 return json_response(
                     StatusCode::BAD_REQUEST,
-                    &BadRequest::new("image", error.to_string()),
+                    &BadRequest::new(
+                        "image",
+                        format!(
+                            "image {image} not found locally: egress-sandbox never pulls images; \
+                             build or load it on the daemon's host, then name it in image"
+                        ),
+                    ),
+                );
+            }
+            Err(crate::sandbox::ImageError::InvalidReference { image, message }) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &BadRequest::new(
+                        "image",
+                        format!("image {image:?} is not a valid image reference: {message}"),
+                    ),
                 );
             }
             // The engine did not answer: not the request's fault.
