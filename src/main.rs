@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => commands::audit::run(args),
         Command::Gc(args) => commands::gc::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Mcp(args) => commands::mcp::run(args),
         Command::SandboxGate(args) => commands::sandbox_gate::run(args),
         Command::Watchdog(args) => commands::watchdog::run(args),
     };

@@ -15,6 +15,7 @@
 //! left.
 
 pub mod client;
+
 pub mod metrics;
 mod pool;
 pub mod request;
@@ -65,6 +66,10 @@ pub struct ServeOptions {
     /// Runs at most live at once (from the request to their objects' removal); a request
     /// beyond is refused with 503 and `Retry-After`. 0 is taken as 1.
     pub max_runs: usize,
+    /// The shape of the pool's slots (image, runtime, tmp size; the egress network is
+    /// `egress_network`'s), for a caller whose runs all take one that is not the default
+    /// (`mcp --image …`). Default: a default run.
+    pub slot_shape: Option<RunSpec>,
 }
 
 /// Warm slots kept ready by default.
@@ -82,6 +87,7 @@ impl ServeOptions {
             pool: DEFAULT_POOL,
             egress_network: None,
             max_runs: DEFAULT_MAX_RUNS,
+            slot_shape: None,
         }
     }
 }
@@ -196,11 +202,20 @@ pub async fn serve(
         },
         Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
     }
-    let mut template = RunSpec::builder(["true"]);
-    if let Some(network) = &options.egress_network {
-        template = template.egress_network(network.clone());
-    }
-    let template = template.build().expect("the default run is a valid run");
+    let template = match &options.slot_shape {
+        Some(shape) => {
+            let mut shape = shape.clone();
+            shape.egress_network = options.egress_network.clone();
+            shape
+        }
+        None => {
+            let mut template = RunSpec::builder(["true"]);
+            if let Some(network) = &options.egress_network {
+                template = template.egress_network(network.clone());
+            }
+            template.build().expect("the default run is a valid run")
+        }
+    };
     // Checked as a cold run checks it, before the socket: a daemon whose every run would
     // fail must not start up healthy.
     if let Some(network) = &options.egress_network {
