@@ -25,6 +25,7 @@ mod hardening;
 mod host_floor;
 mod isolation;
 mod library;
+mod mcp;
 mod policy_suggest;
 mod reach;
 mod report_bounds;
