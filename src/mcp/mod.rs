@@ -80,7 +80,14 @@ impl McpServer {
             Ok(request) => request,
             Err(invalid) => return outcome::failure(format!("egress-sandbox: error: {invalid}")),
         };
-        let Ok(_turn) = self.turns.acquire().await else {
+        // Waiting for a turn is part of the call: a cancellation ends the wait too.
+        let turn = tokio::select! {
+            turn = self.turns.acquire() => turn,
+            () = context.ct.cancelled() => {
+                return outcome::failure("egress-sandbox: the call was cancelled before it ran");
+            }
+        };
+        let Ok(_turn) = turn else {
             return outcome::failure("egress-sandbox: error: the server is stopping");
         };
         let gathered = Arc::new(Mutex::new(Gathered::default()));

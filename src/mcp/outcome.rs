@@ -120,3 +120,65 @@ pub fn refusal(error: &ClientError) -> CallToolResult {
         other => failure(format!("egress-sandbox: error: {other}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::value::RawValue;
+
+    fn exit(report: serde_json::Value, summary: &str) -> Event {
+        Event::Exit {
+            report: RawValue::from_string(report.to_string()).unwrap(),
+            summary: summary.into(),
+            teardown_errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_run_that_ended_is_a_result_with_its_output_and_refusals() {
+        let mut gathered = Gathered::default();
+        gathered.take(Event::Started { run: "r-1".into() });
+        gathered.take(Event::Output {
+            stream: "stdout".into(),
+            b64: STANDARD.encode("out\n"),
+        });
+        gathered.take(Event::Output {
+            stream: "stderr".into(),
+            b64: STANDARD.encode("err"),
+        });
+        gathered.take(exit(
+            json!({"run": "r-1", "status": "timeout", "exit_code": 124, "duration_ms": 1000,
+                   "output": {"stdout_bytes": 4, "stderr_bytes": 3, "truncated": true},
+                   "blocked": [{"host": "x.example", "port": 443, "reason": "not_allowed", "count": 2}]}),
+            "egress-sandbox: time limit of 1s reached",
+        ));
+        let result = gathered.result();
+        assert_eq!(result.is_error, Some(false));
+        assert_eq!(
+            result.structured_content.unwrap(),
+            json!({"run": "r-1", "status": "timeout", "exit_code": 124, "stdout": "out\n",
+                   "stderr": "err", "truncated": true, "duration_ms": 1000,
+                   "blocked": [{"host": "x.example", "port": 443, "reason": "not_allowed", "count": 2}]})
+        );
+        let text = result.content[0].as_text().unwrap().text.clone();
+        assert_eq!(
+            text,
+            "--- stdout ---\nout\n--- stderr ---\nerr\negress-sandbox: time limit of 1s reached"
+        );
+    }
+
+    #[test]
+    fn a_set_up_failure_or_a_cut_stream_is_an_error_result() {
+        let mut gathered = Gathered::default();
+        gathered.take(Event::Error {
+            error: "image x not found locally".into(),
+        });
+        let result = gathered.result();
+        assert_eq!(result.is_error, Some(true));
+        assert_eq!(
+            result.content[0].as_text().unwrap().text,
+            "egress-sandbox: error: image x not found locally"
+        );
+        assert_eq!(Gathered::default().result().is_error, Some(true));
+    }
+}

@@ -60,7 +60,12 @@ fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
     let policy = dir.path().join("policy.yaml");
     std::fs::write(
         &policy,
-        gateway_policy("mcp", network.gateway, &[upstream.port(), barrier_port], &[]),
+        gateway_policy(
+            "mcp",
+            network.gateway,
+            &[upstream.port(), barrier_port],
+            &[],
+        ),
     )
     .unwrap();
     let pidfile = dir.path().join("server.pid");
@@ -84,15 +89,28 @@ fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    let out: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let out: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
 
     assert_eq!(out["server"], "egress-sandbox");
     for tool in ["run_code", "run_command"] {
         let schemas = &out["tools"][tool];
-        assert_eq!(schemas["input"]["additionalProperties"], false, "{schemas:#}");
+        assert_eq!(
+            schemas["input"]["additionalProperties"], false,
+            "{schemas:#}"
+        );
         assert_eq!(
             schemas["output"]["required"],
-            json!(["run", "status", "exit_code", "stdout", "stderr", "truncated", "blocked", "duration_ms"]),
+            json!([
+                "run",
+                "status",
+                "exit_code",
+                "stdout",
+                "stderr",
+                "truncated",
+                "blocked",
+                "duration_ms"
+            ]),
             "{schemas:#}"
         );
     }
@@ -103,19 +121,40 @@ fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
 
     let python = &out["python"];
     assert_eq!(python["is_error"], false, "{python:#}");
-    assert_eq!(python["structured"]["stdout"], "from a file piped\n", "{python:#}");
+    assert_eq!(
+        python["structured"]["stdout"], "from a file piped\n",
+        "{python:#}"
+    );
     assert_eq!(python["structured"]["status"], "exited");
     assert!(text(python).contains("from a file piped"), "{python:#}");
-    assert!(text(python).contains("egress-sandbox: exit 0 after"), "{python:#}");
-    assert_eq!(out["node"]["structured"]["stdout"], "42\n", "{:#}", out["node"]);
+    assert!(
+        text(python).contains("egress-sandbox: exit 0 after"),
+        "{python:#}"
+    );
+    assert_eq!(
+        out["node"]["structured"]["stdout"], "42\n",
+        "{:#}",
+        out["node"]
+    );
 
     let blocked = &out["blocked"]["structured"];
     assert_eq!(blocked["stdout"], "refused\n", "{blocked:#}");
-    assert_eq!(blocked["blocked"][0]["host"], "blocked.example.org", "{blocked:#}");
-    assert_eq!(blocked["blocked"][0]["reason"], "not_allowed", "{blocked:#}");
+    assert_eq!(
+        blocked["blocked"][0]["host"], "blocked.example.org",
+        "{blocked:#}"
+    );
+    assert_eq!(
+        blocked["blocked"][0]["reason"], "not_allowed",
+        "{blocked:#}"
+    );
     assert!(text(&out["blocked"]).contains("blocked.example.org"));
 
-    assert_eq!(out["allowed"]["structured"]["stdout"], format!("{body}\n"), "{:#}", out["allowed"]);
+    assert_eq!(
+        out["allowed"]["structured"]["stdout"],
+        format!("{body}\n"),
+        "{:#}",
+        out["allowed"]
+    );
     assert_eq!(upstream.requests().len(), 1);
 
     let limited = &out["time_limit"];
@@ -124,9 +163,17 @@ fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
     assert_eq!(limited["structured"]["exit_code"], 124);
 
     assert_eq!(out["ceiling"]["is_error"], true);
-    assert!(text(&out["ceiling"]).contains("ceiling of 1m"), "{:#}", out["ceiling"]);
+    assert!(
+        text(&out["ceiling"]).contains("ceiling of 1m"),
+        "{:#}",
+        out["ceiling"]
+    );
     assert_eq!(out["unknown"]["is_error"], true);
-    assert!(text(&out["unknown"]).contains("unknown field `allow`"), "{:#}", out["unknown"]);
+    assert!(
+        text(&out["unknown"]).contains("unknown field `allow`"),
+        "{:#}",
+        out["unknown"]
+    );
 
     for call in out["concurrent"].as_array().unwrap() {
         assert_eq!(call["structured"]["stdout"], "together\n", "{call:#}");
@@ -134,14 +181,24 @@ fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
 
     let truncated = &out["truncated"]["structured"];
     assert_eq!(truncated["truncated"], true, "{truncated:#}");
-    assert!(truncated["stdout"].as_str().unwrap().len() <= 4096, "{truncated:#}");
+    assert!(
+        truncated["stdout"].as_str().unwrap().len() <= 4096,
+        "{truncated:#}"
+    );
 
     let cancelled = &out["cancelled"];
     assert_eq!(cancelled["left"], json!([]), "{cancelled:#}");
-    assert_eq!(out["after_cancel"]["structured"]["stdout"], "still serving\n");
+    assert_eq!(
+        out["after_cancel"]["structured"]["stdout"],
+        "still serving\n"
+    );
 
     // The host has gone: the server removed its runs and its pool's slots.
-    let pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let deadline = Instant::now() + REMOVAL_BOUND;
     loop {
         let (left, runs) = objects_owned_by(pid);
