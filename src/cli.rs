@@ -38,6 +38,9 @@ pub enum Command {
     /// Check that runs can work here: engine, storage, runtimes (and the wiring a run
     /// gets under each), images, egress network, temp directory, cgroup controllers.
     Doctor(DoctorArgs),
+    /// Serve runs to an agent as an MCP server on stdio (tools run_code and run_command);
+    /// the flags bound every run, a call cannot widen them.
+    Mcp(McpArgs),
     /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
     /// ready (a signal on stdin), then executes COMMAND (followed by the signal's
     /// command, with its environment and working directory) in its place.
@@ -86,6 +89,103 @@ pub struct ServeArgs {
     #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Policy file (YAML); repeatable, policies merge.
+    #[arg(short, long = "policy", value_name = "FILE")]
+    pub policies: Vec<PathBuf>,
+    /// Allow HOST[:PORT] (port default 443); repeatable.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Sandbox image; default: the built-in base image (Debian, python3, node, curl).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Time limit of every run, and the most a call may ask for [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Memory limit, e.g. 256MiB [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPUs [default: 1].
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Process limit [default: 128].
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Size of the writable /tmp [default: 64MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub tmp: Option<String>,
+    /// Bytes of stdout+stderr a call returns; the rest is dropped with a marker [default: 1MiB].
+    #[arg(long = "output-limit", value_name = "SIZE")]
+    pub output_limit: Option<String>,
+    /// Mount SRC at DST, read-only unless :rw; repeatable.
+    #[arg(long = "mount", value_name = "SRC:DST[:rw]")]
+    pub mounts: Vec<String>,
+    /// Set KEY=VALUE in the sandbox; repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Audit records written per run [default: 100000].
+    #[arg(long = "audit-limit", value_name = "N")]
+    pub audit_limit: Option<u64>,
+    /// The proxy uses IP for NAME instead of DNS; the floor still applies. Repeatable.
+    #[arg(long = "resolve", value_name = "NAME=IP")]
+    pub resolve: Vec<String>,
+    /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
+    #[arg(long = "egress-network", value_name = "NAME")]
+    pub egress_network: Option<String>,
+    /// OCI runtime of the sandbox container (e.g. runsc) [default: the engine's default].
+    #[arg(long = "runtime", value_name = "NAME")]
+    pub runtime: Option<String>,
+    /// A secret a policy credential uses: NAME, NAME=env:VAR or NAME=file:PATH; repeatable.
+    /// Only the proxy gets the value.
+    #[arg(long = "secret", value_name = "NAME[=env:VAR|=file:PATH]")]
+    pub secrets: Vec<String>,
+    /// Extra PEM CA the proxy trusts for upstream TLS of inspected hosts; repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// Run through the `egress-sandbox serve` daemon on SOCKET instead of a pool of this
+    /// server's own.
+    #[arg(long, value_name = "SOCKET")]
+    pub server: Option<PathBuf>,
+    /// Warm slots of this server's own pool (without --server).
+    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
+    pub pool: usize,
+    /// Calls running at once; more wait for their turn. At least 1.
+    #[arg(long = "max-runs", value_name = "N", default_value_t = 8,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_runs: usize,
+}
+
+impl McpArgs {
+    /// The bounds as `run`'s flags, for a command the call gives (checked by `run`'s code).
+    pub fn run_args(&self) -> RunArgs {
+        RunArgs {
+            policies: self.policies.clone(),
+            allow: self.allow.clone(),
+            image: self.image.clone(),
+            timeout: self.timeout.clone(),
+            memory: self.memory.clone(),
+            cpus: self.cpus,
+            pids: self.pids,
+            tmp: self.tmp.clone(),
+            output_limit: self.output_limit.clone(),
+            mounts: self.mounts.clone(),
+            env: self.env.clone(),
+            workdir: None,
+            audit_log: None,
+            audit_limit: self.audit_limit,
+            report: None,
+            resolve: self.resolve.clone(),
+            egress_network: self.egress_network.clone(),
+            runtime: self.runtime.clone(),
+            secrets: self.secrets.clone(),
+            upstream_ca: self.upstream_ca.clone(),
+            server: self.server.clone(),
+            command: vec!["true".into()],
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,7 @@ pub mod audit_tools;
 pub mod cli;
 pub mod commands;
 pub mod logging;
+pub mod mcp;
 pub mod report;
 pub mod run_flags;
 pub mod sandbox;

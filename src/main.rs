@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => commands::gc::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Doctor(args) => commands::doctor::run(args),
+        Command::Mcp(args) => commands::mcp::run(args),
         Command::SandboxGate(args) => commands::sandbox_gate::run(args),
         Command::Watchdog(args) => commands::watchdog::run(args),
     };

@@ -22,18 +22,30 @@ export function defaultSocket() {
   return path.join(os.tmpdir(), `egress-sandbox-${uid}.sock`);
 }
 
-/** The daemon answered 400: `run` would have refused this request (nothing was created). */
-export class RequestRefused extends Error {
-  constructor(status, body) {
-    super(body.field ? `${body.error} (field ${body.field})` : body.error);
+/**
+ * Every error of the client carries `error` (the message), `field` (the request field at
+ * fault, or null), `status` (the HTTP status, or null once the run had started) and
+ * `diagnostics` (policy diagnostics, `FILE:LINE:COL: error: ...`).
+ */
+export class SandboxError extends Error {
+  constructor(error, { field = null, status = null, diagnostics = [] } = {}) {
+    super(field ? `${error} (field ${field})` : error);
+    this.error = error;
+    this.field = field;
     this.status = status;
-    this.field = body.field;
-    this.diagnostics = body.diagnostics ?? [];
+    this.diagnostics = diagnostics;
+  }
+}
+
+/** The daemon refused the request (400: `run` would have refused it, nothing was created; 503: busy or stopping). */
+export class RequestRefused extends SandboxError {
+  constructor(status, body) {
+    super(body.error ?? "", { field: body.field || null, status, diagnostics: body.diagnostics ?? [] });
   }
 }
 
 /** The run could not be set up (Docker refused), or the stream broke off. */
-export class DaemonError extends Error {}
+export class DaemonError extends SandboxError {}
 
 /** Seconds → whole milliseconds, rounded up (0.0001 s is 1ms, never "0ms"); a string as is. */
 const duration = (value) => {
@@ -95,8 +107,13 @@ export class Client {
    * onStarted(runId), signal (AbortSignal: cancels the run), secrets ({ NAME: value } for the
    * policy's credentials: the proxy holds them, the sandbox gets placeholders), upstreamCa
    * ([PEM text] the proxy trusts for upstream TLS), runtime (the sandbox's OCI runtime, e.g.
-   * "runsc"), auditLimit (records written per run). A null option is the same as none.
-   * Resolves to { run_id, exit_code, status, stdout, stderr, blocked, records, report, summary }.
+   * "runsc"), auditLimit (records written per run), mounts (["SRC:DST[:rw]"] on the daemon's
+   * host), onWarning(text) (the daemon's warnings about the run; default:
+   * `process.emitWarning`). `env` is an object or a list of [K, V] pairs, `policies` YAML text
+   * or { file, yaml }, `upstreamCa` PEM text or { file, pem }, as the API takes them. A null
+   * option is the same as none. Resolves to { run_id, exit_code, status, stdout, stderr,
+   * blocked, records, report, summary, warnings }; rejects with RequestRefused or
+   * DaemonError, both SandboxError (error, field, status, diagnostics).
    */
   async run(argv, options = {}) {
     const request = { argv: [...argv] };
@@ -110,6 +127,7 @@ export class Client {
       tmp: options.tmp,
       output_limit: options.outputLimit,
       env: options.env,
+      mounts: options.mounts?.length ? [...options.mounts] : undefined,
       workdir: options.workdir,
       image: options.image,
       files: options.files
@@ -128,6 +146,7 @@ export class Client {
     if (response.statusCode !== 200) throw new RequestRefused(response.statusCode, await this.#json(response));
 
     let runId = null;
+    const warnings = [];
     const stdout = [];
     const stderr = [];
     const records = [];
@@ -140,6 +159,11 @@ export class Client {
         const event = JSON.parse(pending.slice(0, newline));
         pending = pending.slice(newline + 1);
         switch (event.event) {
+          case "warning":
+            warnings.push(event.text);
+            if (options.onWarning) options.onWarning(event.text);
+            else process.emitWarning(event.text, "SandboxWarning");
+            break;
           case "started":
             runId = event.run;
             options.onStarted?.(runId);
@@ -165,6 +189,7 @@ export class Client {
               records,
               report: event.report,
               summary: event.summary,
+              warnings,
             };
           case "error":
             response.destroy();

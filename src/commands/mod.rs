@@ -11,6 +11,7 @@ pub const USAGE: u8 = 2;
 pub mod audit;
 pub mod doctor;
 pub mod gc;
+pub mod mcp;
 pub mod policy;
 pub mod proxy;
 pub mod run;

@@ -75,7 +75,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut audit_log_error = None;
-    let request = request_from(&args, &credentials)?;
+    let request = request_from(&args, &credentials, read_stdin()?)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -294,9 +294,13 @@ fn write_report(path: &std::path::Path, compact: &str) -> std::io::Result<()> {
     std::fs::write(path, pretty)
 }
 
-/// The request `run`'s flags amount to; policy files are read here (the daemon may not see
-/// the same files) and sent with their names.
-fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<RunRequest> {
+/// The request `run`'s flags amount to, with `stdin`; policy files are read here (the
+/// daemon may not see the same files) and sent with their names.
+pub(crate) fn request_from(
+    args: &RunArgs,
+    credentials: &RunCredentials,
+    stdin: Vec<u8>,
+) -> anyhow::Result<RunRequest> {
     let mut policies = Vec::new();
     for path in &args.policies {
         let yaml = std::fs::read_to_string(path)
@@ -324,29 +328,14 @@ fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<
         let (name, ip) = crate::run_flags::resolve(raw)?;
         resolve.insert(name.as_str().to_string(), ip.to_string());
     }
-    let stdin = if std::io::stdin().is_terminal() {
-        Vec::new()
-    } else {
-        // Bounded: the request carries stdin whole (`yes | run --server …` grew without end).
-        let mut input = Vec::new();
-        std::io::stdin()
-            .take(crate::serve::MAX_STDIN as u64 + 1)
-            .read_to_end(&mut input)
-            .context("cannot read stdin")?;
-        if input.len() > crate::serve::MAX_STDIN {
-            anyhow::bail!(
-                "stdin is larger than {} MiB, the most a run through --server takes (the daemon \
-                 gets it whole before the run starts); run without --server to stream it",
-                crate::serve::MAX_STDIN >> 20
-            );
-        }
-        input
-    };
     Ok(RunRequest {
         argv: args.command.clone(),
         allow: args.allow.clone(),
         policies,
-        timeout: args.timeout.clone(),
+        timeout: args
+            .timeout
+            .clone()
+            .map(crate::serve::request::Duration::Text),
         memory: args.memory.clone(),
         cpus: args.cpus,
         pids: args.pids,
@@ -377,5 +366,28 @@ fn request_from(args: &RunArgs, credentials: &RunCredentials) -> anyhow::Result<
         // added to the request must be carried from its flag, or a run through the daemon
         // would quietly differ from a cold one (`--runtime` once did).
         files: std::collections::BTreeMap::new(),
+    })
+}
+
+/// `run --server`'s stdin, read to its end (empty for a terminal): the request carries it
+/// whole.
+fn read_stdin() -> anyhow::Result<Vec<u8>> {
+    Ok(if std::io::stdin().is_terminal() {
+        Vec::new()
+    } else {
+        // Bounded: the request carries stdin whole (`yes | run --server …` grew without end).
+        let mut input = Vec::new();
+        std::io::stdin()
+            .take(crate::serve::MAX_STDIN as u64 + 1)
+            .read_to_end(&mut input)
+            .context("cannot read stdin")?;
+        if input.len() > crate::serve::MAX_STDIN {
+            anyhow::bail!(
+                "stdin is larger than {} MiB, the most a run through --server takes (the daemon \
+                 gets it whole before the run starts); run without --server to stream it",
+                crate::serve::MAX_STDIN >> 20
+            );
+        }
+        input
     })
 }

@@ -413,15 +413,18 @@ impl RunSpecBuilder {
         {
             return Err(invalid("--workdir", dir, "must be an absolute path"));
         }
+        // As a mount's target: a `..` could climb anywhere, so it is refused, not resolved.
+        if let Some(dir) = &self.workdir
+            && dir.split('/').any(|part| part == "..")
+        {
+            return Err(invalid("--workdir", dir, "must not contain `..`"));
+        }
         // No command line can carry a NUL byte; an API request can, and Docker would fail
         // on it only after the network and the proxy exist.
-        let nul = |flag: &'static str, value: &str| {
-            Err(invalid(
-                flag,
-                egress_proxy::text::visible(value).into_owned(),
-                "cannot hold a NUL byte",
-            ))
-        };
+        // The message quotes the value with `{:?}`, which escapes the NUL (and any other
+        // control) once.
+        let nul =
+            |flag: &'static str, value: &str| Err(invalid(flag, value, "cannot hold a NUL byte"));
         if let Some(arg) = self.command.iter().find(|arg| arg.contains('\0')) {
             return nul("argv", arg);
         }
@@ -461,7 +464,9 @@ impl RunSpecBuilder {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(image) = &self.image
-            && (image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()))
+            && (image.is_empty()
+                || image.starts_with('-')
+                || image.chars().any(|c| c.is_whitespace() || c.is_control()))
         {
             return Err(invalid("--image", image, "not an image reference"));
         }

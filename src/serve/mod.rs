@@ -15,6 +15,7 @@
 //! removes its socket; at start it sweeps what a crashed daemon (or run) left.
 
 pub mod client;
+
 pub mod metrics;
 mod pool;
 pub mod request;
@@ -68,6 +69,10 @@ pub struct ServeOptions {
     /// Runs at most live at once (from the request to their objects' removal); a request
     /// beyond is refused with 503 and `Retry-After`. 0 is taken as 1.
     pub max_runs: usize,
+    /// The shape of the pool's slots (image, runtime, tmp size; the egress network is
+    /// `egress_network`'s), for a caller whose runs all take one that is not the default
+    /// (`mcp --image …`). Default: a default run.
+    pub slot_shape: Option<RunSpec>,
 }
 
 /// Warm slots kept ready by default.
@@ -87,6 +92,7 @@ impl ServeOptions {
             egress_network: None,
             runtime: None,
             max_runs: DEFAULT_MAX_RUNS,
+            slot_shape: None,
         }
     }
 }
@@ -205,16 +211,25 @@ pub async fn serve(
         },
         Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
     }
-    let mut template = RunSpec::builder(["true"]);
-    if let Some(network) = &options.egress_network {
-        template = template.egress_network(network.clone());
-    }
-    if let Some(runtime) = &options.runtime {
-        template = template.runtime(runtime.clone());
-    }
-    let template = template
-        .build()
-        .map_err(|error| ServeError::Runtime(error.to_string()))?;
+    let template = match &options.slot_shape {
+        Some(shape) => {
+            let mut shape = shape.clone();
+            shape.egress_network = options.egress_network.clone();
+            shape
+        }
+        None => {
+            let mut template = RunSpec::builder(["true"]);
+            if let Some(network) = &options.egress_network {
+                template = template.egress_network(network.clone());
+            }
+            if let Some(runtime) = &options.runtime {
+                template = template.runtime(runtime.clone());
+            }
+            template
+                .build()
+                .map_err(|error| ServeError::Runtime(error.to_string()))?
+        }
+    };
     // Checked as a cold run checks it, before the socket: a daemon whose every run would
     // fail must not start up healthy.
     if let Some(network) = &options.egress_network {
@@ -413,10 +428,25 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         // `run` answers a missing image with 125 before creating anything: so does this.
         match crate::sandbox::images::require_local_image(shared.sandbox.engine(), &image).await {
             Ok(()) => {}
-            Err(error @ crate::sandbox::ImageError::Missing { .. }) => {
+            Err(crate::sandbox::ImageError::Missing { image }) => {
                 return json_response(
                     StatusCode::BAD_REQUEST,
-                    &BadRequest::new("image", error.to_string()),
+                    &BadRequest::new(
+                        "image",
+                        format!(
+                            "image {image} not found locally: egress-sandbox never pulls images; \
+                             build or load it on the daemon's host, then name it in image"
+                        ),
+                    ),
+                );
+            }
+            Err(crate::sandbox::ImageError::InvalidReference { image, message }) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &BadRequest::new(
+                        "image",
+                        format!("image {image:?} is not a valid image reference: {message}"),
+                    ),
                 );
             }
             // The engine did not answer: not the request's fault.

@@ -13,6 +13,7 @@ use crate::run_flags;
 use crate::sandbox::credentials::CredentialError;
 use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::secret_flags::check_secret_value;
+use egress_proxy::units;
 
 /// A policy as text: bare YAML (named `policy-N.yaml`), or with the file name that names it
 /// in diagnostics and gives its default name (what `run --server` sends for `--policy`).
@@ -23,8 +24,35 @@ pub enum PolicyText {
     File { file: String, yaml: String },
 }
 
+/// A duration: text as the flags take it (`"1m30s"`), or a number of seconds (`90`, `0.5`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Duration {
+    Seconds(f64),
+    Text(String),
+}
+
+impl Duration {
+    fn check(&self, field: &str) -> Result<std::time::Duration, BadRequest> {
+        match self {
+            Duration::Seconds(seconds) => std::time::Duration::try_from_secs_f64(*seconds)
+                .ok()
+                .filter(|duration| !duration.is_zero())
+                .ok_or_else(|| {
+                    BadRequest::new(
+                        field,
+                        format!("invalid {field} {seconds}: a number of seconds more than 0"),
+                    )
+                }),
+            Duration::Text(text) => units::parse_duration(text).map_err(|reason| {
+                BadRequest::new(field, format!("invalid {field} {text:?}: {reason}"))
+            }),
+        }
+    }
+}
+
 /// The request body; only `argv` is required.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     pub argv: Vec<String>,
@@ -32,8 +60,9 @@ pub struct RunRequest {
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyText>,
+    /// A duration as `--timeout` takes it (`"10s"`, `"500ms"`), or a number of seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
+    pub timeout: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,8 +186,28 @@ impl BadRequest {
                     diagnostics,
                 }
             }
-            SpecError::Invalid { flag, .. } | SpecError::AboveLimit { flag, .. } => {
-                BadRequest::new(field_of_flag(flag), error.to_string())
+            SpecError::Invalid {
+                flag,
+                value,
+                reason,
+            } => {
+                let field = field_of_flag(flag);
+                BadRequest::new(field, format!("invalid {field} {value:?}: {reason}"))
+            }
+            SpecError::AboveLimit {
+                flag,
+                value,
+                policy,
+                key,
+                limit,
+            } => {
+                let field = field_of_flag(flag);
+                BadRequest::new(
+                    field,
+                    format!(
+                        "{field} {value} is above the limit of policy {policy} ({key}: {limit})"
+                    ),
+                )
             }
             SpecError::RuntimeNotAllowed { .. } => BadRequest::new("runtime", error.to_string()),
             SpecError::NoCommand => BadRequest::new("argv", error.to_string()),
@@ -173,10 +222,31 @@ impl BadRequest {
                     | CredentialError::UpstreamCaTooLarge { .. }
                     | CredentialError::UpstreamCa(_) => "upstream_ca",
                 };
-                BadRequest::new(field, error.to_string())
+                BadRequest::new(field, credential_message(credential))
             }
             other => BadRequest::new("policies", other.to_string()),
         }
+    }
+}
+
+/// A credential refusal in the request's terms (`secrets`, `env`, `upstream_ca`), where a
+/// run's names the flags.
+fn credential_message(error: &CredentialError) -> String {
+    match error {
+        CredentialError::MissingSecret { name, host } => {
+            format!("the credential for {host} needs the secret {name}: give it in secrets")
+        }
+        CredentialError::UnusedSecret(name) => {
+            format!("secrets has {name}, but no credential of the policy uses it")
+        }
+        CredentialError::DuplicateSecret(name) => format!("secrets has {name} twice"),
+        CredentialError::EnvShadowsSecret(name) => format!(
+            "env {name} would replace the placeholder of the secret {name}; the sandbox gets \
+             {name} from secrets"
+        ),
+        other => other
+            .to_string()
+            .replacen("--upstream-ca", "upstream_ca", 1),
     }
 }
 
@@ -222,8 +292,8 @@ impl RunRequest {
             builder = builder.image(image);
         }
         let spec_error = BadRequest::from_spec;
-        if let Some(raw) = self.timeout {
-            builder = builder.timeout(run_flags::duration("--timeout", &raw).map_err(spec_error)?);
+        if let Some(timeout) = self.timeout {
+            builder = builder.timeout(timeout.check("timeout")?);
         }
         if let Some(raw) = self.memory {
             builder = builder.memory(run_flags::size("--memory", &raw).map_err(spec_error)?);
@@ -448,5 +518,81 @@ mod tests {
         assert_eq!(checked.stdin, b"hi");
         assert_eq!(checked.spec.workdir.as_deref(), Some("/task"));
         assert_eq!(checked.spec.files[0].contents, b"print(42)");
+    }
+
+    #[test]
+    fn a_timeout_is_a_duration_text_or_a_number_of_seconds() {
+        let checked = check(r#"{"argv":["x"],"timeout":2.5}"#).ok().unwrap();
+        assert_eq!(
+            checked.spec.limits().timeout,
+            std::time::Duration::from_millis(2500)
+        );
+        let checked = check(r#"{"argv":["x"],"timeout":"1m"}"#).ok().unwrap();
+        assert_eq!(
+            checked.spec.limits().timeout,
+            std::time::Duration::from_secs(60)
+        );
+        for json in [
+            r#"{"argv":["x"],"timeout":0}"#,
+            r#"{"argv":["x"],"timeout":-1}"#,
+            r#"{"argv":["x"],"timeout":"soon"}"#,
+            r#"{"argv":["x"],"timeout":true}"#,
+        ] {
+            assert_eq!(check(json).err().unwrap().field, "timeout", "{json}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_request_fields_never_the_flags() {
+        for json in [
+            r#"{"argv":["x"],"timeout":"soon"}"#,
+            r#"{"argv":["x"],"memory":"lots"}"#,
+            r#"{"argv":["x"],"output_limit":"-1"}"#,
+            r#"{"argv":["x"],"workdir":"rel"}"#,
+            r#"{"argv":["x"],"mounts":["/nonexistent-x:/y"]}"#,
+            r#"{"argv":["x"],"egress_network":""}"#,
+            r#"{"argv":["x"],"audit_limit":0}"#,
+        ] {
+            let refused = check(json).err().unwrap();
+            assert!(!refused.error.contains("--"), "{json}: {}", refused.error);
+            assert!(
+                refused.error.contains(&refused.field),
+                "{json}: {}",
+                refused.error
+            );
+        }
+        let refused = check(&with_policy("")).err().unwrap();
+        assert!(!refused.error.contains("--"), "{}", refused.error);
+        assert!(refused.error.contains("secrets"), "{}", refused.error);
+    }
+
+    #[test]
+    fn a_workdir_that_climbs_is_refused_as_a_mount_target_is() {
+        for json in [
+            r#"{"argv":["x"],"workdir":"/task/../etc"}"#,
+            r#"{"argv":["x"],"workdir":"/.."}"#,
+        ] {
+            assert_eq!(check(json).err().unwrap().field, "workdir", "{json}");
+        }
+        assert!(check(r#"{"argv":["x"],"workdir":"/task/..x"}"#).is_ok());
+    }
+
+    #[test]
+    fn a_nul_in_argv_is_escaped_once() {
+        let refused = check(r#"{"argv":["a\u0000b"]}"#).err().unwrap();
+        assert_eq!(refused.field, "argv");
+        assert!(
+            refused.error.contains(r#"invalid argv "a\0b""#),
+            "{}",
+            refused.error
+        );
+    }
+
+    #[test]
+    fn an_image_that_reads_as_a_flag_is_the_image_fields_fault() {
+        let refused = check(r#"{"argv":["x"],"image":"--privileged"}"#)
+            .err()
+            .unwrap();
+        assert_eq!(refused.field, "image", "{refused:?}");
     }
 }

@@ -27,6 +27,7 @@ mod hardening;
 mod host_floor;
 mod isolation;
 mod library;
+mod mcp;
 mod mount_table;
 mod pip_install;
 mod policy_suggest;

@@ -459,6 +459,11 @@ fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
         (json!({"argv": ["true"], "workdir": "/ta\0sk"}), "workdir"),
         (json!({"argv": ["true"], "image": "a\0b"}), "image"),
         (
+            json!({"argv": ["true"], "workdir": "/task/../etc"}),
+            "workdir",
+        ),
+        (json!({"argv": ["true"], "image": "--privileged"}), "image"),
+        (
             json!({"argv": ["true"], "files": {"a": "AA==", "a/b": "AA=="}}),
             "files",
         ),

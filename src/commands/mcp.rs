@@ -1,0 +1,156 @@
+//! `egress-sandbox mcp`: the MCP server on stdio ([`crate::mcp`]) until the client closes
+//! stdin (or SIGTERM/SIGINT), then every live run is interrupted and its objects removed,
+//! and the process exits 0. Stdout carries the protocol only; everything else goes to
+//! stderr.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use rmcp::ServiceExt;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::run::{build_spec, refuse, say};
+use crate::cli::McpArgs;
+use crate::mcp::{McpServer, RunTemplate};
+use crate::sandbox::RunSpec;
+use crate::serve::client::Client;
+use crate::serve::{ServeOptions, serve};
+
+/// How long the end waits for calls to say their runs' end to a daemon named with
+/// `--server` (an own daemon interrupts them itself).
+const CALLS_END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let run_args = args.run_args();
+    // Checked as `run` checks them, before anything starts: a server whose every call would
+    // be refused must not start up.
+    let spec = match build_spec(run_args.clone()) {
+        Ok(spec) => spec,
+        Err(error) => return Ok(refuse(&error)),
+    };
+    for warning in spec.warnings() {
+        say(warning);
+    }
+    let request = super::run_client::request_from(&run_args, &spec.credentials, Vec::new())?;
+    let template = RunTemplate {
+        request,
+        timeout: spec.limits().timeout,
+    };
+    let slot_shape = slot_shape(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(serve_mcp(args, template, slot_shape));
+    // A blocking read of stdin may still be pending in a runtime thread: do not wait for it.
+    runtime.shutdown_background();
+    result
+}
+
+/// The runs' shape the pool's slots take: the operator's image, runtime and tmp size.
+fn slot_shape(args: &McpArgs) -> anyhow::Result<RunSpec> {
+    let mut shape = RunSpec::builder(["true"]);
+    if let Some(image) = &args.image {
+        shape = shape.image(image.clone());
+    }
+    if let Some(runtime) = &args.runtime {
+        shape = shape.runtime(runtime.clone());
+    }
+    if let Some(raw) = &args.tmp {
+        shape = shape.tmp(crate::run_flags::size("--tmp", raw)?);
+    }
+    Ok(shape.build()?)
+}
+
+async fn serve_mcp(
+    args: McpArgs,
+    template: RunTemplate,
+    slot_shape: RunSpec,
+) -> anyhow::Result<ExitCode> {
+    let mut interrupt =
+        signal(SignalKind::interrupt()).context("cannot install signal handlers")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("cannot install signal handlers")?;
+    let (stop_daemon, daemon_stopped) = tokio::sync::oneshot::channel::<()>();
+    // The daemon this server runs through: its own on a private socket, or `--server`'s.
+    let (socket, own_daemon, _socket_dir, _watchdog) = match &args.server {
+        Some(socket) => (socket.clone(), None, None, None),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("egress-sandbox-mcp.")
+                .tempdir()
+                .context("cannot make the private socket's directory")?;
+            let socket = dir.path().join("api.sock");
+            let sandbox = super::run::connect_sandbox()
+                .await
+                .and_then(|sandbox| sandbox.keep_binary())
+                .context("cannot start")?;
+            // Held until every run and slot is removed; if this process is killed, it does.
+            let watchdog = super::run::start_watchdog(&sandbox);
+            let mut options = ServeOptions::new(socket.clone());
+            options.pool = args.pool;
+            options.egress_network = args.egress_network.clone();
+            options.max_runs = args.max_runs;
+            options.slot_shape = Some(slot_shape);
+            let (ready_tx, ready) = tokio::sync::oneshot::channel();
+            let mut daemon = tokio::spawn(serve(
+                sandbox,
+                options,
+                async move {
+                    let _ = daemon_stopped.await;
+                },
+                move |_| {
+                    let _ = ready_tx.send(());
+                },
+            ));
+            tokio::select! {
+                _ = ready => {}
+                ended = &mut daemon => {
+                    return Err(match ended {
+                        Ok(Err(error)) => anyhow::Error::new(error),
+                        Ok(Ok(())) => anyhow::anyhow!("the sandbox pool ended at its start"),
+                        Err(error) => anyhow::Error::new(error),
+                    })
+                    .context("cannot start");
+                }
+            }
+            (socket, Some(daemon), Some(dir), watchdog)
+        }
+    };
+    let server = McpServer::new(Client::new(socket), template, args.max_runs);
+    eprintln!("egress-sandbox: MCP server ready on stdio");
+    let served = server.clone().serve(rmcp::transport::stdio_pipes()).await;
+    match served {
+        Ok(running) => {
+            let cancel = running.cancellation_token();
+            tokio::select! {
+                ended = running.waiting() => {
+                    if let Err(error) = ended {
+                        tracing::warn!(%error, "the MCP session ended with an error");
+                    }
+                }
+                _ = interrupt.recv() => cancel.cancel(),
+                _ = terminate.recv() => cancel.cancel(),
+            }
+        }
+        // The client went away before the handshake: nothing was asked, nothing to do.
+        Err(error) => tracing::debug!(%error, "the client left before initializing"),
+    }
+    eprintln!("egress-sandbox: the client has gone; ending live runs and removing their objects");
+    // Each live call was cancelled with the session: it asks for its run's end.
+    if tokio::time::timeout(CALLS_END_WAIT, server.idle())
+        .await
+        .is_err()
+    {
+        tracing::warn!("calls still live at the end");
+    }
+    if let Some(daemon) = own_daemon {
+        let _ = stop_daemon.send(());
+        daemon
+            .await
+            .context("the sandbox pool failed")?
+            .context("the sandbox pool failed")?;
+    }
+    eprintln!("egress-sandbox: stopped; every run's objects are removed");
+    Ok(ExitCode::SUCCESS)
+}

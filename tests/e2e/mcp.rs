@@ -1,0 +1,214 @@
+//! `egress-sandbox mcp` driven by the official MCP Python SDK as an agent host drives it
+//! (`mcp_host.py`): the handshake, the tools and their schemas, python and node code, stdin
+//! and files, a refused host, an allowed one, a time limit, a ceiling, an argument not in
+//! the schema, four calls at once, output past the limit, a cancelled call, and nothing
+//! left once the host has gone.
+//!
+//! Needs the `mcp` package: `python3` by default, or the interpreter named by
+//! `EGRESS_SANDBOX_TEST_PYTHON` (a venv that has it).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::run::BINARY;
+use crate::support::{TestNetwork, Upstream, gateway_policy, objects_owned_by, random_hex};
+
+/// How long the server's objects may take to go once the host has gone.
+const REMOVAL_BOUND: Duration = Duration::from_secs(60);
+
+/// A plain HTTP server that answers nobody until `parties` requests are waiting, then
+/// everybody: calls that reach it can only all end if they ran at the same time.
+fn barrier(ip: Ipv4Addr, parties: usize) -> u16 {
+    let listener = TcpListener::bind((ip, 0)).expect("barrier address");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut waiting: Vec<TcpStream> = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = [0u8; 4096];
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+            let _ = stream.read(&mut head);
+            waiting.push(stream);
+            if waiting.len() == parties {
+                for mut stream in waiting.drain(..) {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\ntogether\n",
+                    );
+                }
+            }
+        }
+    });
+    port
+}
+
+fn text(step: &Value) -> &str {
+    step["text"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
+    let network = TestNetwork::create();
+    let body = format!("api-{}", random_hex());
+    let upstream = Upstream::http((network.gateway, 0), &format!("{body}\n"));
+    let barrier_port = barrier(network.gateway, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        gateway_policy(
+            "mcp",
+            network.gateway,
+            &[upstream.port(), barrier_port],
+            &[],
+        ),
+    )
+    .unwrap();
+    let pidfile = dir.path().join("server.pid");
+    let python = std::env::var("EGRESS_SANDBOX_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/mcp_host.py");
+    let output = Command::new(&python)
+        .arg(&host)
+        .arg(BINARY)
+        .arg(&network.name)
+        .arg(network.gateway.to_string())
+        .arg(upstream.port().to_string())
+        .arg(barrier_port.to_string())
+        .arg(&policy)
+        .arg(&pidfile)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the MCP host failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+
+    assert_eq!(out["server"], "egress-sandbox");
+    for tool in ["run_code", "run_command"] {
+        let schemas = &out["tools"][tool];
+        assert_eq!(
+            schemas["input"]["additionalProperties"], false,
+            "{schemas:#}"
+        );
+        assert_eq!(
+            schemas["output"]["required"],
+            json!([
+                "run",
+                "status",
+                "exit_code",
+                "stdout",
+                "stderr",
+                "truncated",
+                "blocked",
+                "duration_ms"
+            ]),
+            "{schemas:#}"
+        );
+    }
+    assert_eq!(
+        out["tools"]["run_code"]["input"]["properties"]["language"]["enum"],
+        json!(["python", "node", "sh"])
+    );
+
+    let python = &out["python"];
+    assert_eq!(python["is_error"], false, "{python:#}");
+    assert_eq!(
+        python["structured"]["stdout"], "from a file piped\n",
+        "{python:#}"
+    );
+    assert_eq!(python["structured"]["status"], "exited");
+    assert!(text(python).contains("from a file piped"), "{python:#}");
+    assert!(
+        text(python).contains("egress-sandbox: exit 0 after"),
+        "{python:#}"
+    );
+    assert_eq!(
+        out["node"]["structured"]["stdout"], "42\n",
+        "{:#}",
+        out["node"]
+    );
+
+    let blocked = &out["blocked"]["structured"];
+    assert_eq!(blocked["stdout"], "refused\n", "{blocked:#}");
+    assert_eq!(
+        blocked["blocked"][0]["host"], "blocked.example.org",
+        "{blocked:#}"
+    );
+    assert_eq!(
+        blocked["blocked"][0]["reason"], "not_allowed",
+        "{blocked:#}"
+    );
+    assert!(text(&out["blocked"]).contains("blocked.example.org"));
+
+    assert_eq!(
+        out["allowed"]["structured"]["stdout"],
+        format!("{body}\n"),
+        "{:#}",
+        out["allowed"]
+    );
+    assert_eq!(upstream.requests().len(), 1);
+
+    let limited = &out["time_limit"];
+    assert_eq!(limited["is_error"], false, "{limited:#}");
+    assert_eq!(limited["structured"]["status"], "timeout");
+    assert_eq!(limited["structured"]["exit_code"], 124);
+
+    assert_eq!(out["ceiling"]["is_error"], true);
+    assert!(
+        text(&out["ceiling"]).contains("ceiling of 1m"),
+        "{:#}",
+        out["ceiling"]
+    );
+    assert_eq!(out["unknown"]["is_error"], true);
+    assert!(
+        text(&out["unknown"]).contains("unknown field `allow`"),
+        "{:#}",
+        out["unknown"]
+    );
+
+    for call in out["concurrent"].as_array().unwrap() {
+        assert_eq!(call["structured"]["stdout"], "together\n", "{call:#}");
+    }
+
+    let truncated = &out["truncated"]["structured"];
+    assert_eq!(truncated["truncated"], true, "{truncated:#}");
+    assert!(
+        truncated["stdout"].as_str().unwrap().len() <= 4096,
+        "{truncated:#}"
+    );
+
+    let cancelled = &out["cancelled"];
+    assert_eq!(cancelled["left"], json!([]), "{cancelled:#}");
+    assert_eq!(
+        out["after_cancel"]["structured"]["stdout"],
+        "still serving\n"
+    );
+
+    // The host has gone: the server removed its runs and its pool's slots.
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + REMOVAL_BOUND;
+    loop {
+        let (left, runs) = objects_owned_by(pid);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server {pid} left objects behind: {left:?} {runs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
