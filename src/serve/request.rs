@@ -489,16 +489,16 @@ mod tests {
 
         for (extra, field) in [
             ("", "secrets"),
-            (r#","secrets":{"API_KEY":"k","OTHER":"v"}"#, "secrets"),
+            (r#","secrets":{"API_KEY":"sk-key-1","OTHER":"v"}"#, "secrets"),
             (r#","secrets":{"API_KEY":""}"#, "secrets"),
             (r#","secrets":{"API_KEY":"sk-bad\nvalue"}"#, "secrets"),
-            (r#","secrets":{"API_KEY":"k"},"env":{"API_KEY":"v"}"#, "env"),
+            (r#","secrets":{"API_KEY":"sk-key-1"},"env":{"API_KEY":"v"}"#, "env"),
             (
-                r#","secrets":{"API_KEY":"k"},"upstream_ca":["not a certificate"]"#,
+                r#","secrets":{"API_KEY":"sk-key-1"},"upstream_ca":["not a certificate"]"#,
                 "upstream_ca",
             ),
             (
-                r#","secrets":{"API_KEY":"k"},"upstream_ca":[{"file":"ca.pem","pem":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}]"#,
+                r#","secrets":{"API_KEY":"sk-key-1"},"upstream_ca":[{"file":"ca.pem","pem":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}]"#,
                 "upstream_ca",
             ),
         ] {
