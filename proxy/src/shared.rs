@@ -63,7 +63,8 @@ impl Shared {
             config.run_id,
             config.policy.name(),
             config.audit_limit.max(1),
-        )?;
+        )?
+        .with_sandbox_hostname(config.sandbox_hostname.as_ref().map(|name| name.as_str()));
         let resolver = Resolver::new(
             config.pins,
             &config.upstream_dns,
