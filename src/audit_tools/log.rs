@@ -79,6 +79,9 @@ pub struct RunEnd {
     pub seq: Option<u64>,
 }
 
+/// Nearly every line of a log is an attempt, so boxing the large variant would cost an
+/// allocation per line to shrink only the rare `limit` and `end` entries.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
     Attempt(Attempt),
