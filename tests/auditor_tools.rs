@@ -41,7 +41,7 @@ fn every_record_shape() -> Vec<Value> {
             let mut record = json!({
                 "v": 1, "ts": format!("2026-11-29T18:40:{:02}.{:03}Z", 10 + k, d * 100),
                 "run": "r-export", "policy": "agent", "kind": kind,
-                "client": "10.213.0.3:51234", "host": host,
+                "client": "10.213.0.3:51234", "sandbox_hostname": "sandbox-1a2b3c", "host": host,
                 "port": if *kind == "dns" { Value::Null } else { json!(443) },
                 "decision": decision, "reason": reason(decision),
                 "rule": if *decision == "allowed" { json!("agent:allow[0]") } else { Value::Null },
@@ -147,6 +147,18 @@ fn ocsf_export_of_every_record_kind_and_decision_validates_against_the_schema() 
         if record["client"].is_string() {
             assert_eq!(event["src_endpoint"]["ip"], "10.213.0.3");
         }
+        if record["sandbox_hostname"].is_string() {
+            assert_eq!(event["src_endpoint"]["hostname"], "sandbox-1a2b3c");
+        }
+        if class == 4002 {
+            let activity = match record["method"].as_str().unwrap() {
+                "GET" => 3,
+                "POST" => 6,
+                "DELETE" => 2,
+                _ => 99,
+            };
+            assert_eq!(event["activity_id"], activity, "{record}");
+        }
         let host = record["host"].as_str().unwrap();
         let dst = &event["dst_endpoint"];
         if record["addr"].is_string() {
@@ -180,6 +192,112 @@ fn ocsf_export_of_every_record_kind_and_decision_validates_against_the_schema() 
         String::from_utf8_lossy(&validation.stderr)
     );
     assert!(report.contains(&format!("{} passed, 0 failed", records.len())));
+}
+
+/// A plain-HTTP run end to end: the proxy writes the audit log of one plain `GET` from a
+/// sandbox named `sandbox-1a2b3c`, and its OCSF export is an HTTP Activity "Get" from that
+/// host, valid against the schema.
+#[test]
+fn ocsf_export_of_a_plain_http_run_has_the_method_and_the_sandbox_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(plain_http_run(&log));
+    let out = egress_sandbox(&["audit", "export", log.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let http = events
+        .iter()
+        .find(|event| event["class_uid"] == 4002)
+        .unwrap_or_else(|| panic!("an HTTP Activity in {stdout}"));
+    assert_eq!(
+        (&http["activity_id"], &http["activity_name"]),
+        (&json!(3), &json!("Get"))
+    );
+    assert_eq!(http["http_request"]["http_method"], "GET");
+    assert_eq!(http["http_request"]["url"]["path"], "/status");
+    assert_eq!(http["http_response"]["code"], 200);
+    assert_eq!(http["src_endpoint"]["hostname"], "sandbox-1a2b3c");
+    assert_eq!(http["src_endpoint"]["ip"], "127.0.0.1");
+
+    let exported = dir.path().join("events.jsonl");
+    std::fs::write(&exported, &stdout).unwrap();
+    let validation = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ocsf/validate.py"))
+        .arg(&exported)
+        .output()
+        .expect("python3 runs (CI installs ocsf-json-schema and jsonschema)");
+    assert!(
+        validation.status.success(),
+        "OCSF validation failed:\n{}{}",
+        String::from_utf8_lossy(&validation.stdout),
+        String::from_utf8_lossy(&validation.stderr)
+    );
+}
+
+/// One plain `GET http://a.test:PORT/status?token=x` through a proxy on loopback to an
+/// upstream on loopback, the audit log written to `log`.
+async fn plain_http_run(log: &Path) {
+    use egress_proxy::audit::AuditDestination;
+    use egress_proxy::policy::{Policy, PolicySet};
+    use egress_proxy::resolve::Upstream;
+    use egress_proxy::target::HostName;
+    use egress_proxy::{Proxy, ProxyConfig};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut stream, _) = upstream.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the head ends before the connection");
+            head.extend_from_slice(&buf[..n]);
+        }
+        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+        stream.write_all(answer).await.unwrap();
+    });
+    let yaml = format!(
+        "version: 1\nname: plain\nallow:\n  - host: a.test\n    ports: [{port}]\n  - cidr: 127.0.0.0/8\n    ports: [{port}]\n"
+    );
+    let (policy, _) = Policy::from_yaml("plain.yaml", &yaml).unwrap();
+    let mut config = ProxyConfig::new(
+        PolicySet::merge(vec![policy]),
+        "127.0.0.1:0".parse().unwrap(),
+    );
+    config.audit = AuditDestination::File(log.to_owned());
+    config.run_id = Some("r-plain".into());
+    config.upstream_dns = Upstream::None;
+    config.pins = vec![(
+        HostName::parse("a.test").unwrap(),
+        "127.0.0.1".parse().unwrap(),
+    )];
+    config.sandbox_hostname = Some(HostName::parse("sandbox-1a2b3c").unwrap());
+    let proxy = Proxy::bind(config).await.unwrap();
+    let mut client = TcpStream::connect(proxy.local_addrs().listen)
+        .await
+        .unwrap();
+    let request =
+        format!("GET http://a.test:{port}/status?token=x HTTP/1.1\r\nConnection: close\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    client.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    tokio::time::timeout(std::time::Duration::from_secs(30), proxy.shutdown())
+        .await
+        .expect("the proxy shuts down");
 }
 
 #[test]

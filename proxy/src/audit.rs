@@ -83,6 +83,11 @@ pub struct AuditRecord {
     pub policy: Option<String>,
     pub kind: Kind,
     pub client: Option<String>,
+    /// The sandbox's host name, the client's name as the sandbox knows itself, when the run
+    /// has one (`ProxyConfig::sandbox_hostname`): what names the source of every attempt in
+    /// an export such as OCSF's `src_endpoint.hostname`. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_hostname: Option<String>,
     /// Normalised when valid; otherwise the raw value, escaped and cut to 256 bytes.
     pub host: String,
     pub port: Option<u16>,
@@ -98,13 +103,15 @@ pub struct AuditRecord {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
-    /// Inspected requests only: `method`, `path`, `status`, `credential`.
+    /// `http` requests whose method and path the proxy read: `method`, `path`, `status`,
+    /// and for inspected requests `credential`.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestFields>,
 }
 
-/// What an inspected request adds to its `http` record. `path` never holds the query
-/// string; `credential` is the name of the secret added, never a value.
+/// What a request read in clear (plain or inspected) adds to its `http` record. `path`
+/// never holds the query string; `credential` is the name of the secret an inspected
+/// request had added, never a value, and null on plain requests.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestFields {
     pub method: String,
@@ -210,6 +217,7 @@ pub struct AuditSink {
     /// The run's real secrets: where one sits in a host or path, the record shows
     /// `«secret:NAME»`.
     redactor: Arc<SecretForms>,
+    sandbox_hostname: Option<Arc<str>>,
 }
 
 impl AuditSink {
@@ -251,6 +259,7 @@ impl AuditSink {
             run: run.map(Arc::from),
             policy: Arc::from(policy),
             redactor: Arc::default(),
+            sandbox_hostname: None,
         })
     }
 
@@ -260,11 +269,20 @@ impl AuditSink {
         self
     }
 
-    /// Fills in `v`, `run` and `policy` and counts the record.
+    /// Every attempt record names the sandbox by this host name (`sandbox_hostname`), as
+    /// each names its run and policy, so each line says where it came from on its own.
+    #[must_use]
+    pub fn with_sandbox_hostname(mut self, name: Option<&str>) -> AuditSink {
+        self.sandbox_hostname = name.map(Arc::from);
+        self
+    }
+
+    /// Fills in `v`, `run`, `policy` and `sandbox_hostname` and counts the record.
     fn prepare(&self, record: &mut AuditRecord) {
         record.v = AUDIT_VERSION;
         record.run = self.run.as_deref().map(str::to_owned);
         record.policy = Some(self.policy.to_string());
+        record.sandbox_hostname = self.sandbox_hostname.as_deref().map(str::to_owned);
         if let Ok(mut counts) = self.counts.lock() {
             *counts.entry((record.decision, record.reason)).or_default() += 1;
         }
@@ -351,7 +369,7 @@ pub struct Attempt {
     pub refused_addrs: Vec<IpAddr>,
     pub bytes_up: u64,
     pub bytes_down: u64,
-    /// Set on inspected requests: their method, path, status and credential.
+    /// Set on requests read in clear: their method, path, status (and credential).
     pub request: Option<RequestFields>,
     /// The record went out already ([`Attempt::record`]); dropping sends nothing more.
     sent: bool,
@@ -402,6 +420,7 @@ impl Attempt {
             policy: None,
             kind: self.kind,
             client: self.client.map(|c| c.to_string()),
+            sandbox_hostname: None,
             // Whatever a door put here, no control character or secret leaves raw.
             host: text_for_log(&self.sink.redactor.redact(&self.host)),
             port: self.port,
@@ -484,6 +503,7 @@ mod tests {
             policy: None,
             kind: Kind::Http,
             client: None,
+            sandbox_hostname: None,
             host,
             port: Some(80),
             decision: Outcome::Blocked,

@@ -18,10 +18,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::audit::{Attempt, Kind};
+use crate::audit::{Attempt, Kind, RequestFields};
 use crate::body::ProxyBody;
 use crate::exchange::{Upload, answer, counting_body, origin_form, strip_hop_by_hop};
-use crate::policy::Reason;
+use crate::policy::{Reason, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
 use crate::shutdown::Shutdown;
@@ -174,6 +174,7 @@ impl ClientConnection {
             .await;
         }
         let (parts, body) = request.into_parts();
+        attempt.request = Some(plain_request_fields(&parts));
         if let Err(refusal) =
             crate::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
         {
@@ -185,7 +186,12 @@ impl ClientConnection {
             .forward(request, &target, port, &mut attempt, &upload)
             .await
         {
-            Ok(response) => answer(response, attempt, upload, self.shutdown.clone(), None).await,
+            Ok(response) => {
+                if let Some(fields) = attempt.request.as_mut() {
+                    fields.status = Some(response.status().as_u16());
+                }
+                answer(response, attempt, upload, self.shutdown.clone(), None).await
+            }
             Err(refusal) => refuse(attempt, &refusal).await,
         }
     }
@@ -364,6 +370,21 @@ pub(crate) fn request_target<B>(
     request: &Request<B>,
 ) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
     ClientConnection::request_target(door, request)
+}
+
+/// The method and path a plain request adds to its record, made safe as an inspected
+/// request's are: the query string left out, control characters written as visible escapes,
+/// the length bounded by the request head's limit (`max_head_bytes`). No credential: the
+/// plain door adds none.
+fn plain_request_fields(parts: &http::request::Parts) -> RequestFields {
+    let path_and_query = origin_form(&parts.uri);
+    RequestFields {
+        method: crate::text::visible(parts.method.as_str()).into_owned(),
+        path: crate::text::visible(split_path(&path_and_query)).into_owned(),
+        status: None,
+        credential: None,
+        reflected: None,
+    }
 }
 
 /// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the

@@ -69,7 +69,8 @@ impl Shared {
                 .as_ref()
                 .map(|inspector| inspector.secret_forms().clone())
                 .unwrap_or_default(),
-        );
+        )
+        .with_sandbox_hostname(config.sandbox_hostname.as_ref().map(|name| name.as_str()));
         let resolver = Resolver::new(
             config.pins,
             &config.upstream_dns,

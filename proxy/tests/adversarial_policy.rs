@@ -628,6 +628,7 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
             policy: Some("p".into()),
             kind: Kind::Http,
             client: None,
+            sandbox_hostname: None,
             host,
             port: None,
             decision: Outcome::Blocked,

@@ -57,6 +57,52 @@ async fn allowed_request_is_forwarded_in_origin_form_with_the_uri_host() {
     );
 }
 
+/// A plain request is read in clear, so its record carries its method, its path (without
+/// the query) and the upstream's status as an inspected one does, but no credential; a
+/// refused one has its method and path and a null status. Every record names the sandbox by
+/// the run's host name.
+#[tokio::test]
+async fn a_plain_request_records_its_method_path_status_and_the_sandbox_host_name() {
+    let site = Site::http("127.0.0.2", "site-a").await;
+    let yaml = allow_yaml(&[("a.test", site.port())], &loopback_cidr(site.port()));
+    let own = egress_proxy::target::HostName::parse("sandbox-1a2b3c").unwrap();
+    let mut proxy = TestProxy::start_with(&yaml, &[("a.test", "127.0.0.2")], |config| {
+        config.sandbox_hostname = Some(own.clone());
+    })
+    .await;
+    let port = site.port();
+    let request = format!(
+        "PUT http://a.test:{port}/v1/items?token=x HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+    );
+    let response = exchange(proxy.addr, request.as_bytes()).await;
+    assert_eq!(status(&response), 200, "{response}");
+    let record = proxy.record().await;
+    assert_eq!(record.decision, Outcome::Allowed);
+    let fields = record
+        .request
+        .expect("a plain request has its request fields");
+    assert_eq!(fields.method, "PUT");
+    assert_eq!(fields.path, "/v1/items");
+    assert_eq!(fields.status, Some(200));
+    assert_eq!(fields.credential, None);
+    assert_eq!(record.sandbox_hostname.as_deref(), Some("sandbox-1a2b3c"));
+
+    let refused = "DELETE http://b.test/gone HTTP/1.1\r\nConnection: close\r\n\r\n";
+    let response = exchange(proxy.addr, refused.as_bytes()).await;
+    assert_eq!(status(&response), 403, "{response}");
+    let record = proxy.record().await;
+    assert_eq!(record.decision, Outcome::Blocked);
+    let fields = record
+        .request
+        .expect("a refused plain request has its request fields");
+    assert_eq!(
+        (fields.method.as_str(), fields.path.as_str()),
+        ("DELETE", "/gone")
+    );
+    assert_eq!(fields.status, None);
+    assert_eq!(record.sandbox_hostname.as_deref(), Some("sandbox-1a2b3c"));
+}
+
 /// `http://host:port?q=1` has no path: the upstream is asked for `/?q=1`, query kept
 /// (it was asked for `/`, the query dropped).
 #[tokio::test]

@@ -26,6 +26,8 @@ pub struct Attempt {
     pub policy: Option<String>,
     pub kind: Kind,
     pub client: Option<String>,
+    /// The sandbox's host name, when the run had one.
+    pub sandbox_hostname: Option<String>,
     pub host: String,
     pub port: Option<u16>,
     pub decision: Outcome,
@@ -38,7 +40,7 @@ pub struct Attempt {
     pub bytes_down: u64,
     pub duration_ms: u64,
     pub seq: Option<u64>,
-    /// Inspected `http` records only.
+    /// `http` records of requests read in clear (plain or inspected) only.
     pub method: Option<String>,
     pub path: Option<String>,
     pub status: Option<u16>,
@@ -77,6 +79,9 @@ pub struct RunEnd {
     pub seq: Option<u64>,
 }
 
+/// Nearly every line of a log is an attempt, so boxing the large variant would cost an
+/// allocation per line to shrink only the rare `limit` and `end` entries.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
     Attempt(Attempt),
@@ -204,6 +209,7 @@ struct RawLine {
     policy: Option<String>,
     kind: String,
     client: Option<String>,
+    sandbox_hostname: Option<String>,
     host: Option<String>,
     port: Option<u16>,
     decision: Option<Outcome>,
@@ -259,6 +265,7 @@ pub fn parse_line(line: &str) -> Result<Entry, String> {
                 policy: raw.policy,
                 kind,
                 client: raw.client,
+                sandbox_hostname: raw.sandbox_hostname,
                 host: raw.host.ok_or("no `host`")?,
                 port: raw.port,
                 decision: raw.decision.ok_or("no `decision`")?,

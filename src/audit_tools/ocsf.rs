@@ -4,7 +4,7 @@
 //! | record | OCSF class | activity |
 //! |---|---|---|
 //! | `connect`, `tls`, `tcp` | Network Activity (4001) | Open (allowed, would_block), Refuse (blocked), Fail (failed) |
-//! | `http` | HTTP Activity (4002) | from the request method when the record has one, else Unknown |
+//! | `http` | HTTP Activity (4002) | from the request method (Get, Post, …, Other) when the record has one, else Unknown |
 //! | `dns` | DNS Activity (4003) | Query |
 //! | `limit`, `end` | Event Log Activity (1008) | Other ("audit limit reached"), Stop (the run's log closed) |
 //!
@@ -14,7 +14,8 @@
 //! through). `limit` and `end` lines are exported rather than skipped so a SIEM sees that a
 //! run's attempts were dropped (`end.dropped`), not only the attempts that were written.
 //! Everything the OCSF classes have no field for (the raw decision, reason, `seq`) is kept
-//! under `unmapped.egress_sandbox`.
+//! under `unmapped.egress_sandbox`. `src_endpoint` is the client as the proxy saw it (`ip`,
+//! `port`) and, when the record names it, the sandbox's host name (`hostname`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -98,8 +99,8 @@ fn attempt_event(attempt: &Attempt) -> Value {
     if let Some(rule) = &attempt.rule {
         event.insert("firewall_rule".into(), json!({ "uid": rule, "name": rule }));
     }
-    if let Some(client) = attempt.client.as_deref().and_then(endpoint_from_socket) {
-        event.insert("src_endpoint".into(), client);
+    if let Some(source) = source(attempt) {
+        event.insert("src_endpoint".into(), source);
     }
     event.insert("dst_endpoint".into(), destination(attempt));
     if attempt.kind != Kind::Dns {
@@ -268,10 +269,22 @@ fn message(attempt: &Attempt) -> String {
     )
 }
 
-/// `ip:port` (IPv6 in brackets) → an endpoint, or None when it is not an address.
-fn endpoint_from_socket(text: &str) -> Option<Value> {
-    let addr: SocketAddr = text.parse().ok()?;
-    Some(json!({ "ip": addr.ip().to_string(), "port": addr.port() }))
+/// Where the attempt came from: the client's `ip:port` (IPv6 in brackets) as the proxy saw
+/// it, and the sandbox's host name when the record names one. None when it has neither.
+fn source(attempt: &Attempt) -> Option<Value> {
+    let mut endpoint = Map::new();
+    if let Some(addr) = attempt
+        .client
+        .as_deref()
+        .and_then(|text| text.parse::<SocketAddr>().ok())
+    {
+        endpoint.insert("ip".into(), json!(addr.ip().to_string()));
+        endpoint.insert("port".into(), json!(addr.port()));
+    }
+    if let Some(name) = &attempt.sandbox_hostname {
+        endpoint.insert("hostname".into(), json!(name));
+    }
+    (!endpoint.is_empty()).then_some(Value::Object(endpoint))
 }
 
 /// Where the attempt went: the host as asked (a name, or an IP literal), its port, and the
@@ -443,5 +456,46 @@ mod tests {
         assert_eq!(event["http_response"]["code"], 201);
         assert_eq!(event["traffic"]["bytes"], 12);
         assert_eq!(event["start_time"], 1_795_977_643_120_i64);
+    }
+
+    /// A plain-HTTP record as the proxy writes it: method, path and status read in clear,
+    /// no credential, and the run's sandbox host name.
+    const PLAIN_GET: &str = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"http","client":"127.0.0.1:40512","sandbox_hostname":"sandbox-1a2b3c","host":"a.example.org","port":80,"decision":"allowed","reason":"rule","rule":"p:allow[0]","addr":"10.0.0.9","bytes_up":80,"bytes_down":120,"duration_ms":4,"method":"GET","path":"/index.html","status":200,"credential":null,"seq":0,"prev":"ab"}"#;
+
+    #[test]
+    fn a_plain_http_request_is_an_http_activity_of_its_method() {
+        let event = export(PLAIN_GET);
+        assert_eq!(event["class_uid"], 4002);
+        assert_eq!(
+            (&event["activity_id"], &event["activity_name"]),
+            (&json!(3), &json!("Get"))
+        );
+        assert_eq!(event["type_uid"], 400203);
+        assert_eq!(event["http_request"]["http_method"], "GET");
+        assert_eq!(event["http_request"]["url"]["path"], "/index.html");
+        assert_eq!(event["http_response"]["code"], 200);
+        let patch = export(&PLAIN_GET.replace(r#""GET""#, r#""PATCH""#));
+        assert_eq!(patch["activity_id"], 99);
+        assert_eq!(patch["unmapped"]["egress_sandbox"]["method"], "PATCH");
+    }
+
+    #[test]
+    fn the_source_endpoint_names_the_sandbox_host() {
+        let event = export(PLAIN_GET);
+        assert_eq!(
+            event["src_endpoint"],
+            json!({ "ip": "127.0.0.1", "port": 40512, "hostname": "sandbox-1a2b3c" })
+        );
+        let without_client = export(&PLAIN_GET.replace(r#""127.0.0.1:40512""#, "null"));
+        assert_eq!(
+            without_client["src_endpoint"],
+            json!({ "hostname": "sandbox-1a2b3c" })
+        );
+        let without_name =
+            export(&PLAIN_GET.replace(r#""sandbox_hostname":"sandbox-1a2b3c","#, ""));
+        assert_eq!(
+            without_name["src_endpoint"],
+            json!({ "ip": "127.0.0.1", "port": 40512 })
+        );
     }
 }

@@ -284,6 +284,7 @@ pub(crate) mod tests {
                 Kind::Dns
             },
             client: None,
+            sandbox_hostname: None,
             host: host.into(),
             port,
             decision,

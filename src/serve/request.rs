@@ -489,10 +489,16 @@ mod tests {
 
         for (extra, field) in [
             ("", "secrets"),
-            (r#","secrets":{"API_KEY":"sk-key-1","OTHER":"v"}"#, "secrets"),
+            (
+                r#","secrets":{"API_KEY":"sk-key-1","OTHER":"v"}"#,
+                "secrets",
+            ),
             (r#","secrets":{"API_KEY":""}"#, "secrets"),
             (r#","secrets":{"API_KEY":"sk-bad\nvalue"}"#, "secrets"),
-            (r#","secrets":{"API_KEY":"sk-key-1"},"env":{"API_KEY":"v"}"#, "env"),
+            (
+                r#","secrets":{"API_KEY":"sk-key-1"},"env":{"API_KEY":"v"}"#,
+                "env",
+            ),
             (
                 r#","secrets":{"API_KEY":"sk-key-1"},"upstream_ca":["not a certificate"]"#,
                 "upstream_ca",

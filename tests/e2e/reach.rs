@@ -58,6 +58,18 @@ fn allowed_host_is_reachable_through_https_proxy_and_http_proxy() {
     };
     assert!(allowed("connect", https_port), "{}", run.describe());
     assert!(allowed("http", http_port), "{}", run.describe());
+    // A plain request is read in clear: its record has the method, path and status, and,
+    // as every attempt record of a local run, the sandbox's host name.
+    let plain = run.audit_where(|record| {
+        record["kind"] == "http"
+            && record["method"] == "GET"
+            && record["path"] == "/plain"
+            && record["status"] == 200
+            && record["sandbox_hostname"]
+                .as_str()
+                .is_some_and(|name| name.starts_with("sandbox-"))
+    });
+    assert_eq!(plain.len(), 1, "{}", run.describe());
     run.assert_nothing_left();
 }
 
