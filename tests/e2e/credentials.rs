@@ -391,7 +391,7 @@ fn serve_takes_secrets_like_a_cold_run() {
         (json!({}), "needs the secret API_KEY"),
         (
             json!({"API_KEY": secret, "OTHER": secret}),
-            "OTHER is given, but no credential",
+            "has OTHER, but no credential",
         ),
     ] {
         let body = serde_json::to_vec(&request(secrets)).unwrap();
