@@ -769,7 +769,8 @@ fn the_socket_is_0600_and_another_user_cannot_connect() {
     daemon.stop();
 }
 
-/// Masks what differs between any two runs: durations, run ids, times, client ports.
+/// Masks what differs between any two runs: durations, run ids, times, client ports, the
+/// sandbox's host name.
 fn normalise(text: &str) -> String {
     let mut out = String::new();
     for line in text.lines() {
@@ -778,6 +779,7 @@ fn normalise(text: &str) -> String {
             ("\"run\":\"", '"'),
             ("\"ts\":\"", '"'),
             ("\"client\":\"", '"'),
+            ("\"sandbox_hostname\":\"", '"'),
             ("\"duration_ms\":", ','),
             ("\"run\": \"", '"'),
             ("\"audit_head\": \"", '"'),
