@@ -207,3 +207,92 @@ fn several_secrets_are_told_apart() {
         "«secret:ONE»/«secret:TWO»"
     );
 }
+
+/// Bytes between the forms: the base64, hex and percent alphabets and some JSON.
+const FILLER: &[u8] = b"aZ09+/=_-%Ff \n{}\"";
+
+/// A small deterministic generator (xorshift), so a failure names its seed.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Text of random bytes and encoded forms of the secret, with ASCII case flipped at random,
+/// so that the lower-cased search and the case-ignoring automaton are both put to work.
+fn random_text(state: &mut u64, forms_of_secret: &[(String, String)]) -> Vec<u8> {
+    let mut text = Vec::new();
+    while text.len() < 4096 {
+        match next(state) % 4 {
+            0 => {
+                let (_, form) = &forms_of_secret[next(state) as usize % forms_of_secret.len()];
+                text.extend_from_slice(form.as_bytes());
+            }
+            1 => {
+                let (_, form) = &forms_of_secret[next(state) as usize % forms_of_secret.len()];
+                // A form cut short: no match, but a prefix the searchers must look past.
+                let cut = next(state) as usize % form.len().max(1);
+                text.extend_from_slice(&form.as_bytes()[..cut]);
+            }
+            _ => {
+                let run = next(state) as usize % 40;
+                text.extend((0..run).map(|_| FILLER[next(state) as usize % FILLER.len()]));
+            }
+        }
+    }
+    for byte in &mut text {
+        if next(state) % 3 == 0 && byte.is_ascii_alphabetic() {
+            *byte ^= 0x20;
+        }
+    }
+    text
+}
+
+#[test]
+fn the_fast_search_finds_exactly_what_the_automaton_finds() {
+    let forms = forms();
+    let automaton = forms.automaton.as_ref().expect("a secret was given");
+    let all = encodings(SECRET.as_bytes());
+    for seed in 1..=200u64 {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let text = random_text(&mut state, &all);
+        let fast: Vec<_> = forms
+            .matches(&text)
+            .map(|m| (m.start(), m.end(), m.pattern()))
+            .collect();
+        let reference: Vec<_> = automaton
+            .find_iter(&text)
+            .map(|m| (m.start(), m.end(), m.pattern()))
+            .collect();
+        assert_eq!(fast, reference, "seed {seed}");
+    }
+}
+
+#[test]
+fn many_secrets_fall_back_to_the_automaton_and_still_scrub() {
+    let secrets: Vec<(String, String, String)> = (0..12)
+        .map(|i| {
+            (
+                format!("KEY{i}"),
+                format!("sk-secret-{i:02}-abcdefgh"),
+                format!("egress-sandbox-placeholder-{i:02}"),
+            )
+        })
+        .collect();
+    let forms =
+        SecretForms::new(secrets.iter().map(|(name, value, placeholder)| {
+            (name.as_str(), value.as_str(), placeholder.as_str())
+        }));
+    assert!(
+        forms.lower_case_searcher.is_none(),
+        "twelve secrets have more forms than the SIMD searcher takes"
+    );
+    let hex_form = String::from_utf8(hex(secrets[11].1.as_bytes())).unwrap();
+    let text = format!("echo: {} and {hex_form}", secrets[3].1);
+    let (scrubbed, replaced) = forms.replace_all(text.as_bytes()).expect("two found");
+    assert_eq!(replaced, 2);
+    let scrubbed = String::from_utf8(scrubbed).unwrap();
+    assert!(!scrubbed.contains(&secrets[3].1), "{scrubbed}");
+    assert!(scrubbed.contains(&secrets[3].2), "{scrubbed}");
+}
