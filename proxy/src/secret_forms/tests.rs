@@ -242,7 +242,7 @@ fn random_text(state: &mut u64, forms_of_secret: &[(String, String)]) -> Vec<u8>
         }
     }
     for byte in &mut text {
-        if next(state) % 3 == 0 && byte.is_ascii_alphabetic() {
+        if next(state).is_multiple_of(3) && byte.is_ascii_alphabetic() {
             *byte ^= 0x20;
         }
     }
