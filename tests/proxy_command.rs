@@ -444,6 +444,7 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
         dns: Some(any),
         transparent: Vec::new(),
         raw: Vec::new(),
+        closed_sockets: false,
     })
     .unwrap();
     let explicit = listeners.explicit.local_addr().unwrap();
@@ -489,6 +490,100 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
         records
             .iter()
             .any(|r| r["kind"] == "dns" && r["host"] == "site.test" && r["decision"] == "allowed"),
+        "{records:?}"
+    );
+}
+
+/// With a closed-socket watch in the pass, a connection to a name's address on a port with
+/// no door (refused by the kernel, never seen by a door) is recorded all the same: kind
+/// `tcp`, the name, the port, the policy's reason. The watch here is of the test's own
+/// network namespace, where other programs' sockets come and go too: only this test's
+/// port is looked for.
+#[test]
+fn a_port_without_a_door_is_refused_by_the_kernel_and_recorded_by_the_proxy() {
+    use egress_proxy::passed_listeners::{DoorAddrs, PassedListeners, SOCKET_NAME};
+    let site = echo_site();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join(SOCKET_NAME);
+    // A door for the allowed port, on the name block's first address only.
+    let door = std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(127, 100, 0, 1), site.port());
+    let policy = format!(
+        "version: 1\nallow:\n  - host: site.test\n    ports: [{}]\n  - cidr: 127.0.0.2/32\n    ports: [{}]\n",
+        site.port(),
+        site.port()
+    );
+    let mut proxy = ProxyProcess::start(&[
+        "--listeners-from",
+        socket.to_str().unwrap(),
+        "--dns-answer",
+        "127.0.0.1",
+        "--policy-yaml",
+        &format!("inline.yaml={policy}"),
+        "--resolve",
+        "site.test=127.0.0.2",
+    ]);
+    assert_eq!(proxy.line()["ready"], true);
+    let any = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
+    let listeners = PassedListeners::bind(&DoorAddrs {
+        explicit: any,
+        dns: Some(any),
+        transparent: Vec::new(),
+        raw: vec![door],
+        closed_sockets: true,
+    })
+    .unwrap();
+    assert!(listeners.closed_sockets.is_some(), "no watch");
+    let dns = listeners.dns.as_ref().unwrap().0.local_addr().unwrap();
+    listeners.send(&socket).unwrap();
+    drop(listeners);
+
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut query = vec![0x56, 0x78, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["site", "test"] {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    udp.send_to(&query, dns).unwrap();
+    let mut answer = [0u8; 512];
+    let n = udp.recv(&mut answer).unwrap();
+    assert_eq!(&answer[n - 4..n], &[127, 100, 0, 1], "{:?}", &answer[..n]);
+
+    let unused = std::net::TcpListener::bind("127.100.0.1:0").unwrap();
+    let no_door = unused.local_addr().unwrap();
+    drop(unused);
+    let refused = std::net::TcpStream::connect_timeout(&no_door, Duration::from_secs(5));
+    assert_eq!(
+        refused.map(|_| ()).map_err(|error| error.kind()),
+        Err(std::io::ErrorKind::ConnectionRefused)
+    );
+    // The kernel's notice reaches the proxy a moment after the socket is gone: its record
+    // is waited for as it is written, before the proxy is stopped.
+    let mut records = Vec::new();
+    let is_missed = |r: &serde_json::Value| r["kind"] == "tcp" && r["port"] == no_door.port();
+    while !records.iter().any(is_missed) {
+        records.push(proxy.line());
+    }
+    // Through the door itself: relayed, and no record of a missed door.
+    drop(std::net::TcpStream::connect(door).unwrap());
+
+    let status = proxy.terminate();
+    assert!(status.success(), "{status}");
+    let mut rest = String::new();
+    proxy.stdout.read_to_string(&mut rest).unwrap();
+    records.extend(rest.lines().map(|line| serde_json::from_str(line).unwrap()));
+    let missed: Vec<_> = records.iter().filter(|r| is_missed(r)).collect();
+    assert_eq!(missed.len(), 1, "{records:?}");
+    assert_eq!(missed[0]["host"], "site.test");
+    assert_eq!(missed[0]["decision"], "blocked");
+    assert_eq!(missed[0]["reason"], "port_not_allowed");
+    let through_the_door: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "tcp" && r["port"] == site.port())
+        .collect();
+    assert!(
+        through_the_door.len() == 1 && through_the_door[0]["decision"] == "allowed",
         "{records:?}"
     );
 }

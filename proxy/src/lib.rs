@@ -32,7 +32,9 @@
 //!   tunnels, handed over by `http`), [`transparent`] (first-byte routing, TLS by [`sni`]),
 //!   [`dns`] (the responder), [`inspect`] (inspected hosts: requests read in clear, judged
 //!   one by one, given their credential; handed over by `connect`, `transparent` and
-//!   `http`). A door takes a connection, an `Arc<Shared>` and a [`shutdown::Shutdown`],
+//!   `http`), `raw` (any TCP protocol to the name behind a loopback address), and
+//!   `refused_ports` (not a door: the sandbox kernel's notices of closed sockets, from which
+//!   the connections it refused for want of a door are recorded). A door takes a connection, an `Arc<Shared>` and a [`shutdown::Shutdown`],
 //!   turns what the client sent into a target, asks the gate, and answers refusals with
 //!   [`refusal`]. Doors depend on the shared pieces and on the gate,
 //!   never on [`server`].
@@ -83,6 +85,7 @@ pub mod policy;
 mod pool;
 mod raw;
 pub mod refusal;
+mod refused_ports;
 pub mod relay;
 pub mod resolve;
 mod scrub;

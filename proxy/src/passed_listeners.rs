@@ -11,6 +11,10 @@
 //! engine's most expensive objects (a network, an endpoint per container, a connect) are
 //! gone from every run, and the sandbox has no interface to reach anything else through.
 //!
+//! With the doors the gate may pass a watch of the sandbox's closed TCP sockets
+//! ([`crate::refused_ports`]), from which the proxy records the connections its kernel
+//! refused because no door listens on their port.
+//!
 //! The proxy takes exactly one pass, the first connection's, closes and removes its socket,
 //! and only then answers `ok`; the gate waits for that answer before it runs the command.
 //! So the command never finds a socket to pass descriptors of its own through. Every
@@ -34,8 +38,8 @@ pub const SOCKET_NAME: &str = "listeners.sock";
 /// The most raw doors (one per port, [`crate::raw`]) one pass carries.
 pub const MAX_RAW_DOORS: usize = 64;
 /// The most descriptors one pass carries: an explicit door, DNS over UDP and TCP, up to
-/// five transparent doors and the raw doors.
-const MAX_PASSED: usize = 8 + MAX_RAW_DOORS;
+/// five transparent doors, the raw doors and the closed-socket watch.
+const MAX_PASSED: usize = 9 + MAX_RAW_DOORS;
 /// The pass's text (the roles, one word each) is at most this long.
 const MAX_ROLES_BYTES: usize = 1024;
 /// Connections the kernel queues on a passed stream listener (as [`crate::listen`]).
@@ -58,6 +62,9 @@ pub struct DoorAddrs {
     /// Raw doors: any TCP protocol, the target named by the address reached (at most
     /// [`MAX_RAW_DOORS`]).
     pub raw: Vec<SocketAddrV4>,
+    /// Whether to pass a watch of the closed TCP sockets of the namespace the doors are
+    /// bound in ([`crate::refused_ports`]).
+    pub closed_sockets: bool,
 }
 
 /// The doors' sockets, bound (and listening, for streams) by whoever made them.
@@ -67,6 +74,8 @@ pub struct PassedListeners {
     pub dns: Option<(std::net::UdpSocket, std::net::TcpListener)>,
     pub transparent: Vec<std::net::TcpListener>,
     pub raw: Vec<std::net::TcpListener>,
+    /// The watch of closed TCP sockets, when asked for and the kernel has one.
+    pub closed_sockets: Option<OwnedFd>,
 }
 
 /// Why a pass was refused: the proxy then serves no door at all.
@@ -92,6 +101,7 @@ enum Role {
     DnsTcp,
     Transparent,
     Raw,
+    ClosedSockets,
 }
 
 impl Role {
@@ -102,6 +112,7 @@ impl Role {
             Role::DnsTcp => "dns-tcp",
             Role::Transparent => "transparent",
             Role::Raw => "raw",
+            Role::ClosedSockets => "closed-sockets",
         }
     }
 
@@ -112,6 +123,7 @@ impl Role {
             Role::DnsTcp,
             Role::Transparent,
             Role::Raw,
+            Role::ClosedSockets,
         ]
         .into_iter()
         .find(|role| role.word() == word)
@@ -121,7 +133,9 @@ impl Role {
 impl PassedListeners {
     /// Binds every door of `addrs` (what the gate does in the sandbox). Stream listeners get
     /// `SO_REUSEADDR` and the proxy's backlog; every socket is close-on-exec, so the
-    /// command the gate runs next never inherits one.
+    /// command the gate runs next never inherits one. A closed-socket watch the kernel
+    /// cannot give is left out, not an error: the doors work without it, and
+    /// [`PassedListeners::closed_sockets`] says so.
     pub fn bind(addrs: &DoorAddrs) -> io::Result<PassedListeners> {
         if addrs.raw.len() > MAX_RAW_DOORS {
             return Err(io::Error::new(
@@ -146,6 +160,10 @@ impl PassedListeners {
                 .iter()
                 .map(|addr| bind_tcp(*addr))
                 .collect::<io::Result<_>>()?,
+            closed_sockets: addrs
+                .closed_sockets
+                .then(crate::refused_ports::open_watch)
+                .and_then(Result::ok),
         })
     }
 
@@ -206,6 +224,10 @@ impl PassedListeners {
         for listener in &self.raw {
             roles.push(Role::Raw);
             fds.push(listener.as_fd());
+        }
+        if let Some(watch) = &self.closed_sockets {
+            roles.push(Role::ClosedSockets);
+            fds.push(watch.as_fd());
         }
         (roles, fds)
     }
@@ -305,6 +327,7 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
     let mut dns_tcp = None;
     let mut transparent = Vec::new();
     let mut raw = Vec::new();
+    let mut closed_sockets = None;
     for (index, (role, fd)) in roles.into_iter().zip(fds).enumerate() {
         match role {
             Role::Explicit => put_once(&mut explicit, stream_listener(fd, index, role)?)?,
@@ -312,6 +335,7 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
             Role::DnsTcp => put_once(&mut dns_tcp, stream_listener(fd, index, role)?)?,
             Role::Transparent => transparent.push(stream_listener(fd, index, role)?),
             Role::Raw => raw.push(stream_listener(fd, index, role)?),
+            Role::ClosedSockets => put_once(&mut closed_sockets, watch(fd, index, role)?)?,
         }
     }
     let dns = match (dns_udp, dns_tcp) {
@@ -328,6 +352,7 @@ fn assemble(roles: Vec<Role>, fds: Vec<OwnedFd>) -> Result<PassedListeners, Pass
         dns,
         transparent,
         raw,
+        closed_sockets,
     })
 }
 
@@ -376,6 +401,17 @@ fn datagram_socket(
     let socket = std::net::UdpSocket::from(fd);
     socket.set_nonblocking(true)?;
     Ok(socket)
+}
+
+fn watch(fd: OwnedFd, index: usize, role: Role) -> Result<OwnedFd, PassError> {
+    if !crate::refused_ports::is_watch(&fd) {
+        return Err(PassError::WrongSocket {
+            index,
+            role: role.word(),
+            expected: "a NETLINK_SOCK_DIAG socket",
+        });
+    }
+    Ok(fd)
 }
 
 fn bind_tcp(addr: SocketAddrV4) -> io::Result<std::net::TcpListener> {

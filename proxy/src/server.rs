@@ -232,6 +232,7 @@ impl BoundProxy {
                     transparent: with_ports(transparent, &self.addrs.transparent),
                     raw: with_ports(raw, &self.addrs.raw),
                     dns,
+                    closed_sockets: None,
                 };
                 serve_doors(listeners, &self.shared, &connections, &shutdown)
             }
@@ -312,12 +313,14 @@ impl RunningProxy {
     }
 }
 
-/// Every door's listener, the transparent and raw ones with their ports.
+/// Every door's listener, the transparent and raw ones with their ports, and the watch of
+/// the sandbox's closed sockets ([`crate::refused_ports`]) when the sandbox passed one.
 struct Listeners {
     explicit: TcpListener,
     transparent: Vec<(TcpListener, u16)>,
     raw: Vec<(TcpListener, u16)>,
     dns: Option<(UdpSocket, TcpListener)>,
+    closed_sockets: Option<std::os::fd::OwnedFd>,
 }
 
 /// What a TCP listener's connections are served by.
@@ -330,7 +333,7 @@ enum Entrance {
 }
 
 /// Starts every door's task: the explicit door, the transparent and raw doors (with their
-/// ports), the DNS responder.
+/// ports), the DNS responder, and the watch of connections no door received.
 fn serve_doors(
     listeners: Listeners,
     shared: &Arc<Shared>,
@@ -342,7 +345,15 @@ fn serve_doors(
         transparent,
         raw,
         dns,
+        closed_sockets,
     } = listeners;
+    // The ports with a door on the name block's addresses: the doors bound on every
+    // address of the sandbox's loopback.
+    let door_ports = transparent
+        .iter()
+        .chain(&raw)
+        .map(|(_, port)| *port)
+        .collect();
     let accept = |listener, door| {
         tokio::spawn(accept_loop(
             listener,
@@ -358,6 +369,14 @@ fn serve_doors(
     }
     for (listener, port) in raw {
         tasks.push(accept(listener, Entrance::Raw { port }));
+    }
+    if let Some(watch) = closed_sockets {
+        tasks.push(tokio::spawn(crate::refused_ports::serve(
+            watch,
+            door_ports,
+            shared.clone(),
+            shutdown.clone(),
+        )));
     }
     if let Some((udp, tcp)) = dns {
         tasks.push(tokio::spawn(crate::dns::serve_udp(
@@ -412,6 +431,7 @@ async fn serve_passed(
             transparent: with_ports(passed.transparent)?,
             raw: with_ports(passed.raw)?,
             dns,
+            closed_sockets: passed.closed_sockets,
         })
     });
     let listeners = match doors {
@@ -421,8 +441,10 @@ async fn serve_passed(
             return;
         }
     };
-    if !listeners.raw.is_empty() {
-        // Before any door is served: the sandbox's first lookup already gets its own address.
+    if !listeners.raw.is_empty() || listeners.closed_sockets.is_some() {
+        // Before any door is served: the sandbox's first lookup already gets its own address,
+        // so both the raw doors and the closed-socket watch know which name an address
+        // stands for.
         let _ = shared
             .names
             .set(crate::name_addresses::NameAddresses::new());

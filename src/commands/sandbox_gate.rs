@@ -108,6 +108,11 @@ fn limit_tasks(tasks: u64) -> std::io::Result<()> {
 
 fn pass_listeners(socket: &Path, raw_ports: &[u16]) -> std::io::Result<()> {
     let listeners = PassedListeners::bind(&loopback_doors(raw_ports))?;
+    if listeners.closed_sockets.is_none() {
+        eprintln!(
+            "egress-sandbox: warning: this kernel gives no notice of closed sockets (NETLINK_SOCK_DIAG): connections to ports without a door are refused but not recorded"
+        );
+    }
     listeners.send(socket)
 }
 

@@ -41,6 +41,7 @@ pub fn loopback_doors(raw_ports: &[u16]) -> egress_proxy::passed_listeners::Door
         dns: Some(local(DNS_PORT)),
         transparent: TRANSPARENT_PORTS.into_iter().map(every).collect(),
         raw: raw_ports.iter().copied().map(every).collect(),
+        closed_sockets: true,
     }
 }
 

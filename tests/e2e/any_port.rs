@@ -97,7 +97,7 @@ const get = (client, url) => new Promise((resolve, reject) => {
 });
 (async () => {
   // With -e, the arguments after the script start at argv[1].
-  const [httpPort, tlsPort] = process.argv.slice(-2);
+  const [httpPort, tlsPort, noRulesPort] = process.argv.slice(-3);
   console.log('http.get ' + await get(http, `http://api.test:${httpPort}/http-get`));
   console.log('https.get ' + await get(https, `https://api.test:${tlsPort}/https-get`));
   console.log('fetch-http ' + await (await fetch(`http://api.test:${httpPort}/fetch`)).text());
@@ -108,6 +108,12 @@ const get = (client, url) => new Promise((resolve, reject) => {
   } catch (error) {
     console.log('nope.test ' + error.code);
   }
+  const refused = await new Promise((resolve) => {
+    const socket = require('net').connect(Number(noRulesPort), 'api.test');
+    socket.on('connect', () => { socket.destroy(); resolve('connected'); });
+    socket.on('error', (error) => resolve(error.code));
+  });
+  console.log('no rules port ' + refused);
 })().catch((error) => { console.log('failed ' + error); process.exit(3); });
 "#;
 
@@ -128,6 +134,7 @@ fn node_http_https_and_fetch_reach_an_allowed_host_on_other_ports_without_proxy_
         NODE_CLIENTS.to_string(),
         HTTP_PORT.to_string(),
         TLS_PORT.to_string(),
+        NO_RULES_PORT.to_string(),
     ]);
     let script: Vec<&str> = script.iter().map(String::as_str).collect();
 
@@ -159,6 +166,18 @@ fn node_http_https_and_fetch_reach_an_allowed_host_on_other_ports_without_proxy_
         run.stdout.contains("nope.test ENOTFOUND"),
         "{}",
         run.describe()
+    );
+    // No door on that port: the sandbox's kernel refused it, the proxy recorded it.
+    assert!(
+        run.stdout.contains("no rules port ECONNREFUSED"),
+        "{}",
+        run.describe()
+    );
+    let refused = tcp_records(&run, NO_RULES_PORT);
+    assert_eq!(refused.len(), 1, "{}", run.describe());
+    assert_eq!(
+        (&refused[0]["decision"], &refused[0]["reason"]),
+        (&json!("blocked"), &json!("port_not_allowed"))
     );
     assert_eq!(http.requests().len(), 2, "{}", run.describe());
     let tls_requests = https.requests();
@@ -218,6 +237,15 @@ def refused(port, bound):
 
 print("other names port:", refused(other_port, 1.0))
 print("no rules port:", refused(no_rules_port, 1.0))
+
+# A blocking connect (no timeout): refused as fast, but the kernel forgets its port.
+blocking = socket.socket()
+try:
+    blocking.connect((socket.gethostbyname("api.test"), no_rules_port + 1))
+    print("blocking: connected")
+except ConnectionRefusedError:
+    print("blocking: refused")
+blocking.close()
 
 try:
     socket.getaddrinfo("nope.test", line_port)
@@ -291,6 +319,7 @@ fn raw_sockets_speak_any_protocol_and_refusals_are_immediate_and_recorded() {
             run.describe()
         );
     }
+    said("blocking: refused");
     assert_eq!(lines.connections.load(Ordering::SeqCst), 51);
 
     let relayed = tcp_records(&run, line_port);
@@ -300,6 +329,22 @@ fn raw_sockets_speak_any_protocol_and_refusals_are_immediate_and_recorded() {
     assert_eq!(refused.len(), 1, "{}", run.describe());
     assert_eq!(refused[0]["decision"], "blocked");
     assert_eq!(refused[0]["reason"], "port_not_allowed");
+    // No door on that port: the sandbox's kernel refused it, the proxy recorded it (with
+    // the port, or without it for the blocking connect).
+    for port in [json!(NO_RULES_PORT), json!(null)] {
+        let refused = run.audit_where(|record| {
+            record["kind"] == "tcp" && record["host"] == "api.test" && record["port"] == port
+        });
+        assert_eq!(refused.len(), 1, "port {port}\n{}", run.describe());
+        assert_eq!(
+            (&refused[0]["decision"], &refused[0]["reason"]),
+            (&json!("blocked"), &json!("port_not_allowed"))
+        );
+    }
+    // Nothing else: the doors' own sockets and the relayed connections leave no record of
+    // a missed door.
+    let every_tcp = run.audit_where(|record| record["kind"] == "tcp");
+    assert_eq!(every_tcp.len(), 51 + 1 + 2 + 1, "{}", run.describe());
     let mismatch = tcp_records(&run, TLS_PORT);
     assert_eq!(mismatch.len(), 1, "{}", run.describe());
     assert_eq!(
@@ -359,4 +404,97 @@ fn a_warm_slot_of_serve_gets_the_raw_doors_of_its_run() {
     );
     assert_run_removed(&run.run_id());
     daemon.stop();
+}
+
+/// Under gVisor a run has its own network and the proxy one address on it, which the DNS
+/// responder gives every allowed name: the bytes, not the address, say where a connection
+/// goes. TLS by SNI and HTTP by `Host` work on every allowed port (the proxy serves a
+/// transparent door on each); a raw protocol (here Redis's `PING`) carries no name and is
+/// refused at once, recorded `unsupported`.
+#[test]
+fn under_gvisor_tls_and_http_reach_any_allowed_port_and_raw_protocols_are_refused() {
+    crate::gvisor::require_gvisor();
+    let network = TestNetwork::create();
+    let http = Upstream::http(
+        (network.gateway, HTTP_PORT),
+        &format!("plain-{}", random_hex()),
+    );
+    let https = Upstream::https(
+        (network.gateway, TLS_PORT),
+        &["api.test"],
+        &format!("tls-{}", random_hex()),
+    );
+    let lines = LineServer::bind((network.gateway, 0));
+    let line_port = lines.addr.port();
+    let raw_client = format!(
+        "const s = require('net').connect({line_port}, 'api.test', () => s.write('*1\\r\\n$4\\r\\nPING\\r\\n'));
+s.on('data', (d) => {{ console.log('raw answered ' + d); s.destroy(); }});
+s.on('error', (e) => console.log('raw ' + e.code));
+s.on('close', () => console.log('raw closed'));"
+    );
+    let mut script = program(&["env", "NODE_TLS_REJECT_UNAUTHORIZED=0", "sh", "-c"]);
+    script.extend([
+        "node -e \"$0\" $1 $2 $3 && node -e \"$4\"".to_string(),
+        NODE_CLIENTS.to_string(),
+        HTTP_PORT.to_string(),
+        TLS_PORT.to_string(),
+        NO_RULES_PORT.to_string(),
+        raw_client,
+    ]);
+    let script: Vec<&str> = script.iter().map(String::as_str).collect();
+
+    let run = Run::new(&network)
+        .arg("--runtime")
+        .arg(crate::gvisor::GVISOR)
+        .policy(&gateway_policy(
+            "any-port-gvisor",
+            network.gateway,
+            &[HTTP_PORT, TLS_PORT, line_port],
+            &[
+                ("api.test", HTTP_PORT),
+                ("api.test", TLS_PORT),
+                ("api.test", line_port),
+            ],
+        ))
+        .resolve("api.test", network.gateway)
+        .timeout("120s")
+        .run(&script);
+
+    run.assert_code(0);
+    for (client, body) in [
+        ("http.get", &http.body),
+        ("https.get", &https.body),
+        ("fetch-http", &http.body),
+        ("fetch-https", &https.body),
+    ] {
+        assert!(
+            run.stdout.contains(&format!("{client} {body}")),
+            "{client} did not get {body}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        run.stdout.contains("nope.test ENOTFOUND"),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        https
+            .requests()
+            .iter()
+            .all(|request| request.sni.as_deref() == Some("api.test"))
+    );
+    assert!(
+        !run.stdout.contains("raw answered"),
+        "a raw protocol was relayed\n{}",
+        run.describe()
+    );
+    assert_eq!(lines.connections.load(Ordering::SeqCst), 0);
+    let raw = run.audit_where(|record| record["kind"] == "tcp" && record["port"] == line_port);
+    assert_eq!(raw.len(), 1, "{}", run.describe());
+    assert_eq!(
+        (&raw[0]["decision"], &raw[0]["reason"]),
+        (&json!("blocked"), &json!("unsupported"))
+    );
+    run.assert_nothing_left();
 }

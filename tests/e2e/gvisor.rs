@@ -16,13 +16,13 @@ use crate::support::run::binary;
 use crate::support::{Run, TestNetwork, assert_nothing_left, objects_owned_by};
 
 /// The gVisor runtime the engine registers (`runsc`, as the set-up script names it).
-const GVISOR: &str = "runsc";
+pub(crate) const GVISOR: &str = "runsc";
 
 /// What `dmesg` prints in a gVisor sandbox (its kernel's boot log); under runc the
 /// sandbox's user may not read the host's.
 const GVISOR_BOOT_LINE: &str = "Starting gVisor";
 
-fn require_gvisor() {
+pub(crate) fn require_gvisor() {
     let (ok, runtimes, _) =
         crate::support::docker::docker(&["info", "--format", "{{json .Runtimes}}"]);
     assert!(ok, "docker info failed");

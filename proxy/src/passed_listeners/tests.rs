@@ -9,6 +9,7 @@ fn loopback_doors() -> DoorAddrs {
         dns: Some(any_port),
         transparent: vec![any_port, any_port],
         raw: vec![any_port],
+        closed_sockets: true,
     }
 }
 
@@ -55,6 +56,7 @@ async fn passed_sockets_are_the_bound_ones_and_serve_connections() {
         .map(|l| l.local_addr().unwrap())
         .collect();
     let raw = bound.raw[0].local_addr().unwrap();
+    assert!(bound.closed_sockets.is_some(), "no closed-socket watch");
     let sender = std::thread::spawn({
         let path = path.clone();
         move || {
@@ -80,6 +82,12 @@ async fn passed_sockets_are_the_bound_ones_and_serve_connections() {
     assert_eq!(got, transparent);
     assert_eq!(received.raw.len(), 1);
     assert_eq!(received.raw[0].local_addr().unwrap(), raw);
+    assert!(
+        received
+            .closed_sockets
+            .as_ref()
+            .is_some_and(crate::refused_ports::is_watch)
+    );
 
     let served = tokio::net::TcpListener::from_std(received.explicit).unwrap();
     let client = tokio::net::TcpStream::connect(explicit);
@@ -90,31 +98,46 @@ async fn passed_sockets_are_the_bound_ones_and_serve_connections() {
 
 /// A descriptor that is not what its role says is refused, whatever else came with it: a
 /// datagram socket as the explicit door, a stream socket that does not listen, a Unix
-/// socket.
+/// socket; as the closed-socket watch, a listener or a netlink socket of another protocol.
 #[tokio::test]
 async fn a_socket_of_the_wrong_kind_is_refused() {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let not_listening = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
     let (unix, _other) = std::os::unix::net::UnixStream::pair().unwrap();
-    let cases: [(&str, BorrowedFd<'_>); 3] = [
-        ("explicit\n", udp.as_fd()),
-        ("explicit\n", not_listening.as_fd()),
-        ("explicit\n", unix.as_fd()),
+    let explicit = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let route = rustix::net::socket(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        Some(rustix::net::netlink::GENERIC),
+    )
+    .unwrap();
+    let cases: [(&str, Vec<BorrowedFd<'_>>, usize, &str); 5] = [
+        ("explicit\n", vec![udp.as_fd()], 0, "explicit"),
+        ("explicit\n", vec![not_listening.as_fd()], 0, "explicit"),
+        ("explicit\n", vec![unix.as_fd()], 0, "explicit"),
+        (
+            "explicit closed-sockets\n",
+            vec![explicit.as_fd(), explicit.as_fd()],
+            1,
+            "closed-sockets",
+        ),
+        (
+            "explicit closed-sockets\n",
+            vec![explicit.as_fd(), route.as_fd()],
+            1,
+            "closed-sockets",
+        ),
     ];
-    for (line, fd) in cases {
+    for (line, fds, wrong, its_role) in cases {
         let (_dir, path, listener) = proxy_socket();
-        send_raw(&path, line, &[fd]);
+        send_raw(&path, line, &fds);
         let error = PassedListeners::receive(listener, &path).await.unwrap_err();
         assert!(
             matches!(
                 error,
-                PassError::WrongSocket {
-                    index: 0,
-                    role: "explicit",
-                    ..
-                }
+                PassError::WrongSocket { index, role, .. } if index == wrong && role == its_role
             ),
-            "{error}"
+            "{line:?}: {error}"
         );
     }
 }
@@ -165,6 +188,7 @@ async fn the_sender_hears_a_refusal() {
         dns: None,
         transparent: Vec::new(),
         raw: Vec::new(),
+        closed_sockets: None,
     };
     let sender = std::thread::spawn({
         let path = path.clone();
