@@ -5,17 +5,17 @@
 //! suffix `b.example.com`, `example.com`, `com` (wildcard rules): at most one lookup per
 //! label, whatever the number of rules. Two bitmasks record how many labels the keys have,
 //! so a suffix whose label count no key has is not even hashed (a 9-label name under a policy
-//! whose wildcards all have 3-label suffixes costs two lookups). The hash is a small
-//! multiplicative one (FxHash style) rather than SipHash: keys come from the policy, and
-//! lookups never insert, so a client cannot degrade the table. `cidr` rules are few and
+//! whose wildcards all have 3-label suffixes costs two lookups). The hash is `rustc-hash`'s
+//! FxHash, fast on short strings, rather than the keyed SipHash: keys come from the policy,
+//! and lookups never insert, so a client cannot degrade the table. `cidr` rules are few and
 //! scanned.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use rustc_hash::FxBuildHasher;
 
 use super::block_index::BlockIndex;
 use super::host_pattern::HostPattern;
@@ -62,45 +62,7 @@ fn first_holding(
         .min_by_key(|rule| rule.order)
 }
 
-/// FxHash-style hasher for names: fast on short strings, not keyed (see module docs).
-#[derive(Default)]
-struct NameHasher(u64);
-
-const NAME_HASH_SEED: u64 = 0xf135_7aea_2e62_a9c5;
-
-impl NameHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(NAME_HASH_SEED);
-    }
-}
-
-impl Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let tail = chunks.remainder();
-        if !tail.is_empty() {
-            let mut word = [0u8; 8];
-            word[..tail.len()].copy_from_slice(tail);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.add(u64::from(byte));
-    }
-
-    fn finish(&self) -> u64 {
-        // Move the well-mixed high bits down, where the table picks its bucket.
-        self.0.rotate_left(26)
-    }
-}
-
-type NameMap = HashMap<Box<str>, NameRules, BuildHasherDefault<NameHasher>>;
+type NameMap = HashMap<Box<str>, NameRules, FxBuildHasher>;
 
 /// Bit n set: some key has n labels (names have at most 127).
 fn label_bit(labels: usize) -> u128 {
