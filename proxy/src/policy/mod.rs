@@ -45,7 +45,7 @@ pub use host_pattern::{
 };
 pub use parse::MAX_POLICY_BYTES;
 pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
-pub use set::{Inspection, PolicySet};
+pub use set::{CredentialConflict, CredentialConflicts, Inspection, PolicySet};
 pub use within::check_within;
 
 /// Why an attempt ended the way it did: the stable reason vocabulary

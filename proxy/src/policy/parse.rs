@@ -472,7 +472,7 @@ fn check_credentials_admitted(findings: &mut Findings<'_>, policy: &Policy) {
     if policy.credentials.is_empty() {
         return;
     }
-    let alone = super::PolicySet::merge(vec![policy.clone()]);
+    let alone = super::PolicySet::from(policy.clone());
     for credential in &policy.credentials {
         let target = crate::target::Target::Name(credential.host.clone());
         let decision = alone.decide(&target, credential.port);
