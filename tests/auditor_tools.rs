@@ -273,10 +273,7 @@ async fn plain_http_run(log: &Path) {
         "version: 1\nname: plain\nallow:\n  - host: a.test\n    ports: [{port}]\n  - cidr: 127.0.0.0/8\n    ports: [{port}]\n"
     );
     let (policy, _) = Policy::from_yaml("plain.yaml", &yaml).unwrap();
-    let mut config = ProxyConfig::new(
-        PolicySet::merge(vec![policy]),
-        "127.0.0.1:0".parse().unwrap(),
-    );
+    let mut config = ProxyConfig::new(PolicySet::from(policy), "127.0.0.1:0".parse().unwrap());
     config.audit = AuditDestination::File(log.to_owned());
     config.run_id = Some("r-plain".into());
     config.upstream_dns = Upstream::None;

@@ -25,7 +25,7 @@ fn ten_thousand_rules() -> PolicySet {
     yaml.push_str("deny:\n  - host: blocked.tenant7.example.net\n");
     let (policy, _warnings) = Policy::from_yaml("bench.yaml", &yaml).expect("bench policy");
     assert_eq!(policy.allow_count(), EXACT_RULES + WILDCARD_RULES);
-    PolicySet::merge(vec![policy])
+    PolicySet::from(policy)
 }
 
 fn target(raw: &str) -> Target {

@@ -96,7 +96,7 @@ impl Inspector {
         config: CredentialConfig,
     ) -> Result<Option<Inspector>, InspectError> {
         if let Some(conflict) = policy.credential_conflicts().first() {
-            return Err(InspectError::Conflict(conflict.clone()));
+            return Err(InspectError::Conflict(conflict.to_string()));
         }
         let mut secrets: HashMap<String, Secret> = HashMap::new();
         for secret in config.secrets {

@@ -54,7 +54,7 @@
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use egress_proxy::{Proxy, ProxyConfig, policy::{Policy, PolicySet}};
-//! let policy = PolicySet::merge(vec![Policy::from_allow_flags(&["example.com".into()])?]);
+//! let policy = PolicySet::from(Policy::from_allow_flags(&["example.com".into()])?);
 //! let proxy = Proxy::bind(ProxyConfig::new(policy, "127.0.0.1:0".parse()?)).await?;
 //! println!("listening on {}", proxy.local_addrs().listen);
 //! let counts = proxy.shutdown().await;

@@ -65,10 +65,7 @@ mod tests {
         use crate::policy::{Policy, PolicySet};
         use crate::{BoundProxy, ProxyConfig};
         let policy = Policy::from_allow_flags(&["example.com".into()]).unwrap();
-        let mut config = ProxyConfig::new(
-            PolicySet::merge(vec![policy]),
-            "127.0.0.1:0".parse().unwrap(),
-        );
+        let mut config = ProxyConfig::new(PolicySet::from(policy), "127.0.0.1:0".parse().unwrap());
         config.transparent_listen = vec!["127.0.0.1:0".parse().unwrap()];
         config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
         let (records, _receiver) = tokio::sync::mpsc::unbounded_channel();

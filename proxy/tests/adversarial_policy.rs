@@ -17,7 +17,7 @@ fn policy(yaml: &str) -> Policy {
 }
 
 fn set(yaml: &str) -> PolicySet {
-    PolicySet::merge(vec![policy(yaml)])
+    PolicySet::from(policy(yaml))
 }
 
 fn target(raw: &str) -> Target {
@@ -190,9 +190,7 @@ fn confusables_never_match_the_ascii_rule() {
         Verdict::Allow
     );
     // And the other way round: a rule written with a confusable does not allow ASCII.
-    let set = PolicySet::merge(vec![policy(
-        "version: 1\nallow:\n  - host: аpi.openai.com\n",
-    )]);
+    let set = PolicySet::from(policy("version: 1\nallow:\n  - host: аpi.openai.com\n"));
     assert_eq!(decide(&set, "api.openai.com", 443).verdict, Verdict::Block);
 }
 
@@ -233,7 +231,7 @@ fn deny_beats_allow_across_merged_policies_whatever_the_order() {
         vec![policy(allow), policy(deny)],
         vec![policy(deny), policy(allow)],
     ] {
-        let set = PolicySet::merge(policies);
+        let set = PolicySet::merge(policies).unwrap();
         for port in [443, 8443] {
             let decision = decide(&set, "META.x.com.", port);
             assert_eq!(
@@ -312,7 +310,8 @@ fn report_mode_never_lets_deny_rules_or_the_floor_through() {
     let merged = PolicySet::merge(vec![
         policy("version: 1\nmode: report\nallow:\n  - host: a.test\n"),
         policy("version: 1\nallow:\n  - host: b.test\n"),
-    ]);
+    ])
+    .unwrap();
     assert_eq!(decide(&merged, "other.test", 443).verdict, Verdict::Block);
 }
 
@@ -595,7 +594,7 @@ fn hostile_allow_flags_are_refused() {
 
 #[test]
 fn an_empty_merge_denies_everything_and_the_dns_view_agrees() {
-    let empty = PolicySet::merge(Vec::new());
+    let empty = PolicySet::merge(Vec::new()).unwrap();
     assert_eq!(decide(&empty, "a.test", 443).verdict, Verdict::Block);
     assert_eq!(
         empty
@@ -728,7 +727,7 @@ fn encoded_scalars_cannot_hide_a_host_from_a_reviewer() {
         "version: 1\ndeny: []\nallow:\n  - host: a.test\n    ports: [!!binary NDQz]\n  - host: !!binary ZXZpbC50ZXN0\n",
     ] {
         if let Ok((policy, _)) = Policy::from_yaml("red.yaml", yaml) {
-            let set = PolicySet::merge(vec![policy]);
+            let set = PolicySet::from(policy);
             assert_eq!(
                 decide(&set, "evil.test", 443).verdict,
                 Verdict::Block,
@@ -747,7 +746,7 @@ fn merging_never_weakens_the_tls_check_and_wide_cidrs_are_flagged() {
         policy("version: 1\nname: lax\nallow:\n  - host: a.test\ntls:\n  ports: []\n  sni: off\n");
     let strict = policy("version: 1\nname: strict\nallow:\n  - host: b.test\n");
     for policies in [vec![lax.clone(), strict.clone()], vec![strict, lax]] {
-        let set = PolicySet::merge(policies);
+        let set = PolicySet::merge(policies).unwrap();
         assert_eq!(set.tls().sni, SniCheck::Strict);
         assert!(set.tls().ports.contains(&443));
     }

@@ -433,7 +433,7 @@ async fn plain_http_to_a_credential_host_goes_upstream_over_tls_with_the_key() {
 async fn secrets_must_match_the_credentials() {
     let yaml = policy_yaml(8443, 9);
     let (policy, _) = Policy::from_yaml("p.yaml", &yaml).unwrap();
-    let set = PolicySet::merge(vec![policy]);
+    let set = PolicySet::from(policy);
     let missing = {
         let mut config = ProxyConfig::new(set.clone(), "127.0.0.1:0".parse().unwrap());
         config.credentials = CredentialConfig::default();

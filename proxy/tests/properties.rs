@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 fn policy(yaml: &str) -> PolicySet {
     let (policy, _) = Policy::from_yaml("properties.yaml", yaml).expect("a valid test policy");
-    PolicySet::merge(vec![policy])
+    PolicySet::from(policy)
 }
 
 /// Digits as fullwidth characters (U+FF10…), which IDNA maps to ASCII digits.

@@ -498,10 +498,7 @@ async fn the_real_key_in_any_request_is_refused_as_credential_misuse() {
 #[tokio::test]
 async fn a_secret_too_short_to_scrub_is_refused_before_the_proxy_starts() {
     let (policy, _) = Policy::from_yaml("test.yaml", &api_yaml(443)).unwrap();
-    let mut config = ProxyConfig::new(
-        PolicySet::merge(vec![policy]),
-        "127.0.0.1:0".parse().unwrap(),
-    );
+    let mut config = ProxyConfig::new(PolicySet::from(policy), "127.0.0.1:0".parse().unwrap());
     config.credentials = credentials("abcde", None);
     let Err(error) = Proxy::bind(config).await else {
         panic!("a five-byte secret was accepted");

@@ -182,9 +182,6 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
     let Some(set) = load_set(files, allow) else {
         return ExitCode::from(USAGE);
     };
-    if !set.credential_conflicts().is_empty() {
-        return ExitCode::from(USAGE);
-    }
     let mut decision = set.decide(&target, port);
     let mut checked_address = false;
     if let Target::Ip(addr) = target
@@ -314,7 +311,8 @@ fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decisi
     }
 }
 
-/// All policies and flags merged, or None after printing the diagnostics of a bad one.
+/// All policies and flags merged, or None after printing the diagnostics of a bad one or
+/// the conflicts of their credentials.
 fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     let mut policies = Vec::with_capacity(files.len() + 1);
     let mut failed = false;
@@ -347,11 +345,15 @@ fn load_set(files: &[PathBuf], allow: &[String]) -> Option<PolicySet> {
     if failed {
         return None;
     }
-    let set = PolicySet::merge(policies);
-    for conflict in set.credential_conflicts() {
-        warn!("egress-sandbox: error: {conflict}");
+    match PolicySet::merge(policies) {
+        Ok(set) => Some(set),
+        Err(conflicts) => {
+            for conflict in conflicts.conflicts() {
+                warn!("egress-sandbox: error: {conflict}");
+            }
+            None
+        }
     }
-    Some(set)
 }
 
 /// `host[:port]` (port default 443) or a URL `http(s)://host[:port]/...` (port from the

@@ -313,11 +313,7 @@ fn load_policies(
     if policies.is_empty() {
         tracing::warn!("no policy given: every attempt will be refused");
     }
-    let set = PolicySet::merge(policies);
-    if let Some(conflict) = set.credential_conflicts().first() {
-        bail!("invalid policy: {conflict}");
-    }
-    Ok(set)
+    PolicySet::merge(policies).map_err(|conflicts| anyhow!("invalid policy: {conflicts}"))
 }
 
 /// Listen addresses are IP:port only: no name lookup happens in this binary.

@@ -797,14 +797,14 @@ mod tests {
             "version: 1\nallow:\n  - host: a.test\n    ports: [53, 80, 443, 3128, 8443, 18080]\n  - cidr: 10.0.0.0/8\n    ports: [9000]\n",
         )
         .unwrap();
-        let set = egress_proxy::policy::PolicySet::merge(vec![policy]);
+        let set = egress_proxy::policy::PolicySet::from(policy);
         assert_eq!(raw_door_ports(&set), [8443, 18080]);
         let many: Vec<String> = (20000..20100)
             .map(|port| format!("a.test:{port}"))
             .collect();
-        let set = egress_proxy::policy::PolicySet::merge(vec![
+        let set = egress_proxy::policy::PolicySet::from(
             egress_proxy::policy::Policy::from_allow_flags(&many).unwrap(),
-        ]);
+        );
         let ports = raw_door_ports(&set);
         assert_eq!(ports.len(), egress_proxy::passed_listeners::MAX_RAW_DOORS);
         assert_eq!(ports[0], 20000);

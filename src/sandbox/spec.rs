@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
+use egress_proxy::policy::{CredentialConflicts, Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::PinError;
 use egress_proxy::target::HostName;
 use ipnet::Ipv4Net;
@@ -376,7 +376,10 @@ impl RunSpecBuilder {
         }
         check_policy_sizes(&sources)?;
         let notices = mode_notices::mode_notices(&policies);
-        let policy_set = PolicySet::merge(policies);
+        // Conflicting credentials are refused where the proxy starts: it merges these same
+        // policies from its handoff and names the first conflict.
+        let policy_set = PolicySet::merge(policies)
+            .unwrap_or_else(CredentialConflicts::into_set_refused_by_proxy);
 
         let requested = Requested {
             timeout: self.timeout,

@@ -40,7 +40,7 @@ fn state() -> &'static State {
     static STATE: OnceLock<State> = OnceLock::new();
     STATE.get_or_init(|| {
         let flags = ["allowed.test".to_owned(), "*.wild.test".to_owned()];
-        let policy = PolicySet::merge(vec![Policy::from_allow_flags(&flags).expect("flags")]);
+        let policy = PolicySet::from(Policy::from_allow_flags(&flags).expect("flags"));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let audit =
             AuditSink::start(AuditDestination::Channel(tx), None, "fuzz", u64::MAX).expect("sink");

@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
                 let normalised = HostName::parse(name).map(|n| n.as_str().to_owned());
                 assert_eq!(normalised.as_ref(), Ok(name), "rule host is not canonical");
             }
-            let set = PolicySet::merge(vec![policy.clone()]);
+            let set = PolicySet::from(policy.clone());
             for pattern in host_patterns(policy) {
                 if let HostPattern::Exact(name) = pattern {
                     let name = HostName::parse(&name).expect("canonical");

@@ -19,7 +19,7 @@ fn policy() -> &'static PolicySet {
     static POLICY: OnceLock<PolicySet> = OnceLock::new();
     POLICY.get_or_init(|| {
         let flags = ["*.example.com".to_owned(), "api.example.org:443".to_owned()];
-        PolicySet::merge(vec![Policy::from_allow_flags(&flags).expect("valid flags")])
+        PolicySet::from(Policy::from_allow_flags(&flags).expect("valid flags"))
     })
 }
 

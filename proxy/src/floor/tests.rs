@@ -222,7 +222,7 @@ fn a_cidr_allow_rule_exempts_an_extra_range_as_it_does_a_private_one() {
     use crate::policy::{Policy, PolicySet, Reason, Verdict};
     let policy = |yaml: &str| {
         let (policy, _) = Policy::from_yaml("t.yaml", yaml).unwrap();
-        PolicySet::merge(vec![policy])
+        PolicySet::from(policy)
     };
     let floor = extra_floor(&["93.184.216.0/24"]);
     let names_only = policy("version: 1\nname: t\nallow:\n  - host: a.com\n");

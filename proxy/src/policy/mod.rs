@@ -9,12 +9,17 @@
 //!
 //! # Layout
 //!
-//! - `parse`: YAML → [`Policy`] with serde-saphyr under a tight budget; limits and `tls:`.
+//! - `parse`: YAML → [`Policy`] with serde-saphyr under a tight budget, one file per section
+//!   (`rules` for `allow:`/`deny:`, `limits`, `tls`, `credentials` with every credential
+//!   check).
+//! - `credential`: [`Credential`], a validated `credentials:` entry.
+//! - `request`: `methods:`/`paths:` of a rule and the path syntax of a request.
 //! - `host_pattern`: what a `host:` may be (exact or `*.suffix`), public-suffix and
 //!   shared-hosting checks.
 //! - `shadow`: warnings for rules that cannot change a decision.
 //! - `flags`: `--allow HOST[:PORT]` → a policy named `cli`.
-//! - `set`: [`PolicySet`], the merged, suffix-indexed matcher.
+//! - `set`: [`PolicySet`], the merged, suffix-indexed matcher: merging in `set` (credential
+//!   conflicts in `set::credentials`), decisions in `set::lookup`.
 //! - `diagnostic`: `FILE:LINE:COL: error: message`.
 //! - `within`: `policy check --within UPPER`: allow rules that reach beyond an upper policy.
 
@@ -38,14 +43,14 @@ mod shadow;
 mod tests;
 mod within;
 
-pub use credential::{Credential, SECRET_PLACEHOLDER, check_secret_name};
+pub use credential::{Credential, SECRET_PLACEHOLDER};
 pub use diagnostic::{Diagnostic, PolicyError, Severity};
 pub use host_pattern::{
     CheckedPattern, HostPattern, PatternUse, SHARED_HOSTING, parse_host_pattern, registrable_domain,
 };
-pub use parse::MAX_POLICY_BYTES;
+pub use parse::{MAX_POLICY_BYTES, check_secret_name};
 pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
-pub use set::{Inspection, PolicySet};
+pub use set::{CredentialConflict, CredentialConflicts, Inspection, PolicySet};
 pub use within::check_within;
 
 /// Why an attempt ended the way it did: the stable reason vocabulary

@@ -11,6 +11,9 @@
 //! such as `%c0%ae` for `.`) — is refused as `bad_request` before any rule is asked: the
 //! proxy never guesses which path the upstream will see.
 
+// Request paths come from the sandbox: no index or unwrap here may panic on one.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
+
 use std::fmt;
 
 /// Longest method token accepted in a policy.
@@ -243,8 +246,7 @@ fn decode_segment(segment: &str) -> Result<String, PathError> {
     // The segment fully decoded, to check that it is UTF-8.
     let mut fully_decoded = Vec::with_capacity(bytes.len());
     let mut index = 0;
-    while index < bytes.len() {
-        let byte = bytes[index];
+    while let Some(&byte) = bytes.get(index) {
         match byte {
             b'%' => {
                 let hex = bytes
@@ -285,6 +287,7 @@ fn decode_segment(segment: &str) -> Result<String, PathError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

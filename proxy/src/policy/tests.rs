@@ -42,7 +42,7 @@ fn error(yaml: &str) -> String {
 }
 
 fn set(yaml: &str) -> PolicySet {
-    PolicySet::merge(vec![policy(yaml)])
+    PolicySet::from(policy(yaml))
 }
 
 fn decide(set: &PolicySet, host: &str, port: u16) -> (Verdict, Reason, Option<String>) {
@@ -152,7 +152,12 @@ fn host_ports_are_the_ports_of_host_allow_rules_only() {
             "version: 1\nallow:\n  - host: api.test\n    ports: [8443, 18080]\n  - host: \"*.db.test\"\n    ports: [5432]\n  - host: plain.test\n  - cidr: 10.0.0.0/8\n    ports: [9000]\ndeny:\n  - host: bad.test\n    ports: [7000]\n",
         ),
         policy("version: 1\nallow:\n  - host: other.test\n    ports: [18080, 6379]\n"),
-    ]);
+    ]).unwrap();
     assert_eq!(merged.host_ports(), [443, 5432, 6379, 8443, 18080]);
-    assert!(PolicySet::merge(Vec::new()).host_ports().is_empty());
+    assert!(
+        PolicySet::merge(Vec::new())
+            .unwrap()
+            .host_ports()
+            .is_empty()
+    );
 }

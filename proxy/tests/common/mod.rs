@@ -42,10 +42,7 @@ impl TestProxy {
         adjust: impl FnOnce(&mut ProxyConfig),
     ) -> TestProxy {
         let (policy, _warnings) = Policy::from_yaml("test.yaml", yaml).expect("test policy");
-        let mut config = ProxyConfig::new(
-            PolicySet::merge(vec![policy]),
-            "127.0.0.1:0".parse().unwrap(),
-        );
+        let mut config = ProxyConfig::new(PolicySet::from(policy), "127.0.0.1:0".parse().unwrap());
         let (tx, records) = mpsc::unbounded_channel();
         config.audit = AuditDestination::Channel(tx);
         config.run_id = Some("r-test".into());

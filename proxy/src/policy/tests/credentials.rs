@@ -36,7 +36,7 @@ fn a_credential_and_request_rules_parse_with_their_defaults() {
     assert_eq!(credential.secret, "OPENAI_API_KEY");
     assert_eq!(credential.header, "authorization");
     assert_eq!(credential.header_value("sk-x"), "Bearer sk-x");
-    let set = PolicySet::merge(vec![policy]);
+    let set = PolicySet::from(policy);
     let rule = set.decide(&target("api.openai.com"), 443).rule.unwrap();
     assert_eq!(
         set.describe_rule(&rule).unwrap(),
@@ -251,7 +251,7 @@ fn merged_rules_for_one_host_are_a_union() {
     let other = policy(
         "version: 1\nname: b\nallow:\n  - host: api.x.com\n    methods: [POST]\n    paths: [\"/v1/*\"]\n",
     );
-    let set = PolicySet::merge(vec![narrow, other]);
+    let set = PolicySet::merge(vec![narrow, other]).unwrap();
     assert_eq!(
         request(&set, "api.x.com", "GET", "/any"),
         (Verdict::Allow, Reason::Rule)
@@ -290,14 +290,19 @@ fn disagreeing_credentials_of_merged_policies_are_a_conflict() {
     let other = policy(
         "version: 1\nname: c\nallow:\n  - host: api.x.com\ncredentials:\n  - host: api.x.com\n    secret: L\n",
     );
-    assert!(
-        PolicySet::merge(vec![a.clone(), same])
-            .credential_conflicts()
-            .is_empty()
-    );
-    let conflicts = PolicySet::merge(vec![a, other]);
+    assert!(PolicySet::merge(vec![a.clone(), same]).is_ok());
+    let conflicts = PolicySet::merge(vec![a, other]).unwrap_err();
+    let messages: Vec<String> = conflicts
+        .conflicts()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
-        conflicts.credential_conflicts(),
+        messages,
         ["policy c: the credential for api.x.com:443 differs from another policy's (L vs K)"]
     );
+    assert_eq!(conflicts.to_string(), messages[0]);
+    // Taken past its conflicts, the set still holds them: a proxy refuses it.
+    let set = conflicts.into_set_refused_by_proxy();
+    assert_eq!(set.credential_conflicts().len(), 1);
 }

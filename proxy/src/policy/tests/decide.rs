@@ -232,7 +232,8 @@ fn merged_runtime_requirements_keep_what_all_allow() {
     let also_gvisor = policy("version: 1\nname: b\nlimits:\n  runtime: runsc\n");
     let kata = policy("version: 1\nname: c\nlimits:\n  runtime: kata\n");
     let free = policy("version: 1\nname: d\n");
-    let runtime = |policies: Vec<Policy>| PolicySet::merge(policies).limits().runtime.clone();
+    let runtime =
+        |policies: Vec<Policy>| PolicySet::merge(policies).unwrap().limits().runtime.clone();
     assert_eq!(
         runtime(vec![gvisor.clone(), free.clone()]),
         Some(vec!["runsc".to_string()])
@@ -258,7 +259,7 @@ fn merging_unions_rules_and_takes_the_strictest() {
         "version: 1\nname: gh\nmode: report\nallow:\n  - host: api.github.com\ndeny:\n  - host: api.openai.com\n    ports: [8443]\nlimits:\n  timeout: 1m\n  memory: 256MiB\n  pids: 10\ntls:\n  ports: [8443]\n  sni: off\n",
     );
     let cli = Policy::from_allow_flags(&["example.org".into()]).unwrap();
-    let set = PolicySet::merge(vec![openai.clone(), github.clone(), cli]);
+    let set = PolicySet::merge(vec![openai.clone(), github.clone(), cli]).unwrap();
     assert_eq!(set.name(), "openai-agent+gh+cli");
     assert_eq!(set.mode(), Mode::Enforce, "cli is enforce");
     assert_eq!(set.limits().timeout, Some(Duration::from_secs(30)));
@@ -285,14 +286,14 @@ fn merging_unions_rules_and_takes_the_strictest() {
     );
     assert_eq!(decide(&set, "api.openai.com", 8443).1, Reason::Denied);
 
-    let reports = PolicySet::merge(vec![openai, github]);
+    let reports = PolicySet::merge(vec![openai, github]).unwrap();
     assert_eq!(reports.mode(), Mode::Report);
     assert_eq!(reports.tls().sni, SniCheck::Off);
 }
 
 #[test]
 fn an_empty_set_denies_everything() {
-    let set = PolicySet::merge(Vec::new());
+    let set = PolicySet::merge(Vec::new()).unwrap();
     assert_eq!(set.name(), "none");
     assert_eq!(set.mode(), Mode::Enforce);
     assert_eq!(

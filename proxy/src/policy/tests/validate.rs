@@ -513,7 +513,7 @@ fn duplicate_ports_warn() {
 fn allow_flags() {
     let cli = Policy::from_allow_flags(&["API.openai.com".into(), "*.x.com:8443".into()]).unwrap();
     assert_eq!(cli.name(), "cli");
-    let set = PolicySet::merge(vec![cli]);
+    let set = PolicySet::from(cli);
     assert_eq!(
         decide(&set, "api.openai.com", 443),
         (Verdict::Allow, Reason::Rule, Some("cli:allow[0]".into()))
