@@ -275,20 +275,13 @@ pub(crate) async fn serve_tcp(
     listener: TcpListener,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shutdown.wait() => return,
-        };
-        let Ok((stream, client)) = accepted else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
+    let accepting = shutdown.clone();
+    crate::listen::accept_until_shutdown(listener, accepting, |stream, client| {
         // Over the limit: close; the client retries over UDP.
         let Ok(permit) = connections.clone().try_acquire_owned() else {
-            continue;
+            return;
         };
         tokio::spawn(serve_tcp_connection(
             stream,
@@ -297,7 +290,8 @@ pub(crate) async fn serve_tcp(
             shutdown.clone(),
             permit,
         ));
-    }
+    })
+    .await;
 }
 
 /// Length-prefixed queries (RFC 1035 4.2.2) until the client closes or idles.
