@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn this_test_binary_is_static() {
-        // .cargo/config.toml builds every target binary with crt-static.
+        // .cargo/config.toml links the binaries of both Linux targets with crt-static.
         let me = std::env::current_exe().unwrap();
         assert_eq!(elf_linkage(&me).unwrap(), ElfLinkage::Static);
     }
