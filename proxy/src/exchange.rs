@@ -60,13 +60,13 @@ impl Upload {
 pub(crate) fn counting_body(body: Incoming, upload: Arc<Upload>) -> ProxyBody {
     Counted {
         inner: body,
-        tally: upload,
+        meter: upload,
     }
     .boxed()
 }
 
 /// Where a [`Counted`] body reports what it delivered and when it ended.
-trait Tally<B> {
+trait Meter<B> {
     /// `bytes` of data went on to the reader.
     fn add(&mut self, bytes: u64);
     /// The body reached its end or failed; it may still be polled, and is dropped later.
@@ -75,18 +75,18 @@ trait Tally<B> {
     fn dropped(&mut self, body: &B);
 }
 
-/// A body passed on frame by frame, the length of each data frame added to its tally: the
+/// A body passed on frame by frame, the length of each data frame added to its meter: the
 /// request body counts into its [`Upload`], the answer into its attempt.
-struct Counted<B, T: Tally<B>> {
+struct Counted<B, T: Meter<B>> {
     inner: B,
-    tally: T,
+    meter: T,
 }
 
 impl<B, T> Body for Counted<B, T>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
-    T: Tally<B> + Unpin,
+    T: Meter<B> + Unpin,
 {
     type Data = Bytes;
     type Error = BoxError;
@@ -100,10 +100,10 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     let bytes = data.len() as u64;
-                    self.tally.add(bytes);
+                    self.meter.add(bytes);
                 }
             }
-            Poll::Ready(None | Some(Err(_))) => self.tally.ended(),
+            Poll::Ready(None | Some(Err(_))) => self.meter.ended(),
             Poll::Pending => {}
         }
         polled.map_err(Into::into)
@@ -118,14 +118,14 @@ where
     }
 }
 
-impl<B, T: Tally<B>> Drop for Counted<B, T> {
+impl<B, T: Meter<B>> Drop for Counted<B, T> {
     fn drop(&mut self) {
-        self.tally.dropped(&self.inner);
+        self.meter.dropped(&self.inner);
     }
 }
 
-/// The request body's tally: it says when it is done, for the record that waits for it.
-impl Tally<Incoming> for Arc<Upload> {
+/// The request body's meter: it says when it is done, for the record that waits for it.
+impl Meter<Incoming> for Arc<Upload> {
     fn add(&mut self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::AcqRel);
     }
@@ -206,7 +206,7 @@ fn counted_response(
             inner: body,
             scrubbing,
         },
-        tally: AnswerTally {
+        meter: AnswerMeter {
             record: Some((attempt, shutdown)),
             upload,
         },
@@ -306,15 +306,15 @@ impl Body for Scrubbed {
     }
 }
 
-/// The answer's tally: the attempt it counts into, whose record is written once the answer
+/// The answer's meter: the attempt it counts into, whose record is written once the answer
 /// and the request body (`upload`) are both done.
-struct AnswerTally {
+struct AnswerMeter {
     /// The attempt, and the hold on shutdown its record keeps until written; taken on drop.
     record: Option<(Attempt, Shutdown)>,
     upload: Arc<Upload>,
 }
 
-impl Tally<Scrubbed> for AnswerTally {
+impl Meter<Scrubbed> for AnswerMeter {
     fn add(&mut self, bytes: u64) {
         if let Some((attempt, _)) = self.record.as_mut() {
             attempt.bytes_down += bytes;
