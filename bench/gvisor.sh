@@ -27,7 +27,7 @@ POOL=${POOL:-2}
 GVISOR=${GVISOR:-runsc}
 if [[ -z "${BIN:-}" ]]; then
     cargo build --release --quiet
-    BIN=target/x86_64-unknown-linux-gnu/release/egress-sandbox
+    BIN=target/$(rustc --print host-tuple)/release/egress-sandbox
 fi
 docker info --format '{{json .Runtimes}}' | grep -q "\"$GVISOR\"" || {
     echo "the engine has no runtime $GVISOR: run scripts/gvisor-setup.sh first" >&2

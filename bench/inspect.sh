@@ -73,7 +73,7 @@ OURS_BIN=${EGRESS_SANDBOX_BIN:-}
 if [ -z "$OURS_BIN" ]; then
     echo "building the release binary..." >&2
     (cd "$ROOT" && cargo build --release -q --bin egress-sandbox)
-    OURS_BIN="$ROOT/target/x86_64-unknown-linux-gnu/release/egress-sandbox"
+    OURS_BIN="$ROOT/target/$(rustc --print host-tuple)/release/egress-sandbox"
 fi
 [ -x "$OURS_BIN" ] || die "no egress-sandbox binary at $OURS_BIN"
 

@@ -23,7 +23,7 @@ PAUSE=${PAUSE:-3}
 MCP_PYTHON=${MCP_PYTHON:-python3}
 if [[ -z "${BIN:-}" ]]; then
     cargo build --release --quiet
-    BIN=target/x86_64-unknown-linux-gnu/release/egress-sandbox
+    BIN=target/$(rustc --print host-tuple)/release/egress-sandbox
 fi
 BIN=$(realpath "$BIN")
 

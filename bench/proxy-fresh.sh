@@ -84,7 +84,7 @@ OURS_BIN=${EGRESS_SANDBOX_BIN:-}
 if [ -z "$OURS_BIN" ]; then
     echo "building the release binary..." >&2
     (cd "$ROOT" && cargo build --release -q --bin egress-sandbox)
-    OURS_BIN="$ROOT/target/x86_64-unknown-linux-gnu/release/egress-sandbox"
+    OURS_BIN="$ROOT/target/$(rustc --print host-tuple)/release/egress-sandbox"
 fi
 
 # --- upstream: nginx on 127.0.0.2, a small page and a MIB MiB file -------------------------

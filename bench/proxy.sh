@@ -42,7 +42,7 @@ json() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$1
 
 echo "building release binaries..." >&2
 (cd "$ROOT" && cargo build --release -q --bin egress-sandbox && cargo build --release -q -p egress-proxy --example bench)
-OUT="$ROOT/target/x86_64-unknown-linux-gnu/release"
+OUT="$ROOT/target/$(rustc --print host-tuple)/release"
 BENCH="$OUT/examples/bench"
 
 # Upstream: a small Rust HTTP server on 127.0.0.1.

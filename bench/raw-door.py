@@ -30,7 +30,10 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BINARY = os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/egress-sandbox")
+HOST_TUPLE = subprocess.run(
+    ["rustc", "--print", "host-tuple"], capture_output=True, text=True, check=True
+).stdout.strip()
+BINARY = os.path.join(ROOT, "target", HOST_TUPLE, "release", "egress-sandbox")
 REQUESTS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 GIB_ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 GIB = 1 << 30

@@ -14,7 +14,7 @@ IMAGE=${1:-egress-sandbox-base:bookworm-4}
 RUNS=${RUNS:-15}
 if [[ -z "${BIN:-}" ]]; then
     cargo build --release --quiet
-    BIN=target/x86_64-unknown-linux-gnu/release/egress-sandbox
+    BIN=target/$(rustc --print host-tuple)/release/egress-sandbox
 fi
 command -v hyperfine >/dev/null || { echo "hyperfine is not installed (apt-get install -y hyperfine)" >&2; exit 1; }
 

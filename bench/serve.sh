@@ -20,7 +20,7 @@ CLIENTS=${CLIENTS:-8}
 POOL=${POOL:-2}
 if [[ -z "${BIN:-}" ]]; then
     cargo build --release --quiet
-    BIN=target/x86_64-unknown-linux-gnu/release/egress-sandbox
+    BIN=target/$(rustc --print host-tuple)/release/egress-sandbox
 fi
 
 dir=$(mktemp -d)

@@ -5,7 +5,7 @@ Each section headed "## `egress-sandbox SUBCOMMAND`" holds the first ```text blo
 its heading; this replaces that block with what `egress-sandbox SUBCOMMAND --help` prints
 now, leaving the prose around it alone. A command with no section yet gets one at the end.
 
-    python3 docs/update-cli-reference.py target/x86_64-unknown-linux-gnu/debug/egress-sandbox
+    python3 docs/update-cli-reference.py target/$(rustc --print host-tuple)/debug/egress-sandbox
 """
 import re
 import subprocess

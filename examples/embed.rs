@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! cargo build --bin egress-sandbox --example embed
-//! target/x86_64-unknown-linux-gnu/debug/examples/embed target/x86_64-unknown-linux-gnu/debug/egress-sandbox
+//! B=target/$(rustc --print host-tuple)/debug
+//! $B/examples/embed $B/egress-sandbox
 //! ```
 //!
 //! (or set `EGRESS_SANDBOX_BINARY` instead of the argument). The command tries a host the

@@ -153,6 +153,36 @@ async fn a_dynamic_binary_is_refused_with_a_way_out() {
     );
 }
 
+/// The same static binary with its ELF header saying it is for the other one of amd64 and
+/// arm64 than the engine: refused before anything is imported, with the build that fits.
+#[tokio::test]
+async fn a_binary_for_another_architecture_than_the_engines_is_refused_with_the_build_that_fits() {
+    let (engine, docker) = (engine().await, docker().await);
+    let engine_arch = docker.version().await.unwrap().arch.unwrap();
+    let (foreign_machine, foreign_arch, fitting_target): (u16, _, _) = match engine_arch.as_str() {
+        "amd64" => (183, "linux/arm64", "x86_64-unknown-linux-gnu"),
+        "arm64" => (62, "linux/amd64", "aarch64-unknown-linux-gnu"),
+        other => panic!("the test knows no other architecture than {other}'s"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("egress-sandbox");
+    let mut bytes = std::fs::read(BINARY).unwrap();
+    bytes[0x12..0x14].copy_from_slice(&foreign_machine.to_le_bytes());
+    std::fs::write(&foreign, bytes).unwrap();
+    let error = ensure_proxy_image(&engine, &foreign).await.unwrap_err();
+    assert!(
+        matches!(error, ImageError::WrongPlatform { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("built for {foreign_arch}"))
+            && message.contains(&format!("runs linux/{engine_arch}"))
+            && message.contains(&format!("cargo build --release --target {fitting_target}")),
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_image_is_reported_and_never_pulled() {
     let (engine, docker) = (engine().await, docker().await);

@@ -49,6 +49,26 @@ pub enum Kind {
     Tcp,
 }
 
+impl Kind {
+    /// The name the audit record's `kind` field carries (`connect`, `http`, `dns`, `tls`,
+    /// `tcp`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Connect => "connect",
+            Kind::Http => "http",
+            Kind::Dns => "dns",
+            Kind::Tls => "tls",
+            Kind::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What became of the attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -68,6 +88,18 @@ impl Outcome {
             Outcome::Blocked => "blocked",
             Outcome::WouldBlock => "would_block",
             Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// The record's decision for a policy verdict: allow → allowed, block → blocked,
+/// report mode → would_block.
+impl From<Verdict> for Outcome {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Allow => Outcome::Allowed,
+            Verdict::Block => Outcome::Blocked,
+            Verdict::WouldBlock => Outcome::WouldBlock,
         }
     }
 }
@@ -458,12 +490,11 @@ impl Attempt {
 
     /// Records a policy decision: allow → allowed/rule, report-mode → would_block.
     pub fn set_decision(&mut self, decision: &Decision) {
-        let outcome = match decision.verdict {
-            Verdict::Allow => Outcome::Allowed,
-            Verdict::Block => Outcome::Blocked,
-            Verdict::WouldBlock => Outcome::WouldBlock,
-        };
-        self.set_outcome(outcome, decision.reason, decision.rule.as_ref());
+        self.set_outcome(
+            decision.verdict.into(),
+            decision.reason,
+            decision.rule.as_ref(),
+        );
     }
 
     /// This attempt gets no record: only the DNS responder's answer for the sandbox's own
@@ -490,6 +521,53 @@ impl Drop for Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind; the match fails to compile when a kind is added and not listed.
+    fn every_kind() -> [Kind; 5] {
+        let every = [Kind::Connect, Kind::Http, Kind::Dns, Kind::Tls, Kind::Tcp];
+        for kind in every {
+            match kind {
+                Kind::Connect | Kind::Http | Kind::Dns | Kind::Tls | Kind::Tcp => {}
+            }
+        }
+        every
+    }
+
+    /// Every verdict, as [`every_kind`].
+    fn every_verdict() -> [Verdict; 3] {
+        let every = [Verdict::Allow, Verdict::Block, Verdict::WouldBlock];
+        for verdict in every {
+            match verdict {
+                Verdict::Allow | Verdict::Block | Verdict::WouldBlock => {}
+            }
+        }
+        every
+    }
+
+    fn serde_form(value: impl Serialize) -> String {
+        match serde_json::to_value(value).unwrap() {
+            serde_json::Value::String(form) => form,
+            other => panic!("not a string: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_kind_reads_as_the_records_kind_field() {
+        for kind in every_kind() {
+            assert_eq!(kind.as_str(), serde_form(kind), "{kind:?}");
+            assert_eq!(kind.to_string(), kind.as_str(), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_verdict_reads_as_the_decision_its_record_gets() {
+        for verdict in every_verdict() {
+            let outcome = Outcome::from(verdict);
+            assert_eq!(verdict.as_str(), serde_form(outcome), "{verdict:?}");
+            assert_eq!(outcome.as_str(), verdict.as_str(), "{verdict:?}");
+            assert_eq!(verdict.to_string(), verdict.as_str(), "{verdict:?}");
+        }
+    }
 
     #[test]
     fn raw_hosts_are_escaped_into_one_line() {

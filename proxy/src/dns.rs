@@ -4,6 +4,8 @@
 //! variables reach the transparent and raw doors; everything else gets NXDOMAIN, and every query is an audit
 //! record (kind `dns`, port null). A refusal's record is written before the answer goes out.
 //! Queries over the per-client rate ([`RateLimiter`]) are answered REFUSED and only counted.
+// Reads bytes from the sandbox: a malformed input must be an error, never a panic.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -83,7 +85,10 @@ fn answer_message(
             if query.len() < 12 {
                 return None;
             }
-            let id = u16::from_be_bytes([query[0], query[1]]);
+            let &[high, low, ..] = query else {
+                return None;
+            };
+            let id = u16::from_be_bytes([high, low]);
             return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
                 .to_vec()
                 .ok();
@@ -263,7 +268,10 @@ pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdo
                 continue;
             }
         };
-        if let Some(reply) = reply_to(&shared, &buffer[..len], client, answer).await
+        let Some(query) = buffer.get(..len) else {
+            continue;
+        };
+        if let Some(reply) = reply_to(&shared, query, client, answer).await
             && let Err(error) = socket.send_to(&reply, client).await
         {
             tracing::debug!(%error, %client, "DNS reply failed");
@@ -275,20 +283,13 @@ pub(crate) async fn serve_tcp(
     listener: TcpListener,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shutdown.wait() => return,
-        };
-        let Ok((stream, client)) = accepted else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
+    let accepting = shutdown.clone();
+    crate::listen::accept_until_shutdown(listener, accepting, |stream, client| {
         // Over the limit: close; the client retries over UDP.
         let Ok(permit) = connections.clone().try_acquire_owned() else {
-            continue;
+            return;
         };
         tokio::spawn(serve_tcp_connection(
             stream,
@@ -297,7 +298,8 @@ pub(crate) async fn serve_tcp(
             shutdown.clone(),
             permit,
         ));
-    }
+    })
+    .await;
 }
 
 /// Length-prefixed queries (RFC 1035 4.2.2) until the client closes or idles.

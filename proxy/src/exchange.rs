@@ -58,20 +58,36 @@ impl Upload {
 
 /// `body` as the upstream gets it, counting what it delivers into `upload`.
 pub(crate) fn counting_body(body: Incoming, upload: Arc<Upload>) -> ProxyBody {
-    CountingBody {
+    Counted {
         inner: body,
-        upload,
+        meter: upload,
     }
     .boxed()
 }
 
-/// A request body that counts what it delivers upstream and says when it is done.
-struct CountingBody {
-    inner: Incoming,
-    upload: Arc<Upload>,
+/// Where a [`Counted`] body reports what it delivered and when it ended.
+trait Meter<B> {
+    /// `bytes` of data went on to the reader.
+    fn add(&mut self, bytes: u64);
+    /// The body reached its end or failed; it may still be polled, and is dropped later.
+    fn ended(&mut self) {}
+    /// The body is dropped (after its end, or cut short); `body` is what it wrapped.
+    fn dropped(&mut self, body: &B);
 }
 
-impl Body for CountingBody {
+/// A body passed on frame by frame, the length of each data frame added to its meter: the
+/// request body counts into its [`Upload`], the answer into its attempt.
+struct Counted<B, T: Meter<B>> {
+    inner: B,
+    meter: T,
+}
+
+impl<B, T> Body for Counted<B, T>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+    T: Meter<B> + Unpin,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -83,15 +99,14 @@ impl Body for CountingBody {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    self.upload
-                        .bytes
-                        .fetch_add(data.len() as u64, Ordering::AcqRel);
+                    let bytes = data.len() as u64;
+                    self.meter.add(bytes);
                 }
             }
-            Poll::Ready(None | Some(Err(_))) => self.upload.finish(),
+            Poll::Ready(None | Some(Err(_))) => self.meter.ended(),
             Poll::Pending => {}
         }
-        polled.map_err(BoxError::from)
+        polled.map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -103,9 +118,24 @@ impl Body for CountingBody {
     }
 }
 
-impl Drop for CountingBody {
+impl<B, T: Meter<B>> Drop for Counted<B, T> {
     fn drop(&mut self) {
-        self.upload.finish();
+        self.meter.dropped(&self.inner);
+    }
+}
+
+/// The request body's meter: it says when it is done, for the record that waits for it.
+impl Meter<Incoming> for Arc<Upload> {
+    fn add(&mut self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    fn ended(&mut self) {
+        self.finish();
+    }
+
+    fn dropped(&mut self, _: &Incoming) {
+        self.finish();
     }
 }
 
@@ -171,11 +201,15 @@ fn counted_response(
             queued: None,
         }
     });
-    let body = CountedBody {
-        inner: body,
-        record: Some((attempt, shutdown)),
-        upload,
-        scrubbing,
+    let body = Counted {
+        inner: Scrubbed {
+            inner: body,
+            scrubbing,
+        },
+        meter: AnswerMeter {
+            record: Some((attempt, shutdown)),
+            upload,
+        },
     };
     Response::from_parts(parts, body.boxed())
 }
@@ -194,26 +228,27 @@ impl Scrubbing {
     }
 }
 
-/// A response body that counts what it delivers into the attempt it owns, scrubbed when
-/// the answer is.
-struct CountedBody {
+/// The answer's body as the client gets it: scrubbed when the answer is, passed on as it
+/// is otherwise.
+struct Scrubbed {
     inner: Incoming,
-    /// The attempt, and the hold on shutdown its record keeps until written; taken on drop.
-    record: Option<(Attempt, Shutdown)>,
-    upload: Arc<Upload>,
     scrubbing: Option<Scrubbing>,
 }
 
-impl CountedBody {
+impl Body for Scrubbed {
+    type Data = Bytes;
+    type Error = BoxError;
+
     /// The next frame as the client gets it: data scrubbed (never an empty data frame, which
     /// would end a chunked body), what the scrubber held back released at the end and
     /// before trailers.
-    fn poll_scrubbed(
-        &mut self,
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let Some(scrubbing) = self.scrubbing.as_mut() else {
-            return Pin::new(&mut self.inner)
+        let this = &mut *self;
+        let Some(scrubbing) = this.scrubbing.as_mut() else {
+            return Pin::new(&mut this.inner)
                 .poll_frame(cx)
                 .map_err(BoxError::from);
         };
@@ -221,7 +256,7 @@ impl CountedBody {
             return Poll::Ready(Some(Ok(frame)));
         }
         loop {
-            let frame = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => frame,
                 Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
                 None if scrubbing.scrubber.has_pending() => {
@@ -254,25 +289,6 @@ impl CountedBody {
             }
         }
     }
-}
-
-impl Body for CountedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = self.poll_scrubbed(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-            && let Some((attempt, _)) = self.record.as_mut()
-        {
-            attempt.bytes_down += data.len() as u64;
-        }
-        polled
-    }
 
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
@@ -290,15 +306,29 @@ impl Body for CountedBody {
     }
 }
 
-impl Drop for CountedBody {
+/// The answer's meter: the attempt it counts into, whose record is written once the answer
+/// and the request body (`upload`) are both done.
+struct AnswerMeter {
+    /// The attempt, and the hold on shutdown its record keeps until written; taken on drop.
+    record: Option<(Attempt, Shutdown)>,
+    upload: Arc<Upload>,
+}
+
+impl Meter<Scrubbed> for AnswerMeter {
+    fn add(&mut self, bytes: u64) {
+        if let Some((attempt, _)) = self.record.as_mut() {
+            attempt.bytes_down += bytes;
+        }
+    }
+
     /// The answer is done: the record is written now if the upload is done too, else by a
     /// task that waits for the upload's end or for shutdown. The task holds a [`Shutdown`],
     /// so the proxy's end waits for the record.
-    fn drop(&mut self) {
+    fn dropped(&mut self, body: &Scrubbed) {
         let Some((mut attempt, mut shutdown)) = self.record.take() else {
             return;
         };
-        let reflected = self.scrubbing.as_ref().map_or(0, Scrubbing::replaced);
+        let reflected = body.scrubbing.as_ref().map_or(0, Scrubbing::replaced);
         if reflected > 0
             && let Some(fields) = attempt.request.as_mut()
         {

@@ -1,4 +1,5 @@
-//! Opening TCP listeners with a listen backlog that suits a proxy.
+//! TCP listeners: opened with a listen backlog that suits a proxy, drained by one accept
+//! loop.
 //!
 //! `TcpListener::bind` (tokio, via mio) listens with a backlog of 128, the standard
 //! library's value. A run whose program opens many connections at once fills that queue
@@ -7,8 +8,11 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use crate::shutdown::Shutdown;
 
 /// Connections the kernel queues for a listener before the proxy accepts them. Capped by
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
@@ -24,6 +28,38 @@ pub fn tcp_listener(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
+}
+
+/// The pause after a failed accept before the next one.
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Accepts connections on `listener` until `shutdown`, handing each one to `serve` (which
+/// spawns its task and returns at once). Every TCP listener of the proxy is drained by this
+/// loop.
+///
+/// A failed accept is logged at warn level and followed by [`ACCEPT_BACKOFF`]: the errors
+/// that reach here (EMFILE, ENFILE, ENOBUFS: out of descriptors or memory) last until some
+/// connection closes, so accepting again at once would spin a core; giving up would leave
+/// the door closed for the rest of the run.
+pub(crate) async fn accept_until_shutdown(
+    listener: TcpListener,
+    mut shutdown: Shutdown,
+    mut serve: impl FnMut(TcpStream, SocketAddr),
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.wait() => return,
+        };
+        match accepted {
+            Ok((stream, client)) => serve(stream, client),
+            Err(error) => {
+                let listener = listener.local_addr().ok();
+                tracing::warn!(%error, ?listener, "accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@
 //! So the command never finds a socket to pass descriptors of its own through. Every
 //! descriptor received is checked before it is served: an IPv4 socket of its role's type,
 //! listening where a stream is meant.
+// Reads bytes from the sandbox: a malformed input must be an error, never a panic.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -192,10 +194,10 @@ impl PassedListeners {
             SendFlags::NOSIGNAL,
         )?;
         // The descriptors went with the first byte; the rest of a short send follows plain.
-        let mut rest = &bytes[sent..];
+        let mut rest = bytes.get(sent..).unwrap_or_default();
         while !rest.is_empty() {
             let more = rustix::net::send(&stream, rest, SendFlags::NOSIGNAL)?;
-            rest = &rest[more..];
+            rest = rest.get(more..).unwrap_or_default();
         }
         stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
         let mut answer = Vec::new();
@@ -276,7 +278,7 @@ async fn read_pass(stream: &tokio::net::UnixStream) -> Result<PassedListeners, P
             Err(error) => return Err(error.into()),
         }
     }
-    let text = std::str::from_utf8(&text[..text.len() - 1])
+    let text = std::str::from_utf8(text.strip_suffix(b"\n").unwrap_or_default())
         .map_err(|_| PassError::Malformed("its roles are not text"))?;
     let roles = text
         .split(' ')
@@ -316,7 +318,7 @@ fn receive_some(
             fds.extend(passed);
         }
     }
-    text.extend_from_slice(&buffer[..received.bytes]);
+    text.extend_from_slice(buffer.get(..received.bytes).unwrap_or_default());
     Ok(received.bytes)
 }
 
@@ -433,4 +435,5 @@ fn bind_udp(addr: SocketAddrV4) -> io::Result<std::net::UdpSocket> {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)]
 mod tests;

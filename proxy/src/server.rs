@@ -491,22 +491,10 @@ async fn accept_loop(
     door: Entrance,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shutdown.wait() => return,
-        };
-        let (stream, client) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    let accepting = shutdown.clone();
+    crate::listen::accept_until_shutdown(listener, accepting, |stream, client| {
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let task_shutdown = shutdown.clone();
@@ -531,7 +519,8 @@ async fn accept_loop(
                 ));
             }
         }
-    }
+    })
+    .await;
 }
 
 async fn serve_connection(

@@ -3,6 +3,8 @@
 //! The bytes are read into a buffer bounded in size and time, parsed by rustls's `Acceptor`
 //! (which validates the message and yields the SNI), scanned by hand for the ECH extension
 //! (rustls does not expose it), and later replayed upstream unchanged when the check passes.
+// Reads bytes from the sandbox: a malformed input must be an error, never a panic.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use std::time::Duration;
 
@@ -81,7 +83,7 @@ async fn read_until_complete<R: AsyncRead + Unpin>(
             return Err(SniError::NotTls);
         }
         while fed < bytes.len() {
-            let mut rest = &bytes[fed..];
+            let mut rest = bytes.get(fed..).unwrap_or_default();
             let n = acceptor
                 .read_tls(&mut rest)
                 .map_err(|error| SniError::Invalid(error.to_string()))?;
@@ -109,13 +111,14 @@ async fn read_until_complete<R: AsyncRead + Unpin>(
             return Err(SniError::TooLarge(max_bytes));
         }
         let want = chunk.len().min(max_bytes - bytes.len());
-        let n = stream.read(&mut chunk[..want]).await.unwrap_or(0);
+        let free = chunk.get_mut(..want).unwrap_or_default();
+        let n = stream.read(free).await.unwrap_or(0);
         if n == 0 {
             return Err(SniError::Closed {
                 received: bytes.len(),
             });
         }
-        bytes.extend_from_slice(&chunk[..n]);
+        bytes.extend_from_slice(chunk.get(..n).unwrap_or_default());
     }
 }
 
@@ -142,20 +145,16 @@ pub fn check(expected: &Target, hello: &ClientHello) -> Result<(), SniError> {
 /// `None` if they do not parse. The handshake message may span several records.
 pub fn extension_types(records: &[u8]) -> Option<Vec<u16>> {
     let mut message = Vec::new();
-    let mut rest = records;
-    while rest.len() >= 5 {
-        if rest[0] != HANDSHAKE_RECORD {
+    let mut rest = Reader(records);
+    while rest.0.len() >= 5 {
+        if rest.u8()? != HANDSHAKE_RECORD {
             return None;
         }
-        let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
-        let fragment = rest.get(5..5 + len)?;
-        message.extend_from_slice(fragment);
-        rest = &rest[5 + len..];
-        if message.len() >= 4 {
-            let total = 4
-                + (usize::from(message[1]) << 16
-                    | usize::from(message[2]) << 8
-                    | usize::from(message[3]));
+        rest.take(2)?; // legacy_record_version
+        let len = rest.u16()?;
+        message.extend_from_slice(rest.take(len)?);
+        if let Some(&[_, high, middle, low]) = message.first_chunk::<4>() {
+            let total = 4 + (usize::from(high) << 16 | usize::from(middle) << 8 | usize::from(low));
             if message.len() >= total {
                 message.truncate(total);
                 break;
@@ -194,27 +193,30 @@ struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, tail) = self.0.split_at(n);
+        let (head, tail) = self.0.split_at_checked(n)?;
         self.0 = tail;
         Some(head)
     }
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, tail) = self.0.split_first_chunk::<N>()?;
+        self.0 = tail;
+        Some(*head)
+    }
     fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
+        self.array().map(|[b]| b)
     }
     fn u16(&mut self) -> Option<usize> {
-        self.take(2)
-            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        self.array().map(|b| usize::from(u16::from_be_bytes(b)))
     }
     fn u24(&mut self) -> Option<usize> {
-        self.take(3)
-            .map(|b| usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2]))
+        self.array().map(|[high, middle, low]| {
+            usize::from(high) << 16 | usize::from(middle) << 8 | usize::from(low)
+        })
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)]
 mod tests {
     use super::*;
 

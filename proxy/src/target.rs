@@ -15,11 +15,14 @@
 //! 4. a name whose last label looks numeric (all digits, or `0x…`) but is not a valid IPv4
 //!    address is refused, never treated as a name (WHATWG URL "ends in a number" rule);
 //! 5. what is left must be a DNS name: labels of `[a-z0-9_-]`, 1–63 bytes, 253 in all.
+// Reads bytes from the sandbox: a malformed input must be an error, never a panic.
+#![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)]
 mod tests;
 
 /// Longest raw host we even look at. Real names are ≤ 253 bytes; IDN input in UTF-8 and an
@@ -293,8 +296,8 @@ fn to_ascii_lowercase_host(raw: &str) -> Result<String, TargetError> {
 }
 
 fn check_ascii_bytes(raw: &str) -> Result<(), TargetError> {
-    match raw.bytes().position(|b| !is_host_byte(b)) {
-        Some(position) => Err(bad_byte(position, char::from(raw.as_bytes()[position]))),
+    match raw.bytes().enumerate().find(|&(_, b)| !is_host_byte(b)) {
+        Some((position, byte)) => Err(bad_byte(position, char::from(byte))),
         None => Ok(()),
     }
 }
@@ -342,7 +345,7 @@ pub(crate) fn parse_ipv4_any(host: &str) -> Option<Ipv4Addr> {
         *slot = parse_ipv4_part(part)?;
     }
     let count = parts.len();
-    let (last, leading) = numbers[..count].split_last()?;
+    let (last, leading) = numbers.get(..count)?.split_last()?;
     if leading.iter().any(|&n| n > 255) {
         return None;
     }

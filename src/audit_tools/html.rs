@@ -185,7 +185,7 @@ fn group_by_run(log: &AuditLog) -> Vec<RunView> {
                 if attempt.decision != Outcome::Allowed {
                     *row.reasons.entry(attempt.reason.clone()).or_default() += 1;
                 }
-                row.kinds.insert(kind_name(attempt.kind));
+                row.kinds.insert(attempt.kind.as_str());
             }
             Entry::Limit(limit) => run.limit = Some(limit.limit),
             Entry::End(end) => run.end = Some((end.records, end.dropped)),
@@ -195,17 +195,6 @@ fn group_by_run(log: &AuditLog) -> Vec<RunView> {
         .into_iter()
         .filter_map(|id| runs.remove(&id))
         .collect()
-}
-
-fn kind_name(kind: egress_proxy::audit::Kind) -> &'static str {
-    use egress_proxy::audit::Kind;
-    match kind {
-        Kind::Connect => "connect",
-        Kind::Http => "http",
-        Kind::Dns => "dns",
-        Kind::Tls => "tls",
-        Kind::Tcp => "tcp",
-    }
 }
 
 fn plural(n: u64, noun: &str) -> String {

@@ -133,7 +133,7 @@ fn attempt_event(attempt: &Attempt) -> Value {
         Kind::Connect | Kind::Tls | Kind::Tcp => {}
     }
     let mut unmapped = json!({
-        "kind": kind_name(attempt.kind),
+        "kind": attempt.kind.as_str(),
         "decision": attempt.decision.as_str(),
         "reason": attempt.reason,
     });
@@ -180,16 +180,6 @@ fn http_activity(method: Option<&str>) -> (u32, &'static str) {
         "PUT" => (7, "Put"),
         "TRACE" => (8, "Trace"),
         _ => (99, "Other"),
-    }
-}
-
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Connect => "connect",
-        Kind::Http => "http",
-        Kind::Dns => "dns",
-        Kind::Tls => "tls",
-        Kind::Tcp => "tcp",
     }
 }
 
@@ -263,7 +253,7 @@ fn message(attempt: &Attempt) -> String {
     format!(
         "{} {} {}{port}: {}{rule}",
         attempt.decision.as_str(),
-        kind_name(attempt.kind),
+        attempt.kind.as_str(),
         attempt.host,
         attempt.reason
     )

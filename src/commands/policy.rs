@@ -265,11 +265,7 @@ fn print_inspection(set: &PolicySet, target: &Target, port: u16) {
 
 /// The verdict on one request (method, path without query).
 fn print_request(set: &PolicySet, method: &str, path: &str, decision: &Decision) {
-    let verdict = match decision.verdict {
-        Verdict::Allow => "allowed",
-        Verdict::Block => "blocked",
-        Verdict::WouldBlock => "would_block",
-    };
+    let verdict = decision.verdict;
     let rule = decision
         .rule
         .as_ref()
@@ -287,11 +283,7 @@ fn print_request(set: &PolicySet, method: &str, path: &str, decision: &Decision)
 
 /// One line a reviewer can paste, then the matching rule as written.
 fn print_decision(set: &PolicySet, target: &Target, port: u16, decision: &Decision) {
-    let verdict = match decision.verdict {
-        Verdict::Allow => "allowed",
-        Verdict::Block => "blocked",
-        Verdict::WouldBlock => "would_block",
-    };
+    let verdict = decision.verdict;
     let rule = decision
         .rule
         .as_ref()

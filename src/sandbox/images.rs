@@ -51,12 +51,25 @@ pub enum ImageError {
     #[error(
         "{} is dynamically linked (it needs {interpreter}), so it cannot run in the FROM-scratch \
          proxy image; use a static build: `cargo build --release` inside the egress-sandbox \
-         workspace makes one (its .cargo/config.toml sets +crt-static for x86_64-unknown-linux-gnu), \
-         a build made elsewhere needs RUSTFLAGS='-C target-feature=+crt-static' and an explicit \
-         --target",
+         workspace makes one (its .cargo/config.toml sets +crt-static for the x86_64 and aarch64 \
+         Linux targets), a build made elsewhere needs RUSTFLAGS='-C target-feature=+crt-static' \
+         and an explicit --target",
         path.display()
     )]
     NotStatic { path: PathBuf, interpreter: String },
+    #[error(
+        "{} is built for {binary} but the Docker engine runs {engine}, and the proxy image runs \
+         this very binary on the engine; use an egress-sandbox built for {engine} ({build} in \
+         the egress-sandbox workspace makes a static one), or an engine of this binary's \
+         architecture",
+        path.display()
+    )]
+    WrongPlatform {
+        path: PathBuf,
+        binary: String,
+        engine: String,
+        build: String,
+    },
     #[error(
         "{} is not an executable ELF binary ({reason}); the proxy image is made from the static \
          egress-sandbox binary itself",

@@ -126,6 +126,24 @@ pub enum Verdict {
     WouldBlock,
 }
 
+impl Verdict {
+    /// The decision an audit record gives this verdict (`allowed`, `blocked`,
+    /// `would_block`), as `policy test` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allowed",
+            Verdict::Block => "blocked",
+            Verdict::WouldBlock => "would_block",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Which list a rule is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuleList {

@@ -98,6 +98,29 @@ pub fn elf_linkage(path: &Path) -> io::Result<ElfLinkage> {
     Ok(ElfLinkage::Static)
 }
 
+/// The architecture the ELF file at `path` is built for, named as the Docker engine names
+/// its own (`docker version`'s `Arch`: `amd64`, `arm64`, …). `None` for a file that is not
+/// ELF or a machine this list does not name; [`elf_linkage`] says what is wrong with those.
+pub(super) fn docker_architecture(path: &Path) -> io::Result<Option<&'static str>> {
+    let mut header = [0u8; 20];
+    if read_up_to(&mut File::open(path)?, &mut header)? < header.len() || &header[..4] != b"\x7fELF"
+    {
+        return Ok(None);
+    }
+    let little = header[5] == 1;
+    let machine = Fields { little }.u16(&header[0x12..]);
+    Ok(match machine {
+        3 => Some("386"),
+        62 => Some("amd64"),
+        40 => Some("arm"),
+        183 => Some("arm64"),
+        21 if little => Some("ppc64le"),
+        22 => Some("s390x"),
+        243 => Some("riscv64"),
+        _ => None,
+    })
+}
+
 /// The loader path is only for the error message: best effort, bounded.
 fn read_interpreter(file: &mut File, offset: u64, size: u64) -> io::Result<String> {
     let mut name = vec![0u8; size.min(4096) as usize];
@@ -156,9 +179,28 @@ mod tests {
 
     #[test]
     fn this_test_binary_is_static() {
-        // .cargo/config.toml builds every target binary with crt-static.
+        // .cargo/config.toml links the binaries of both Linux targets with crt-static.
         let me = std::env::current_exe().unwrap();
         assert_eq!(elf_linkage(&me).unwrap(), ElfLinkage::Static);
+    }
+
+    #[test]
+    fn this_test_binary_is_built_for_the_architecture_it_runs_on() {
+        let me = std::env::current_exe().unwrap();
+        let expected = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => panic!("no Docker name listed for {other}"),
+        };
+        assert_eq!(docker_architecture(&me).unwrap(), Some(expected));
+    }
+
+    #[test]
+    fn a_script_has_no_architecture() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        assert_eq!(docker_architecture(&script).unwrap(), None);
     }
 
     #[test]

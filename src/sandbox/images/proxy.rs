@@ -12,7 +12,7 @@ use bollard::Docker;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::TryStreamExt;
 
-use super::elf::{ElfLinkage, elf_linkage};
+use super::elf::{ElfLinkage, docker_architecture, elf_linkage};
 use super::handed_out::stamp;
 use super::hash_cache::{HashedFile, cached_sha256, read_and_remember};
 use super::{IMAGE_LABEL, ImageError, PROXY_REPOSITORY, image_exists, lock_exclusive, sweep};
@@ -81,7 +81,7 @@ fn tag_for(sha256: &str) -> String {
 /// since it was last hashed still gets an image whose tag matches its content.
 async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<String, ImageError> {
     let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
-    let HashedFile { bytes, sha256 } = blocking(move || -> Result<_, ImageError> {
+    let built = blocking(move || -> Result<_, ImageError> {
         let unreadable = || ImageError::io(format!("cannot read {}", binary_display(&path)));
         match elf_linkage(&path).map_err(unreadable())? {
             ElfLinkage::Static => {}
@@ -90,9 +90,15 @@ async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<Strin
             }
             ElfLinkage::NotElf(reason) => return Err(ImageError::NotElf { path, reason }),
         }
-        read_and_remember(&dir, &path).map_err(unreadable())
+        let architecture = docker_architecture(&path).map_err(unreadable())?;
+        let hashed = read_and_remember(&dir, &path).map_err(unreadable())?;
+        Ok((architecture, hashed))
     })
     .await??;
+    let (architecture, HashedFile { bytes, sha256 }) = built;
+    if let Some(architecture) = architecture {
+        check_engine_platform(docker, binary, architecture).await?;
+    }
     let tag = tag_for(&sha256);
     if image_exists(docker, &tag).await? {
         return Ok(tag);
@@ -128,6 +134,43 @@ async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<Strin
         })?;
     tracing::info!(%tag, elapsed = ?started.elapsed(), "built the proxy image");
     Ok(tag)
+}
+
+/// The engine runs the image's binary itself: a binary built for another architecture than
+/// the engine's (an arm64 engine, an x86_64 binary) would fail in the container with `exec
+/// format error`, so it is refused here, with the build that fits. Checked once per binary,
+/// when its image is made: an image that exists was checked by the engine that holds it.
+async fn check_engine_platform(
+    docker: &Docker,
+    binary: &Path,
+    architecture: &'static str,
+) -> Result<(), ImageError> {
+    let version = docker.version().await.map_err(ImageError::docker)?;
+    let (Some(os), Some(arch)) = (version.os, version.arch) else {
+        return Ok(());
+    };
+    if os == "linux" && arch == architecture {
+        return Ok(());
+    }
+    Err(ImageError::WrongPlatform {
+        path: binary.to_owned(),
+        binary: format!("linux/{architecture}"),
+        build: rust_target(&arch).map_or_else(
+            || format!("a static build for the Rust target of {os}/{arch}"),
+            |target| format!("`cargo build --release --target {target}`"),
+        ),
+        engine: format!("{os}/{arch}"),
+    })
+}
+
+/// The Rust target whose static build runs on a Linux engine of `arch` (as the engine names
+/// it), for the targets the workspace's `.cargo/config.toml` links statically.
+fn rust_target(arch: &str) -> Option<&'static str> {
+    match arch {
+        "amd64" => Some("x86_64-unknown-linux-gnu"),
+        "arm64" => Some("aarch64-unknown-linux-gnu"),
+        _ => None,
+    }
 }
 
 /// A tar holding one executable file owned by root, with a fixed mtime.
