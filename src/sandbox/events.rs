@@ -1,18 +1,38 @@
 //! A run followed live: its id before anything is created, the moment the command is let
 //! go and the moment it is over, and each audit record as the proxy writes it. The daemon
 //! (`serve`) streams these to its API clients; the CLI needs none of them.
+//!
+//! # Backpressure
+//!
+//! Events go into a bounded [`tokio::sync::mpsc::Sender`] whose capacity the caller picks
+//! ([`OutputSinks::with_events`](super::OutputSinks::with_events)). No event is ever dropped
+//! for want of room: when the channel is full, the run waits for the receiver. A receiver
+//! that falls behind holds the run's reading of the proxy's audit stream (the proxy's
+//! output then waits in the engine, and the proxy's writer behind it), as a slow reader of
+//! the command's output slows the command. The `--audit-log` file does not depend on the
+//! channel: each record is handed to the file's writer before it is offered to the channel,
+//! and a receiver that is dropped only ends the events, not the file or the run.
+//!
+//! So a receiver must keep reading until the channel closes (the run drops its last sender
+//! when it returns): one that stops reading altogether holds the run's audit stream until
+//! the proxy's stop deadline, when the proxy is removed and records it had not yet written
+//! are lost — to the file as well.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use tokio::sync::mpsc::UnboundedSender;
-
-use super::audit_trail::AuditSink;
+/// The parsed audit lines, re-exported so an embedder reads records without naming the
+/// proxy crate.
+pub use egress_proxy::audit::{AuditLine, AuditRecord, EndRecord, Kind, LimitRecord, Outcome};
+pub use egress_proxy::policy::Reason;
+use tokio::sync::mpsc::Sender;
+use tokio::sync::oneshot;
 
 /// One step of a run, in order: `Id`, then (if set-up succeeds) `Started`, any number of
-/// `Audit`, `Ended`, and possibly more `Audit` (records the proxy flushes at its stop).
+/// `Audit` (and `UnparsedLine`), `Ended`, and possibly more `Audit` (records the proxy
+/// flushes at its stop).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RunEvent {
@@ -20,58 +40,170 @@ pub enum RunEvent {
     Id(String),
     /// Set-up is over and the command was let go.
     Started,
-    /// One audit record, the proxy's line exactly (no newline).
-    Audit(Bytes),
-    /// The command is over (exited, killed); teardown begins.
+    /// One line of the run's audit log, parsed, with its exact bytes.
+    Audit(AuditEntry),
+    /// A line on the proxy's audit stream that is no audit record (not JSON, or no known
+    /// kind of line): kept here, exactly (no newline), so that nothing the proxy said is
+    /// lost without a trace. It is not written to the `--audit-log` file, whose lines are
+    /// all records of the chain, and the run's counts do not include it.
+    UnparsedLine(Bytes),
+    /// The command is over (exited, or killed); teardown begins.
     Ended,
 }
 
-/// The audit records' way out of a run: the `--audit-log` file and/or the event channel.
-pub(super) struct AuditTee {
-    file: Option<File>,
-    events: Option<UnboundedSender<RunEvent>>,
-    /// Why the file took no more records (the first error), for the outcome to say.
-    file_failed: Arc<OnceLock<String>>,
+/// Sends `event`, waiting for room in the channel. The follower may have gone (a closed API
+/// stream): the run goes on.
+pub(super) async fn emit(events: Option<&Sender<RunEvent>>, event: RunEvent) {
+    if let Some(events) = events {
+        let _ = events.send(event).await;
+    }
+}
+
+/// One line of a run's audit log as the proxy wrote it: the parsed line
+/// ([`line`](Self::line), or [`attempt`](Self::attempt) for an attempt's record) and its
+/// exact bytes ([`bytes`](Self::bytes)), which the chain's hashes cover and which are what
+/// is written to a file or streamed on (never a re-serialisation of the parsed line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEntry {
+    line: AuditLine,
+    bytes: Bytes,
+}
+
+impl AuditEntry {
+    /// `bytes` (one line, without its newline) parsed.
+    pub fn parse(bytes: Bytes) -> Result<AuditEntry, serde_json::Error> {
+        let line = AuditLine::parse(&bytes)?;
+        Ok(AuditEntry { line, bytes })
+    }
+
+    /// The parsed line: an attempt, the audit limit being reached, or the chain's end.
+    pub fn line(&self) -> &AuditLine {
+        &self.line
+    }
+
+    /// The attempt's record (its decision, reason, host …), when the line is one.
+    pub fn attempt(&self) -> Option<&AuditRecord> {
+        match &self.line {
+            AuditLine::Attempt(record) => Some(record),
+            AuditLine::Limit(_) | AuditLine::End(_) => None,
+        }
+    }
+
+    /// The line exactly as the proxy wrote it, without its newline.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+/// The audit records' way out of a run: the `--audit-log` file (through a writer thread)
+/// and/or the event channel.
+pub(crate) struct AuditTee {
+    file: Option<AuditFileWriter>,
+    events: Option<Sender<RunEvent>>,
 }
 
 impl AuditTee {
     /// `None` when nobody wants the records. A failure to write the file is kept in
     /// `file_failed`.
-    pub(super) fn sink(
+    pub(super) fn new(
         file: Option<File>,
-        events: Option<UnboundedSender<RunEvent>>,
+        events: Option<Sender<RunEvent>>,
         file_failed: Arc<OnceLock<String>>,
-    ) -> Option<AuditSink> {
+    ) -> Option<AuditTee> {
         if file.is_none() && events.is_none() {
             return None;
         }
-        Some(Box::new(AuditTee {
-            file,
+        Some(AuditTee {
+            file: file.map(|file| AuditFileWriter::spawn(file, file_failed)),
             events,
-            file_failed,
-        }))
+        })
+    }
+
+    /// Appends `entry` to the file, then waits for room in the channel to offer it there.
+    pub(super) async fn record(&mut self, entry: AuditEntry) {
+        if let Some(file) = &self.file {
+            file.append(entry.bytes());
+        }
+        self.send(RunEvent::Audit(entry)).await;
+    }
+
+    /// Offers a line that is no record to the channel (not to the file).
+    pub(super) async fn unparsed(&mut self, line: Bytes) {
+        self.send(RunEvent::UnparsedLine(line)).await;
+    }
+
+    async fn send(&mut self, event: RunEvent) {
+        if let Some(events) = &self.events
+            && events.send(event).await.is_err()
+        {
+            // The follower has gone (a closed API stream); the file and the run go on.
+            self.events = None;
+        }
+    }
+
+    /// Lets go of the channel and waits until every record appended is in the file.
+    pub(super) async fn finish(self) {
+        drop(self.events);
+        if let Some(file) = self.file {
+            file.finish().await;
+        }
     }
 }
 
-impl Write for AuditTee {
-    /// Takes one whole line (the reader writes each record with one call).
-    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
-        if let Some(file) = &mut self.file
-            && let Err(error) = file.write_all(line)
-        {
-            tracing::error!(%error, "cannot append to the audit log; no further records are written there");
-            let _ = self.file_failed.set(error.to_string());
-            self.file = None;
+/// The `--audit-log` file written from a thread of its own, in the order records came, so
+/// a slow disk never blocks an async worker. Dropping it (or [`finish`](Self::finish))
+/// ends the thread once everything appended is written.
+struct AuditFileWriter {
+    lines: std::sync::mpsc::Sender<Bytes>,
+    /// Resolves when the thread has written its last line.
+    done: oneshot::Receiver<()>,
+}
+
+impl AuditFileWriter {
+    fn spawn(file: File, failed: Arc<OnceLock<String>>) -> AuditFileWriter {
+        let (lines, queued) = std::sync::mpsc::channel::<Bytes>();
+        let (finished, done) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("audit-log".to_string())
+            .spawn(move || {
+                write_lines(file, &queued, &failed);
+                let _ = finished.send(());
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start the audit log's writer; no records are written there");
         }
-        if let Some(events) = &self.events {
-            let record = line.strip_suffix(b"\n").unwrap_or(line);
-            let _ = events.send(RunEvent::Audit(Bytes::copy_from_slice(record)));
-        }
-        Ok(line.len())
+        AuditFileWriter { lines, done }
     }
 
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+    fn append(&self, line: &[u8]) {
+        let mut whole = Vec::with_capacity(line.len() + 1);
+        whole.extend_from_slice(line);
+        whole.push(b'\n');
+        // Gone only if the thread never started (said above).
+        let _ = self.lines.send(Bytes::from(whole));
+    }
+
+    async fn finish(self) {
+        drop(self.lines);
+        let _ = self.done.await;
+    }
+}
+
+/// Each line with one `write` on a file opened for appending, so concurrent runs appending
+/// to one file never interleave within a line. After the first error the rest is read and
+/// dropped, and why is kept for the outcome to say.
+fn write_lines(
+    mut file: File,
+    queued: &std::sync::mpsc::Receiver<Bytes>,
+    failed: &OnceLock<String>,
+) {
+    let mut writing = true;
+    for line in queued {
+        if writing && let Err(error) = file.write_all(&line) {
+            tracing::error!(%error, "cannot append to the audit log; no further records are written there");
+            let _ = failed.set(error.to_string());
+            writing = false;
+        }
     }
 }
 
@@ -79,45 +211,104 @@ impl Write for AuditTee {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_record_goes_to_the_file_and_the_channel_without_its_newline() {
+    fn entry(line: &str) -> AuditEntry {
+        AuditEntry::parse(Bytes::copy_from_slice(line.as_bytes())).unwrap()
+    }
+
+    const ATTEMPT: &str = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"dns","client":null,"host":"a.test","port":null,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"seq":0,"prev":"x"}"#;
+
+    #[tokio::test]
+    async fn a_record_goes_to_the_file_with_its_newline_and_to_the_channel_exactly() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let failed = Arc::default();
-        let mut sink = AuditTee::sink(
+        let mut tee = AuditTee::new(
             Some(File::create(&path).unwrap()),
             Some(tx),
             Arc::clone(&failed),
         )
         .unwrap();
-        sink.write_all(b"{\"a\":1}\n").unwrap();
-        drop(sink);
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\":1}\n");
+        tee.record(entry(ATTEMPT)).await;
+        tee.unparsed(Bytes::from_static(b"not json")).await;
+        tee.finish().await;
         assert_eq!(
-            rx.try_recv().unwrap(),
-            RunEvent::Audit(Bytes::from_static(b"{\"a\":1}"))
+            std::fs::read(&path).unwrap(),
+            format!("{ATTEMPT}\n").as_bytes()
         );
+        let Some(RunEvent::Audit(sent)) = rx.recv().await else {
+            panic!("an audit event")
+        };
+        assert_eq!(sent.bytes().as_ref(), ATTEMPT.as_bytes());
+        assert_eq!(sent.attempt().unwrap().host, "a.test");
+        assert_eq!(
+            rx.recv().await,
+            Some(RunEvent::UnparsedLine(Bytes::from_static(b"not json")))
+        );
+        assert_eq!(rx.recv().await, None, "the tee let go of the channel");
         assert!(failed.get().is_none());
-        assert!(AuditTee::sink(None, None, failed).is_none());
+        assert!(AuditTee::new(None, None, failed).is_none());
     }
 
     /// A full disk: the run goes on, and why the log is incomplete is kept for the outcome.
-    #[test]
-    fn a_file_that_cannot_be_written_is_dropped_and_why_is_kept() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    #[tokio::test]
+    async fn a_file_that_cannot_be_written_is_dropped_and_why_is_kept() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let failed = Arc::<OnceLock<String>>::default();
         let full = std::fs::OpenOptions::new()
             .append(true)
             .open("/dev/full")
             .unwrap();
-        let mut sink = AuditTee::sink(Some(full), Some(tx), Arc::clone(&failed)).unwrap();
-        sink.write_all(b"{\"a\":1}\n").unwrap();
-        sink.write_all(b"{\"a\":2}\n").unwrap();
+        let mut tee = AuditTee::new(Some(full), Some(tx), Arc::clone(&failed)).unwrap();
+        tee.record(entry(ATTEMPT)).await;
+        tee.record(entry(ATTEMPT)).await;
+        tee.finish().await;
         assert!(
             failed.get().unwrap().contains("No space left on device"),
             "{failed:?}"
         );
         assert!(rx.try_recv().is_ok() && rx.try_recv().is_ok());
+    }
+
+    /// The file keeps every record whatever the channel does: a receiver that went away
+    /// ends only the events.
+    #[tokio::test]
+    async fn a_receiver_that_went_away_leaves_the_file_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        drop(rx);
+        let mut tee =
+            AuditTee::new(Some(File::create(&path).unwrap()), Some(tx), Arc::default()).unwrap();
+        for _ in 0..3 {
+            tee.record(entry(ATTEMPT)).await;
+        }
+        tee.finish().await;
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{ATTEMPT}\n").repeat(3)
+        );
+    }
+
+    /// Every kind of line the proxy writes parses: attempts of each door, the limit line
+    /// and the end line, each with the chain's fields.
+    #[test]
+    fn every_kind_of_line_the_proxy_writes_parses() {
+        for kind in ["connect", "http", "dns", "tls", "tcp"] {
+            let line = ATTEMPT.replace(r#""kind":"dns""#, &format!(r#""kind":"{kind}""#));
+            assert!(entry(&line).attempt().is_some(), "{kind}");
+        }
+        let http = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"http","client":"10.0.0.3:5","host":"a.test","port":80,"decision":"allowed","reason":"rule","rule":"a.test","addr":"10.0.0.9:80","bytes_up":10,"bytes_down":20,"duration_ms":3,"method":"GET","path":"/","status":200,"credential":null,"seq":1,"prev":"x"}"#;
+        let record = entry(http);
+        let request = record.attempt().unwrap().request.as_ref().unwrap();
+        assert_eq!(
+            (request.method.as_str(), request.status),
+            ("GET", Some(200))
+        );
+        let limit = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"limit","reason":"audit_limit","limit":2,"seq":2,"prev":"x"}"#;
+        assert!(matches!(entry(limit).line(), AuditLine::Limit(_)));
+        let end = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"end","records":3,"dropped":1,"seq":3,"prev":"x"}"#;
+        assert!(matches!(entry(end).line(), AuditLine::End(_)));
+        assert!(AuditEntry::parse(Bytes::from_static(b"not json")).is_err());
     }
 }

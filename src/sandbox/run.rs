@@ -42,10 +42,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::audit_trail::{self, AuditSink, ProxyOutput};
+use tokio_util::task::AbortOnDropHandle;
+
+use super::audit_trail::{self, ProxyOutput};
 use super::container::gate_setup;
 use super::docker::StdinWriter;
-use super::events::{AuditTee, RunEvent};
+use super::events::{self, AuditTee, RunEvent};
 use super::gate_signal;
 use super::handle::Sandbox;
 use super::outcome::docker_step;
@@ -189,7 +191,7 @@ pub(crate) async fn run_parts(
     interrupt: impl Future<Output = Interruption>,
 ) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
     let audit_log_failed = Arc::default();
-    let audit_log = AuditTee::sink(
+    let audit_log = AuditTee::new(
         audit_file,
         sinks.events.clone(),
         Arc::clone(&audit_log_failed),
@@ -201,7 +203,11 @@ pub(crate) async fn run_parts(
             Err(error) => return (Err(error), None),
         },
     };
-    sinks.emit(RunEvent::Id(objects.names.id.clone()));
+    events::emit(
+        sinks.events.as_ref(),
+        RunEvent::Id(objects.names.id.clone()),
+    )
+    .await;
     let run = Run {
         sandbox,
         objects: &objects,
@@ -235,15 +241,6 @@ async fn forward_stdin(
     let _ = stdin.shutdown().await;
 }
 
-/// A spawned task that ends with its handle (a plain `JoinHandle` detaches on drop).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 struct Run<'a> {
     sandbox: &'a Sandbox,
     objects: &'a SlotObjects,
@@ -261,7 +258,7 @@ impl Run<'_> {
     async fn go<I>(
         &self,
         warm: Option<Slot>,
-        audit_log: Option<AuditSink>,
+        audit_log: Option<AuditTee>,
         sinks: OutputSinks,
         interrupt: &mut std::pin::Pin<&mut I>,
     ) -> Result<RunOutcome, RunError>
@@ -308,7 +305,9 @@ impl Run<'_> {
                 go.write_all(&gate_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::GoSignal { source })?;
-                forward_input = Some(AbortOnDrop(tokio::spawn(forward_stdin(input, go))));
+                forward_input = Some(AbortOnDropHandle::new(tokio::spawn(forward_stdin(
+                    input, go,
+                ))));
             }
             None => engine
                 .start_container(sandbox)
@@ -318,12 +317,10 @@ impl Run<'_> {
         let started = Instant::now();
         tracing::debug!("sandbox started");
         let events = sinks.events.clone();
-        let emit = |event| {
-            if let Some(events) = &events {
-                let _ = events.send(event);
-            }
-        };
-        emit(RunEvent::Started);
+        // Waits for room in the channel; the time limit runs from `started` whatever the
+        // wait.
+        let emit = |event| events::emit(events.as_ref(), event);
+        emit(RunEvent::Started).await;
         // The proxy is stopped as soon as the command is over, which the output stream's
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
@@ -358,14 +355,13 @@ impl Run<'_> {
             tokio::pin!(wait);
             let end = tokio::select! {
                 status = &mut wait => End::Exited(self.exit_status(status).await),
-                () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
+                () = tokio::time::sleep_until((started + self.spec.limits.timeout).into()) => End::Timeout,
                 signal = interrupt.as_mut() => End::Interrupted(signal),
                 () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
                 () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
             };
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
-            emit(RunEvent::Ended);
             if !matches!(end, End::Exited(_)) {
                 // First: the engine's kill waits until the sandbox's output is read.
                 run_over.cancel();
@@ -377,6 +373,8 @@ impl Run<'_> {
                 }
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
             }
+            // After the kill: a receiver that is behind must not hold it.
+            emit(RunEvent::Ended).await;
             command_over.notify_one();
             let (status, exit_code) = match end {
                 End::Exited(code) if code == 137 && self.oom_killed().await => {
