@@ -74,13 +74,32 @@ const OOM_EVENT_WAIT: Duration = Duration::from_millis(500);
 impl Sandbox {
     /// Runs `spec` to the end, relaying output and events into `sinks`. Every object the
     /// run created is removed before this returns.
+    ///
+    /// # Dropping the future
+    ///
+    /// A run future dropped before it resolves (in a `select!`, a `timeout`, an aborted
+    /// task) still removes every object the run created, from within the drop: **the
+    /// dropping thread blocks** until the containers and the network are removed —
+    /// normally well under a second, at most 60 s when a Docker create request is still
+    /// in flight or the engine does not answer. The removal runs on a thread of its own with
+    /// a fresh engine connection (the caller's runtime may be shutting down), so nothing
+    /// of the run outlives the process. On a multi-thread runtime the wait is made in
+    /// [`tokio::task::block_in_place`], so the worker's other tasks move to another
+    /// worker; on a current-thread runtime nothing else on it progresses meanwhile, and
+    /// creations still in flight are not waited for (the removal sweeps by the run's
+    /// label instead). Outside a runtime the dropping thread simply waits.
+    ///
+    /// To stop a run without blocking a thread, end it instead of dropping it:
+    /// [`run_until`](Self::run_until) with an `interrupt` that resolves, which kills the
+    /// command and removes everything asynchronously.
     pub async fn run(&self, spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
         self.run_until(spec, sinks, std::future::pending()).await
     }
 
     /// As [`run`](Self::run), but `interrupt` ending stops the run: the sandbox is killed,
     /// everything is removed, and the outcome says
-    /// [`RunStatus::Interrupted`].
+    /// [`RunStatus::Interrupted`]. Dropping this future blocks the dropping thread as
+    /// [`run`](Self::run#dropping-the-future) says.
     pub async fn run_until(
         &self,
         spec: RunSpec,
