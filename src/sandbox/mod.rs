@@ -2,11 +2,10 @@
 //! container, on a network of its own, removed again on every path.
 //!
 //! The public API is the [`Sandbox`] handle, [`RunSpec`] (built and checked by
-//! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] / [`AuditEntry`] for what a run
-//! sends back, and
-//! [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …; Docker's
-//! failures are [`DockerError`]). Modules that build Docker requests are crate-private, so
-//! no Docker client type is part of the API.
+//! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] / [`AuditEntry`] for what a run sends
+//! back, and [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …;
+//! Docker's failures are [`DockerError`]). Modules that build Docker requests are
+//! crate-private, so no Docker client type is part of the API.
 //!
 //! # Layout
 //!
