@@ -108,7 +108,7 @@ async fn embed() -> Result<(), Box<dyn std::error::Error>> {
     });
     let sinks = OutputSinks::new(tokio::io::stdout(), tokio::io::stderr()).with_events(events);
     let outcome = sandbox.run(spec, sinks).await?;
-    // The run dropped its event senders: the follower has seen every record.
+    // The channel closes once every event is delivered: the follower has seen them all.
     let records = follower.await?;
 
     println!(

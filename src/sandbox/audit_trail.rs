@@ -268,7 +268,7 @@ impl LineBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::events::RunEvent;
+    use crate::sandbox::events::{EventSender, RunEvent};
 
     #[test]
     fn proxy_diagnostics_show_what_the_sandbox_sent_as_visible_escapes() {
@@ -324,7 +324,11 @@ mod tests {
             .open(&path)
             .unwrap();
         let (events, mut received) = tokio::sync::mpsc::channel(4);
-        let tee = AuditTee::new(Some(file), Some(events), Default::default());
+        let tee = AuditTee::new(
+            Some(file),
+            Some(EventSender::new(events)),
+            Default::default(),
+        );
         let mut output = spawn_reader(frames, tee);
         assert_eq!(
             (&mut output.ready).await.unwrap().unwrap().ca.as_deref(),
@@ -356,7 +360,7 @@ mod tests {
         let frames = futures_util::stream::pending::<Result<LogOutput, bollard::errors::Error>>();
         let output = spawn_reader(
             frames,
-            AuditTee::new(None, Some(events), Default::default()),
+            AuditTee::new(None, Some(EventSender::new(events)), Default::default()),
         );
         drop(output);
         let closed = tokio::time::timeout(std::time::Duration::from_secs(30), received.recv());

@@ -6,17 +6,22 @@
 //!
 //! Events go into a bounded [`tokio::sync::mpsc::Sender`] whose capacity the caller picks
 //! ([`OutputSinks::with_events`](super::OutputSinks::with_events)). No event is ever dropped
-//! for want of room: when the channel is full, the run waits for the receiver. A receiver
-//! that falls behind holds the run's reading of the proxy's audit stream (the proxy's
-//! output then waits in the engine, and the proxy's writer behind it), as a slow reader of
-//! the command's output slows the command. The `--audit-log` file does not depend on the
-//! channel: each record is handed to the file's writer before it is offered to the channel,
-//! and a receiver that is dropped only ends the events, not the file or the run.
+//! for want of room:
 //!
-//! So a receiver must keep reading until the channel closes (the run drops its last sender
-//! when it returns): one that stops reading altogether holds the run's audit stream until
-//! the proxy's stop deadline, when the proxy is removed and records it had not yet written
-//! are lost — to the file as well.
+//! - While the command runs, a full channel makes the run wait for the receiver: the run's
+//!   reading of the proxy's audit stream pauses (the proxy's output then waits in the
+//!   engine), as a slow reader of the command's output slows the command. The time limit
+//!   and interrupts hold all the same.
+//! - Once the command is over, nothing waits for the receiver: `Ended` and the records the
+//!   proxy writes at its stop are queued in order and delivered as room comes, by a task
+//!   that holds the channel open until the last one is in. So a slow receiver never holds
+//!   the run's end, its audit file or its outcome; the queue is the tail of one run's
+//!   records (at most its audit limit).
+//!
+//! The `--audit-log` file does not depend on the channel: each record is handed to the
+//! file's writer thread before it is offered to the channel, and a receiver that is dropped
+//! only ends the events. A receiver sees every event by reading until the channel closes,
+//! which may be a little after the run's future has resolved.
 
 use std::fs::File;
 use std::io::Write;
@@ -27,8 +32,9 @@ use bytes::Bytes;
 /// proxy crate.
 pub use egress_proxy::audit::{AuditLine, AuditRecord, EndRecord, Kind, LimitRecord, Outcome};
 pub use egress_proxy::policy::Reason;
-use tokio::sync::mpsc::Sender;
+use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 /// One step of a run, in order: `Id`, then (if set-up succeeds) `Started`, any number of
 /// `Audit` (and `UnparsedLine`), `Ended`, and possibly more `Audit` (records the proxy
@@ -51,11 +57,58 @@ pub enum RunEvent {
     Ended,
 }
 
-/// Sends `event`, waiting for room in the channel. The follower may have gone (a closed API
-/// stream): the run goes on.
-pub(super) async fn emit(events: Option<&Sender<RunEvent>>, event: RunEvent) {
-    if let Some(events) = events {
-        let _ = events.send(event).await;
+/// The run's side of the event channel: while the command runs, a send waits for room;
+/// once [`stop_waiting`](Self::stop_waiting) is called (the command is over), nothing
+/// waits any more: each event is queued, in order, for a task that delivers them as room
+/// comes, holding the channel open until the last one is delivered.
+#[derive(Clone)]
+pub(crate) struct EventSender {
+    events: Sender<RunEvent>,
+    no_more_waiting: CancellationToken,
+    /// The events sent after `no_more_waiting`, for `deliver_tail`.
+    tail: UnboundedSender<RunEvent>,
+}
+
+impl EventSender {
+    pub(crate) fn new(events: Sender<RunEvent>) -> EventSender {
+        let (tail, queued) = unbounded_channel();
+        tokio::spawn(deliver_tail(queued, events.clone()));
+        EventSender {
+            events,
+            no_more_waiting: CancellationToken::new(),
+            tail,
+        }
+    }
+
+    /// Sends `event`; `false` when the receiver has gone (the run goes on without it).
+    pub(crate) async fn send(&self, event: RunEvent) -> bool {
+        let permit = tokio::select! {
+            biased;
+            permit = self.events.reserve() => permit,
+            () = self.no_more_waiting.cancelled() => return self.tail.send(event).is_ok(),
+        };
+        match permit {
+            Ok(permit) => {
+                permit.send(event);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// From now on no send waits for the receiver.
+    pub(crate) fn stop_waiting(&self) {
+        self.no_more_waiting.cancel();
+    }
+}
+
+/// Delivers the events queued after the run stopped waiting, in order, until the queue's
+/// senders are gone and it is empty, or the receiver has gone.
+async fn deliver_tail(mut queued: UnboundedReceiver<RunEvent>, events: Sender<RunEvent>) {
+    while let Some(event) = queued.recv().await {
+        if events.send(event).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -99,7 +152,7 @@ impl AuditEntry {
 /// and/or the event channel.
 pub(crate) struct AuditTee {
     file: Option<AuditFileWriter>,
-    events: Option<Sender<RunEvent>>,
+    events: Option<EventSender>,
 }
 
 impl AuditTee {
@@ -107,7 +160,7 @@ impl AuditTee {
     /// `file_failed`.
     pub(super) fn new(
         file: Option<File>,
-        events: Option<Sender<RunEvent>>,
+        events: Option<EventSender>,
         file_failed: Arc<OnceLock<String>>,
     ) -> Option<AuditTee> {
         if file.is_none() && events.is_none() {
@@ -134,7 +187,7 @@ impl AuditTee {
 
     async fn send(&mut self, event: RunEvent) {
         if let Some(events) = &self.events
-            && events.send(event).await.is_err()
+            && !events.send(event).await
         {
             // The follower has gone (a closed API stream); the file and the run go on.
             self.events = None;
@@ -225,7 +278,7 @@ mod tests {
         let failed = Arc::default();
         let mut tee = AuditTee::new(
             Some(File::create(&path).unwrap()),
-            Some(tx),
+            Some(EventSender::new(tx)),
             Arc::clone(&failed),
         )
         .unwrap();
@@ -259,7 +312,8 @@ mod tests {
             .append(true)
             .open("/dev/full")
             .unwrap();
-        let mut tee = AuditTee::new(Some(full), Some(tx), Arc::clone(&failed)).unwrap();
+        let mut tee =
+            AuditTee::new(Some(full), Some(EventSender::new(tx)), Arc::clone(&failed)).unwrap();
         tee.record(entry(ATTEMPT)).await;
         tee.record(entry(ATTEMPT)).await;
         tee.finish().await;
@@ -278,8 +332,12 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         drop(rx);
-        let mut tee =
-            AuditTee::new(Some(File::create(&path).unwrap()), Some(tx), Arc::default()).unwrap();
+        let mut tee = AuditTee::new(
+            Some(File::create(&path).unwrap()),
+            Some(EventSender::new(tx)),
+            Arc::default(),
+        )
+        .unwrap();
         for _ in 0..3 {
             tee.record(entry(ATTEMPT)).await;
         }
@@ -288,6 +346,44 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             format!("{ATTEMPT}\n").repeat(3)
         );
+    }
+
+    /// While the command runs a full channel holds the sender; once the run stops waiting,
+    /// sends return at once and every event still arrives, in order, before the channel
+    /// closes.
+    #[tokio::test]
+    async fn a_full_channel_holds_the_run_until_it_stops_waiting_and_nothing_is_lost() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let events = EventSender::new(tx);
+        assert!(events.send(RunEvent::Started).await);
+        {
+            let waiting = events.send(RunEvent::Ended);
+            tokio::pin!(waiting);
+            assert!(
+                futures_util::poll!(waiting.as_mut()).is_pending(),
+                "a full channel waits"
+            );
+            events.stop_waiting();
+            assert!(waiting.await);
+        }
+        for n in 0..100 {
+            assert!(events.send(RunEvent::Id(n.to_string())).await);
+        }
+        drop(events);
+        let mut received = Vec::new();
+        while let Some(event) = rx.recv().await {
+            received.push(event);
+        }
+        let mut expected = vec![RunEvent::Started, RunEvent::Ended];
+        expected.extend((0..100).map(|n| RunEvent::Id(n.to_string())));
+        assert_eq!(received, expected);
+    }
+
+    #[tokio::test]
+    async fn a_receiver_that_went_away_is_said() {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        drop(rx);
+        assert!(!EventSender::new(tx).send(RunEvent::Started).await);
     }
 
     /// Every kind of line the proxy writes parses: attempts of each door, the limit line

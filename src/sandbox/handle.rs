@@ -56,7 +56,7 @@ pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
 /// let outcome = sandbox
 ///     .run(spec, OutputSinks::stdio().with_events(events))
 ///     .await?;
-/// let refused = follower.await?; // the run dropped its senders: every event was seen
+/// let refused = follower.await?; // ends once every event is delivered
 /// if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
 ///     for group in &outcome.blocked {
 ///         tracing::warn!("refused: {}", group.describe());

@@ -26,7 +26,8 @@ pub struct OutputSinks {
     /// EOF at once. Needs a local engine (the gate's attached stdin); ignored otherwise.
     pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
     /// Receives the run's id, its start and end, and each audit record as it comes; a
-    /// full channel makes the run wait (see [`with_events`](Self::with_events)).
+    /// full channel makes a running command's run wait (see
+    /// [`with_events`](Self::with_events)).
     pub events: Option<tokio::sync::mpsc::Sender<super::events::RunEvent>>,
     /// A write refused as a broken pipe (the reader went away) ends the run
     /// ([`Interruption::OutputClosed`](super::Interruption::OutputClosed)); otherwise the
@@ -65,11 +66,12 @@ impl OutputSinks {
     /// (`tokio::sync::mpsc::channel(capacity)`; a few hundred events absorb a burst of
     /// DNS records).
     ///
-    /// No event is dropped: when the channel is full the run waits for the receiver, so
-    /// a slow receiver slows the run's audit stream, never grows memory. The receiver must
-    /// read until the channel closes (when the run returns); a dropped receiver only ends
-    /// the events. The `--audit-log` file is written whatever the channel does. See
-    /// [`events`](super::events#backpressure) for what a receiver that stops reading costs.
+    /// No event is dropped: while the command runs a full channel makes the run wait for
+    /// the receiver, so a slow receiver slows the run's audit stream, never grows memory;
+    /// once the command is over nothing waits, and the last events are delivered, in order,
+    /// as room comes. The receiver reads until the channel closes; a dropped receiver only
+    /// ends the events. The `--audit-log` file is written whatever the channel does. See
+    /// [`events`](super::events#backpressure).
     pub fn with_events(
         mut self,
         events: tokio::sync::mpsc::Sender<super::events::RunEvent>,

@@ -47,7 +47,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::audit_trail::{self, ProxyOutput};
 use super::container::gate_setup;
 use super::docker::StdinWriter;
-use super::events::{self, AuditTee, RunEvent};
+use super::events::{AuditTee, EventSender, RunEvent};
 use super::gate_signal;
 use super::handle::Sandbox;
 use super::outcome::docker_step;
@@ -206,15 +206,12 @@ pub(crate) async fn run_parts(
     warm: Option<(SlotObjects, Slot)>,
     spec: &RunSpec,
     audit_file: Option<std::fs::File>,
-    sinks: OutputSinks,
+    mut sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
+    let events = sinks.events.take().map(EventSender::new);
     let audit_log_failed = Arc::default();
-    let audit_log = AuditTee::new(
-        audit_file,
-        sinks.events.clone(),
-        Arc::clone(&audit_log_failed),
-    );
+    let audit_log = AuditTee::new(audit_file, events.clone(), Arc::clone(&audit_log_failed));
     let (objects, slot) = match warm {
         Some((objects, slot)) => (objects, Some(slot)),
         None => match cold_objects(sandbox, spec).await {
@@ -222,18 +219,16 @@ pub(crate) async fn run_parts(
             Err(error) => return (Err(error), None),
         },
     };
-    events::emit(
-        sinks.events.as_ref(),
-        RunEvent::Id(objects.names.id.clone()),
-    )
-    .await;
+    if let Some(events) = &events {
+        events.send(RunEvent::Id(objects.names.id.clone())).await;
+    }
     let run = Run {
         sandbox,
         objects: &objects,
         spec,
     };
     tokio::pin!(interrupt);
-    let mut result = run.go(slot, audit_log, sinks, &mut interrupt).await;
+    let mut result = run.go(slot, audit_log, sinks, events, &mut interrupt).await;
     if let Ok(outcome) = &mut result {
         outcome.audit_log_error = audit_log_failed.get().cloned();
     }
@@ -279,6 +274,7 @@ impl Run<'_> {
         warm: Option<Slot>,
         audit_log: Option<AuditTee>,
         sinks: OutputSinks,
+        events: Option<EventSender>,
         interrupt: &mut std::pin::Pin<&mut I>,
     ) -> Result<RunOutcome, RunError>
     where
@@ -335,11 +331,14 @@ impl Run<'_> {
         }
         let started = Instant::now();
         tracing::debug!("sandbox started");
-        let events = sinks.events.clone();
-        // Waits for room in the channel; the time limit runs from `started` whatever the
-        // wait.
-        let emit = |event| events::emit(events.as_ref(), event);
-        emit(RunEvent::Started).await;
+        let emit = |event| {
+            let events = events.clone();
+            async move {
+                if let Some(events) = events {
+                    events.send(event).await;
+                }
+            }
+        };
         // The proxy is stopped as soon as the command is over, which the output stream's
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
@@ -372,13 +371,22 @@ impl Run<'_> {
         let sandbox_side = async {
             let wait = engine.wait_container(sandbox);
             tokio::pin!(wait);
-            let end = tokio::select! {
-                status = &mut wait => End::Exited(self.exit_status(status).await),
-                () = tokio::time::sleep_until((started + self.spec.limits.timeout).into()) => End::Timeout,
-                signal = interrupt.as_mut() => End::Interrupted(signal),
-                () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
-                () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
+            let run_end = async {
+                let end = tokio::select! {
+                    status = &mut wait => End::Exited(self.exit_status(status).await),
+                    () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
+                    signal = interrupt.as_mut() => End::Interrupted(signal),
+                    () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
+                    () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
+                };
+                // The run's end never waits for a receiver that is behind (`events`).
+                if let Some(events) = &events {
+                    events.stop_waiting();
+                }
+                end
             };
+            // Alongside: a receiver that is behind must not hold the time limit.
+            let ((), end) = tokio::join!(emit(RunEvent::Started), run_end);
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
             if !matches!(end, End::Exited(_)) {
@@ -392,7 +400,6 @@ impl Run<'_> {
                 }
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
             }
-            // After the kill: a receiver that is behind must not hold it.
             emit(RunEvent::Ended).await;
             command_over.notify_one();
             let (status, exit_code) = match end {

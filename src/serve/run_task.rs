@@ -23,8 +23,8 @@ use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
 
 /// Lines of the event stream the daemon holds for a client that has not read them yet.
 const STREAM_LINES: usize = 64;
-/// Run events waiting for the stream: a client that reads slowly slows the run's audit
-/// stream (`sandbox::events`), never grows the daemon's memory.
+/// Run events waiting for the stream: a client that reads slowly slows a running
+/// command's audit stream (`sandbox::events`), never grows the daemon's memory.
 const RUN_EVENTS: usize = 256;
 /// How long the run's last lines (audit records, then `exit`) may wait for a client that
 /// does not read, once the run is over; then the stream is cut and the objects removed.
@@ -184,8 +184,9 @@ async fn run(
     shared.metrics.run_start(warm.is_some());
     let (result, leftovers) =
         crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
-    // Every sender of run events is gone with the run: the follower has seen them all. Not
-    // waited for without a bound: teardown must never hang on it.
+    // The follower sees every event once the run's last ones are delivered (after the
+    // command, nothing waits for it). Not waited for without a bound: teardown must never
+    // hang on it.
     let last_lines_by = tokio::time::Instant::now() + LAST_LINES_WAIT;
     let mut follower = follower;
     let run_id = match tokio::time::timeout_at(last_lines_by, &mut follower).await {
