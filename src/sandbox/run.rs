@@ -98,8 +98,8 @@ impl Sandbox {
 
     /// As [`run`](Self::run), but `interrupt` ending stops the run: the sandbox is killed,
     /// everything is removed, and the outcome says
-    /// [`RunStatus::Interrupted`]. Dropping this future blocks the dropping thread as
-    /// [`run`](Self::run#dropping-the-future) says.
+    /// [`RunStatus::Interrupted`]. Dropping this future blocks the dropping thread, as
+    /// the "Dropping the future" section of [`run`](Self::run) says.
     pub async fn run_until(
         &self,
         spec: RunSpec,
