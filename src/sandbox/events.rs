@@ -82,6 +82,10 @@ impl EventSender {
 
     /// Sends `event`; `false` when the receiver has gone (the run goes on without it).
     pub(crate) async fn send(&self, event: RunEvent) -> bool {
+        // Once queueing, always: a later event must not overtake one still in the queue.
+        if self.no_more_waiting.is_cancelled() {
+            return self.tail.send(event).is_ok();
+        }
         let permit = tokio::select! {
             biased;
             permit = self.events.reserve() => permit,
@@ -369,13 +373,16 @@ mod tests {
         for n in 0..100 {
             assert!(events.send(RunEvent::Id(n.to_string())).await);
         }
+        let mut received = vec![rx.recv().await.unwrap()];
+        // Room again, but the queue still holds events: this one waits its turn.
+        assert!(events.send(RunEvent::Id("last".to_string())).await);
         drop(events);
-        let mut received = Vec::new();
         while let Some(event) = rx.recv().await {
             received.push(event);
         }
         let mut expected = vec![RunEvent::Started, RunEvent::Ended];
         expected.extend((0..100).map(|n| RunEvent::Id(n.to_string())));
+        expected.push(RunEvent::Id("last".to_string()));
         assert_eq!(received, expected);
     }
 
