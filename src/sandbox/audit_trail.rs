@@ -3,7 +3,7 @@
 //!
 //! The host cannot reach the run network (by design), so this attach stream is the only
 //! channel from the proxy to us. Lines go to `--audit-log` and the run's events verbatim
-//! as they come (the chain's hashes cover their exact bytes; [`AuditTee`]). Attempts are
+//! as they come (the chain's hashes cover their exact bytes; `AuditTee`). Attempts are
 //! counted for the summary and report; the run's `end` line gives the report its
 //! `audit_head`.
 
@@ -13,8 +13,9 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::audit_tee::AuditTee;
 use super::docker::LogOutput;
-use super::events::{AuditEntry, AuditTee};
+use super::events::AuditEntry;
 use super::tally::AuditTally;
 
 /// A line longer than this is not a record the proxy writes; it is dropped.

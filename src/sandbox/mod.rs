@@ -25,7 +25,9 @@
 //! - `container`: the proxy and sandbox containers as create requests, hardened.
 //! - [`events`]: what a caller following a run live receives ([`events::RunEvent`], each
 //!   audit line parsed as an [`events::AuditEntry`]), through a bounded channel whose
-//!   backpressure it documents; the host's `--audit-log` file, written from a thread.
+//!   backpressure it documents.
+//! - `audit_tee`: the host's audit writer — each line to the `--audit-log` file (from a
+//!   thread) and to the run's events.
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - `audit_trail`: the proxy's ready line and audit records, read through attach.
 //! - `task_files`: files handed to a run, written under /task by the gate.
@@ -48,6 +50,7 @@
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
 
+pub(crate) mod audit_tee;
 pub(crate) mod audit_trail;
 pub(crate) mod container;
 pub(crate) mod credentials;

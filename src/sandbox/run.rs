@@ -44,10 +44,11 @@ use std::time::{Duration, Instant};
 
 use tokio_util::task::AbortOnDropHandle;
 
+use super::audit_tee::AuditTee;
 use super::audit_trail::{self, ProxyOutput};
 use super::container::gate_setup;
 use super::docker::StdinWriter;
-use super::events::{AuditTee, EventSender, RunEvent};
+use super::events::{EventSender, RunEvent};
 use super::gate_signal;
 use super::handle::Sandbox;
 use super::outcome::docker_step;

@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, EndpointSettings};
 
+use super::audit_tee::AuditTee;
 use super::audit_trail::{self, ProxyOutput};
 use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, ImageFacts, OutputFrames, StdinWriter};
-use super::events::AuditTee;
 use super::handle::Sandbox;
 use super::images;
 use super::labels::{Owner, RunNames, random_hostname};
