@@ -13,12 +13,13 @@
 //!
 //! (or set `EGRESS_SANDBOX_BINARY` instead of the argument). The command tries a host the
 //! policy does not allow: the proxy refuses it, so nothing leaves the machine, and the
-//! refusal comes back as an audit record. Exits non-zero if the run does not go as
-//! expected (CI runs it).
+//! refusal comes back as a typed audit record, its decision and reason read as fields.
+//! Exits non-zero if the run does not go as expected (CI runs it).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use egress_sandbox::sandbox::events::{AuditRecord, Outcome, Reason};
 use egress_sandbox::sandbox::watchdog::Watchdog;
 use egress_sandbox::sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
 
@@ -71,16 +72,35 @@ async fn embed() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
 
     // The run's events (its id, start, end and each audit record) arrive while it runs.
-    let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+    // The channel is bounded: a full one makes the run wait, so it is read as it fills.
+    let (events, mut received) = tokio::sync::mpsc::channel(64);
     let follower = tokio::spawn(async move {
-        let mut records = Vec::new();
+        let mut records: Vec<AuditRecord> = Vec::new();
         while let Some(event) = received.recv().await {
             match event {
                 RunEvent::Id(id) => eprintln!("embed: run {id}"),
-                RunEvent::Audit(record) => {
-                    println!("embed: audit record: {}", String::from_utf8_lossy(&record));
-                    records.push(record);
-                }
+                RunEvent::Audit(entry) => match entry.attempt() {
+                    Some(record) => {
+                        println!(
+                            "embed: audit record: {:?} {}:{} {} ({})",
+                            record.kind,
+                            record.host,
+                            record.port.map_or("-".to_string(), |port| port.to_string()),
+                            record.decision.as_str(),
+                            record.reason.as_str(),
+                        );
+                        records.push(record.clone());
+                    }
+                    // The chain's `limit` and `end` lines: no attempt.
+                    None => println!(
+                        "embed: audit line: {}",
+                        String::from_utf8_lossy(entry.bytes())
+                    ),
+                },
+                RunEvent::UnparsedLine(line) => eprintln!(
+                    "embed: the proxy wrote a line that is no record: {}",
+                    String::from_utf8_lossy(&line)
+                ),
                 _ => {}
             }
         }
@@ -88,11 +108,11 @@ async fn embed() -> Result<(), Box<dyn std::error::Error>> {
     });
     let sinks = OutputSinks::new(tokio::io::stdout(), tokio::io::stderr()).with_events(events);
     let outcome = sandbox.run(spec, sinks).await?;
-    // The run dropped its event senders: the follower has seen every record.
+    // The channel closes once every event is delivered: the follower has seen them all.
     let records = follower.await?;
 
     println!(
-        "embed: run {} ended {:?}, exit {}, policy {}, {} attempts ({} blocked), {} audit records",
+        "embed: run {} ended {:?}, exit {}, policy {}, {} attempts ({} blocked), {} attempt records",
         outcome.run_id,
         outcome.status,
         outcome.exit_code,
@@ -113,8 +133,9 @@ async fn embed() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let refusal_recorded = records.iter().any(|record| {
-        let text = String::from_utf8_lossy(record);
-        text.contains("not-allowed.example.net") && text.contains("\"blocked\"")
+        record.host == "not-allowed.example.net"
+            && record.decision == Outcome::Blocked
+            && record.reason == Reason::NotAllowed
     });
     if outcome.attempts.blocked == 0 || !refusal_recorded {
         return Err("the refused request is missing from the audit records".into());

@@ -31,6 +31,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio::sync::Semaphore;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::sandbox::Interruption;
 use crate::serve::client::{Client, ClientError};
@@ -95,7 +96,7 @@ impl McpServer {
             let peer = context.peer.clone();
             let started = Instant::now();
             let gathered = gathered.clone();
-            AbortOnDrop(tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(PROGRESS_EVERY);
                 ticks.tick().await;
                 loop {
@@ -165,15 +166,6 @@ impl McpServer {
     /// Whether a 503 is the daemon stopping (not worth asking again) rather than busy.
     fn client_is_stopping(&self, result: &Result<(), ClientError>) -> bool {
         matches!(result, Err(ClientError::Refused { refusal, .. }) if refusal.error.contains("stopping"))
-    }
-}
-
-/// A task that ends with its handle.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -2,21 +2,20 @@
 //! line on stdout; diagnostics on stderr.
 //!
 //! The host cannot reach the run network (by design), so this attach stream is the only
-//! channel from the proxy to us. Lines are appended to `--audit-log` verbatim as they come
-//! (the chain's hashes cover their exact bytes), each with one `write` on a file opened for
-//! appending, so concurrent runs appending to one file never interleave within a line and
-//! each keeps its own chain. Attempts are counted for the summary and report; the run's
-//! `end` line gives the report its `audit_head`.
+//! channel from the proxy to us. Lines go to `--audit-log` and the run's events verbatim
+//! as they come (the chain's hashes cover their exact bytes; `AuditTee`). Attempts are
+//! counted for the summary and report; the run's `end` line gives the report its
+//! `audit_head`.
 
-use std::io::Write;
-
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use egress_proxy::audit::{AuditLine, sha256_hex};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::audit_tee::AuditTee;
 use super::docker::LogOutput;
+use super::events::AuditEntry;
 use super::tally::AuditTally;
 
 /// A line longer than this is not a record the proxy writes; it is dropped.
@@ -63,11 +62,7 @@ pub struct ProxyRecords {
     pub head: Option<String>,
 }
 
-/// Where each record line goes as it comes (the `--audit-log` file, the daemon's stream):
-/// one `write` per line with its newline.
-pub type AuditSink = Box<dyn Write + Send>;
-
-pub fn spawn_reader<S>(frames: S, audit_log: Option<AuditSink>) -> ProxyOutput
+pub(super) fn spawn_reader<S>(frames: S, audit_log: Option<AuditTee>) -> ProxyOutput
 where
     S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send + Unpin + 'static,
 {
@@ -78,14 +73,14 @@ where
 
 struct Reader {
     ready: Option<oneshot::Sender<Result<Ready, NotReady>>>,
-    audit_log: Option<AuditSink>,
+    audit_log: Option<AuditTee>,
     records: ProxyRecords,
     stderr_tail: Vec<u8>,
 }
 
 async fn read<S>(
     mut frames: S,
-    audit_log: Option<AuditSink>,
+    audit_log: Option<AuditTee>,
     ready: oneshot::Sender<Result<Ready, NotReady>>,
 ) -> ProxyRecords
 where
@@ -103,7 +98,7 @@ where
         match frame {
             Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
                 for line in stdout.push(&message) {
-                    reader.stdout_line(&line);
+                    reader.stdout_line(line).await;
                 }
             }
             Ok(LogOutput::StdErr { message }) => {
@@ -123,7 +118,7 @@ where
         }
     }
     if let Some(line) = stdout.finish() {
-        reader.stdout_line(&line);
+        reader.stdout_line(line).await;
     }
     if let Some(ready) = reader.ready.take() {
         let said = String::from_utf8_lossy(&reader.stderr_tail)
@@ -136,16 +131,19 @@ where
         };
         let _ = ready.send(Err(NotReady { detail }));
     }
+    if let Some(audit_log) = reader.audit_log.take() {
+        audit_log.finish().await;
+    }
     reader.records
 }
 
 impl Reader {
-    fn stdout_line(&mut self, line: &[u8]) {
+    async fn stdout_line(&mut self, line: Vec<u8>) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
         if let Some(ready) = self.ready.take() {
-            if let Some(said) = ready_line(line) {
+            if let Some(said) = ready_line(&line) {
                 let _ = ready.send(Ok(said));
                 return;
             }
@@ -153,35 +151,35 @@ impl Reader {
             self.ready = Some(ready);
             tracing::warn!(
                 "proxy printed before it was ready: {}",
-                shown(&String::from_utf8_lossy(line))
+                shown(&String::from_utf8_lossy(&line))
             );
             return;
         }
-        match AuditLine::parse(line) {
-            Ok(parsed) => {
-                match parsed {
-                    AuditLine::Attempt(record) => self.records.tally.add(&record),
+        let line = Bytes::from(line);
+        match AuditEntry::parse(line.clone()) {
+            Ok(entry) => {
+                match entry.line() {
+                    AuditLine::Attempt(record) => self.records.tally.add(record),
                     AuditLine::Limit(_) => self.records.tally.add_limit(),
                     AuditLine::End(end) => {
-                        self.records.head = Some(sha256_hex(line));
+                        self.records.head = Some(sha256_hex(entry.bytes()));
                         self.records.tally.add_end(end.records, end.dropped);
                     }
                 }
-                if let Some(file) = &mut self.audit_log {
-                    let mut whole = Vec::with_capacity(line.len() + 1);
-                    whole.extend_from_slice(line);
-                    whole.push(b'\n');
-                    if let Err(error) = file.write_all(&whole) {
-                        tracing::error!(%error, "cannot append to the audit log; no further records are written there");
-                        self.audit_log = None;
-                    }
+                if let Some(audit_log) = &mut self.audit_log {
+                    audit_log.record(entry).await;
                 }
             }
-            Err(error) => tracing::warn!(
-                "proxy printed a line that is not an audit record ({}): {}",
-                shown(&error.to_string()),
-                shown(&String::from_utf8_lossy(line))
-            ),
+            Err(error) => {
+                tracing::warn!(
+                    "proxy printed a line that is not an audit record ({}): {}",
+                    shown(&error.to_string()),
+                    shown(&String::from_utf8_lossy(&line))
+                );
+                if let Some(audit_log) = &mut self.audit_log {
+                    audit_log.unparsed(line).await;
+                }
+            }
         }
     }
 
@@ -271,7 +269,7 @@ impl LineBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
+    use crate::sandbox::events::{EventSender, RunEvent};
 
     #[test]
     fn proxy_diagnostics_show_what_the_sandbox_sent_as_visible_escapes() {
@@ -326,47 +324,48 @@ mod tests {
             .append(true)
             .open(&path)
             .unwrap();
-        let mut output = spawn_reader(frames, Some(Box::new(file)));
+        let (events, mut received) = tokio::sync::mpsc::channel(4);
+        let tee = AuditTee::new(
+            Some(file),
+            Some(EventSender::new(events)),
+            Default::default(),
+        );
+        let mut output = spawn_reader(frames, tee);
         assert_eq!(
             (&mut output.ready).await.unwrap().unwrap().ca.as_deref(),
             Some("PEM")
         );
         let records = (&mut output.records).await.unwrap();
         assert_eq!(records.tally.attempts.blocked, 1);
+        // The file is complete once the reader has ended.
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             format!("{record}\n")
         );
+        let Some(RunEvent::Audit(entry)) = received.recv().await else {
+            panic!("an audit event")
+        };
+        assert_eq!(entry.bytes().as_ref(), record.as_bytes());
+        assert_eq!(
+            received.recv().await,
+            Some(RunEvent::UnparsedLine(Bytes::from_static(b"not json")))
+        );
+        assert_eq!(received.recv().await, None);
     }
 
     #[tokio::test]
     async fn dropping_the_handles_stops_the_reader_and_lets_go_of_its_sink() {
-        /// A sink that says when it is dropped (the daemon's holds the run's event stream).
-        struct Watched(Option<oneshot::Sender<()>>);
-        impl Write for Watched {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        impl Drop for Watched {
-            fn drop(&mut self) {
-                if let Some(dropped) = self.0.take() {
-                    let _ = dropped.send(());
-                }
-            }
-        }
-        let (dropped, sink_gone) = oneshot::channel();
+        // The daemon's sink holds the run's event stream: it must close.
+        let (events, mut received) = tokio::sync::mpsc::channel(1);
         // A proxy that never writes another byte and never stops.
         let frames = futures_util::stream::pending::<Result<LogOutput, bollard::errors::Error>>();
-        let output = spawn_reader(frames, Some(Box::new(Watched(Some(dropped)))));
+        let output = spawn_reader(
+            frames,
+            AuditTee::new(None, Some(EventSender::new(events)), Default::default()),
+        );
         drop(output);
-        tokio::time::timeout(std::time::Duration::from_secs(30), sink_gone)
-            .await
-            .expect("the reader let go of its sink")
-            .unwrap();
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(30), received.recv());
+        assert_eq!(closed.await.expect("the reader let go of its sink"), None);
     }
 
     #[tokio::test]

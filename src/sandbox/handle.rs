@@ -27,6 +27,7 @@ pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
 ///
 /// ```no_run
 /// use std::time::Duration;
+/// use egress_sandbox::sandbox::events::Outcome;
 /// use egress_sandbox::sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
 ///
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -38,20 +39,29 @@ pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
 ///     .allow("api.openai.com")
 ///     .timeout(Duration::from_secs(20))
 ///     .build()?; // policies and limits checked here, before Docker is touched
-/// let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+/// // A bounded channel: a full one makes the run wait, so it is read while the run goes on.
+/// let (events, mut received) = tokio::sync::mpsc::channel(64);
+/// let follower = tokio::spawn(async move {
+///     let mut refused = Vec::new(); // the hosts the proxy refused, from typed records
+///     while let Some(event) = received.recv().await {
+///         if let RunEvent::Audit(entry) = event
+///             && let Some(record) = entry.attempt()
+///             && record.decision == Outcome::Blocked
+///         {
+///             refused.push(record.host.clone());
+///         }
+///     }
+///     refused
+/// });
 /// let outcome = sandbox
 ///     .run(spec, OutputSinks::stdio().with_events(events))
 ///     .await?;
-/// let mut records = Vec::new(); // the proxy's audit lines, as JSON text
-/// while let Ok(event) = received.try_recv() {
-///     if let RunEvent::Audit(record) = event {
-///         records.push(record);
-///     }
-/// }
+/// let refused = follower.await?; // ends once every event is delivered
 /// if outcome.status == RunStatus::Exited && outcome.attempts.blocked > 0 {
 ///     for group in &outcome.blocked {
 ///         tracing::warn!("refused: {}", group.describe());
 ///     }
+///     tracing::warn!("the proxy refused {}", refused.join(", "));
 /// }
 /// # Ok(())
 /// # }

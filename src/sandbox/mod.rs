@@ -2,10 +2,10 @@
 //! container, on a network of its own, removed again on every path.
 //!
 //! The public API is the [`Sandbox`] handle, [`RunSpec`] (built and checked by
-//! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] for what a run sends back, and
-//! [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …; Docker's
-//! failures are [`DockerError`]). Modules that build Docker requests are crate-private, so
-//! no Docker client type is part of the API.
+//! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] / [`AuditEntry`] for what a run sends
+//! back, and [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …;
+//! Docker's failures are [`DockerError`]). Modules that build Docker requests are
+//! crate-private, so no Docker client type is part of the API.
 //!
 //! # Layout
 //!
@@ -23,7 +23,11 @@
 //! - `network`: the per-run internal network of remote engines (own /29, no host address)
 //!   and the shared egress network.
 //! - `container`: the proxy and sandbox containers as create requests, hardened.
-//! - [`events`]: what a caller following a run live receives ([`events::RunEvent`]).
+//! - [`events`]: what a caller following a run live receives ([`events::RunEvent`], each
+//!   audit line parsed as an [`events::AuditEntry`]), through a bounded channel whose
+//!   backpressure it documents.
+//! - `audit_tee`: the host's audit writer — each line to the `--audit-log` file (from a
+//!   thread) and to the run's events.
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - `audit_trail`: the proxy's ready line and audit records, read through attach.
 //! - `task_files`: files handed to a run, written under /task by the gate.
@@ -46,6 +50,7 @@
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
 
+pub(crate) mod audit_tee;
 pub(crate) mod audit_trail;
 pub(crate) mod container;
 pub(crate) mod credentials;
@@ -75,7 +80,7 @@ pub(crate) mod wiring;
 
 pub use credentials::CredentialError;
 pub use docker::{DockerError, Engine, EngineError};
-pub use events::RunEvent;
+pub use events::{AuditEntry, RunEvent};
 pub use handle::Sandbox;
 pub use images::{ImageError, Progress};
 pub use network::NetworkError;

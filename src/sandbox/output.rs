@@ -25,8 +25,10 @@ pub struct OutputSinks {
     /// Forwarded to the command's stdin until it ends, then the command sees EOF; `None`:
     /// EOF at once. Needs a local engine (the gate's attached stdin); ignored otherwise.
     pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
-    /// Receives the run's id, its start and end, and each audit record as it comes.
-    pub events: Option<tokio::sync::mpsc::UnboundedSender<super::events::RunEvent>>,
+    /// Receives the run's id, its start and end, and each audit record as it comes; a
+    /// full channel makes a running command's run wait (see
+    /// [`with_events`](Self::with_events)).
+    pub events: Option<tokio::sync::mpsc::Sender<super::events::RunEvent>>,
     /// A write refused as a broken pipe (the reader went away) ends the run
     /// ([`Interruption::OutputClosed`](super::Interruption::OutputClosed)); otherwise the
     /// rest of that stream is dropped and the command runs on.
@@ -60,20 +62,22 @@ impl OutputSinks {
         }
     }
 
-    /// Follows the run live through `events`.
+    /// Follows the run live through `events`, a channel of the capacity the caller picks
+    /// (`tokio::sync::mpsc::channel(capacity)`; a few hundred events absorb a burst of
+    /// DNS records).
+    ///
+    /// No event is dropped: while the command runs a full channel makes the run wait for
+    /// the receiver, so a slow receiver slows the run's audit stream, never grows memory;
+    /// once the command is over nothing waits, and the last events are delivered, in order,
+    /// as room comes. The receiver reads until the channel closes; a dropped receiver only
+    /// ends the events. The `--audit-log` file is written whatever the channel does. See
+    /// [`events`](super::events#backpressure).
     pub fn with_events(
         mut self,
-        events: tokio::sync::mpsc::UnboundedSender<super::events::RunEvent>,
+        events: tokio::sync::mpsc::Sender<super::events::RunEvent>,
     ) -> OutputSinks {
         self.events = Some(events);
         self
-    }
-
-    pub(crate) fn emit(&self, event: super::events::RunEvent) {
-        if let Some(events) = &self.events {
-            // The follower may have gone (a closed API stream); the run goes on.
-            let _ = events.send(event);
-        }
     }
 
     /// Feeds `input` to the command's stdin (closed when `input` ends).

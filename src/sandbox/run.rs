@@ -42,10 +42,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::audit_trail::{self, AuditSink, ProxyOutput};
+use tokio_util::task::AbortOnDropHandle;
+
+use super::audit_tee::AuditTee;
+use super::audit_trail::{self, ProxyOutput};
 use super::container::gate_setup;
 use super::docker::StdinWriter;
-use super::events::{AuditTee, RunEvent};
+use super::events::{EventSender, RunEvent};
 use super::gate_signal;
 use super::handle::Sandbox;
 use super::outcome::docker_step;
@@ -72,13 +75,32 @@ const OOM_EVENT_WAIT: Duration = Duration::from_millis(500);
 impl Sandbox {
     /// Runs `spec` to the end, relaying output and events into `sinks`. Every object the
     /// run created is removed before this returns.
+    ///
+    /// # Dropping the future
+    ///
+    /// A run future dropped before it resolves (in a `select!`, a `timeout`, an aborted
+    /// task) still removes every object the run created, from within the drop: **the
+    /// dropping thread blocks** until the containers and the network are removed —
+    /// normally well under a second, at most 60 s when a Docker create request is still
+    /// in flight or the engine does not answer. The removal runs on a thread of its own with
+    /// a fresh engine connection (the caller's runtime may be shutting down), so nothing
+    /// of the run outlives the process. On a multi-thread runtime the wait is made in
+    /// [`tokio::task::block_in_place`], so the worker's other tasks move to another
+    /// worker; on a current-thread runtime nothing else on it progresses meanwhile, and
+    /// creations still in flight are not waited for (the removal sweeps by the run's
+    /// label instead). Outside a runtime the dropping thread simply waits.
+    ///
+    /// To stop a run without blocking a thread, end it instead of dropping it:
+    /// [`run_until`](Self::run_until) with an `interrupt` that resolves, which kills the
+    /// command and removes everything asynchronously.
     pub async fn run(&self, spec: RunSpec, sinks: OutputSinks) -> Result<RunOutcome, RunError> {
         self.run_until(spec, sinks, std::future::pending()).await
     }
 
     /// As [`run`](Self::run), but `interrupt` ending stops the run: the sandbox is killed,
     /// everything is removed, and the outcome says
-    /// [`RunStatus::Interrupted`].
+    /// [`RunStatus::Interrupted`]. Dropping this future blocks the dropping thread, as
+    /// the "Dropping the future" section of [`run`](Self::run) says.
     pub async fn run_until(
         &self,
         spec: RunSpec,
@@ -185,15 +207,12 @@ pub(crate) async fn run_parts(
     warm: Option<(SlotObjects, Slot)>,
     spec: &RunSpec,
     audit_file: Option<std::fs::File>,
-    sinks: OutputSinks,
+    mut sinks: OutputSinks,
     interrupt: impl Future<Output = Interruption>,
 ) -> (Result<RunOutcome, RunError>, Option<Leftovers>) {
+    let events = sinks.events.take().map(EventSender::new);
     let audit_log_failed = Arc::default();
-    let audit_log = AuditTee::sink(
-        audit_file,
-        sinks.events.clone(),
-        Arc::clone(&audit_log_failed),
-    );
+    let audit_log = AuditTee::new(audit_file, events.clone(), Arc::clone(&audit_log_failed));
     let (objects, slot) = match warm {
         Some((objects, slot)) => (objects, Some(slot)),
         None => match cold_objects(sandbox, spec).await {
@@ -201,14 +220,16 @@ pub(crate) async fn run_parts(
             Err(error) => return (Err(error), None),
         },
     };
-    sinks.emit(RunEvent::Id(objects.names.id.clone()));
+    if let Some(events) = &events {
+        events.send(RunEvent::Id(objects.names.id.clone())).await;
+    }
     let run = Run {
         sandbox,
         objects: &objects,
         spec,
     };
     tokio::pin!(interrupt);
-    let mut result = run.go(slot, audit_log, sinks, &mut interrupt).await;
+    let mut result = run.go(slot, audit_log, sinks, events, &mut interrupt).await;
     if let Ok(outcome) = &mut result {
         outcome.audit_log_error = audit_log_failed.get().cloned();
     }
@@ -235,15 +256,6 @@ async fn forward_stdin(
     let _ = stdin.shutdown().await;
 }
 
-/// A spawned task that ends with its handle (a plain `JoinHandle` detaches on drop).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 struct Run<'a> {
     sandbox: &'a Sandbox,
     objects: &'a SlotObjects,
@@ -261,8 +273,9 @@ impl Run<'_> {
     async fn go<I>(
         &self,
         warm: Option<Slot>,
-        audit_log: Option<AuditSink>,
+        audit_log: Option<AuditTee>,
         sinks: OutputSinks,
+        events: Option<EventSender>,
         interrupt: &mut std::pin::Pin<&mut I>,
     ) -> Result<RunOutcome, RunError>
     where
@@ -308,7 +321,9 @@ impl Run<'_> {
                 go.write_all(&gate_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::GoSignal { source })?;
-                forward_input = Some(AbortOnDrop(tokio::spawn(forward_stdin(input, go))));
+                forward_input = Some(AbortOnDropHandle::new(tokio::spawn(forward_stdin(
+                    input, go,
+                ))));
             }
             None => engine
                 .start_container(sandbox)
@@ -317,13 +332,14 @@ impl Run<'_> {
         }
         let started = Instant::now();
         tracing::debug!("sandbox started");
-        let events = sinks.events.clone();
         let emit = |event| {
-            if let Some(events) = &events {
-                let _ = events.send(event);
+            let events = events.clone();
+            async move {
+                if let Some(events) = events {
+                    events.send(event).await;
+                }
             }
         };
-        emit(RunEvent::Started);
         // The proxy is stopped as soon as the command is over, which the output stream's
         // end shows well before the engine reports the container stopped (~0.1 s: the
         // engine's exit bookkeeping). Both containers' exits then overlap.
@@ -356,16 +372,24 @@ impl Run<'_> {
         let sandbox_side = async {
             let wait = engine.wait_container(sandbox);
             tokio::pin!(wait);
-            let end = tokio::select! {
-                status = &mut wait => End::Exited(self.exit_status(status).await),
-                () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
-                signal = interrupt.as_mut() => End::Interrupted(signal),
-                () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
-                () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
+            let run_end = async {
+                let end = tokio::select! {
+                    status = &mut wait => End::Exited(self.exit_status(status).await),
+                    () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
+                    signal = interrupt.as_mut() => End::Interrupted(signal),
+                    () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
+                    () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
+                };
+                // The run's end never waits for a receiver that is behind (`events`).
+                if let Some(events) = &events {
+                    events.stop_waiting();
+                }
+                end
             };
+            // Alongside: a receiver that is behind must not hold the time limit.
+            let ((), end) = tokio::join!(emit(RunEvent::Started), run_end);
             let duration = started.elapsed();
             tracing::debug!("sandbox ended");
-            emit(RunEvent::Ended);
             if !matches!(end, End::Exited(_)) {
                 // First: the engine's kill waits until the sandbox's output is read.
                 run_over.cancel();
@@ -377,6 +401,7 @@ impl Run<'_> {
                 }
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
             }
+            emit(RunEvent::Ended).await;
             command_over.notify_one();
             let (status, exit_code) = match end {
                 End::Exited(code) if code == 137 && self.oom_killed().await => {

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, EndpointSettings};
 
-use super::audit_trail::{self, AuditSink, ProxyOutput};
+use super::audit_tee::AuditTee;
+use super::audit_trail::{self, ProxyOutput};
 use super::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
 use super::docker::{Engine, ImageFacts, OutputFrames, StdinWriter};
 use super::handle::Sandbox;
@@ -382,7 +383,7 @@ impl SlotObjects {
         &self,
         slot: Slot,
         spec: &RunSpec,
-        audit_log: Option<AuditSink>,
+        audit_log: Option<AuditTee>,
     ) -> Result<Prepared, RunError> {
         let engine = &self.engine;
         let limits = LiveLimits::of(spec);

@@ -28,7 +28,8 @@ use super::labels::RUN_LABEL;
 
 /// How long teardown waits for creations still in flight (each is one API request).
 const PENDING_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long `Drop` may take in all (it blocks the dropping thread).
+/// How long `Drop` may take in all (it blocks the dropping thread; `Sandbox::run`
+/// documents this for callers who drop a run future).
 const DROP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What teardown asks of the engine. Removing something already gone is success.

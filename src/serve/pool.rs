@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::Tracker;
 use crate::sandbox::slot::{Slot, SlotObjects, trust_fits, unfit};
@@ -38,15 +39,6 @@ const REFILL_AFTER: Duration = Duration::from_secs(2);
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// A task that ends with its handle.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Starts a claimed slot's replacement when dropped (if it has not started yet).
 pub(crate) struct Refill {
     _answered: tokio::sync::oneshot::Sender<()>,
@@ -56,7 +48,7 @@ pub(crate) struct Refill {
 struct Warm {
     objects: SlotObjects,
     slot: Slot,
-    _watcher: AbortOnDrop,
+    _watcher: AbortOnDropHandle<()>,
 }
 
 #[derive(Default)]
@@ -238,7 +230,7 @@ impl Pool {
             remove(objects, false).await;
             return;
         }
-        let watcher = AbortOnDrop(tokio::spawn(watch_slot(
+        let watcher = AbortOnDropHandle::new(tokio::spawn(watch_slot(
             Arc::downgrade(self),
             objects.engine.clone(),
             objects.names.clone(),

@@ -13,7 +13,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc::{Receiver, Sender, UnboundedReceiver, channel, unbounded_channel};
+use tokio::sync::mpsc::{Receiver, Sender, channel};
 use tokio_util::sync::PollSender;
 
 use super::Shared;
@@ -23,6 +23,9 @@ use crate::sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
 
 /// Lines of the event stream the daemon holds for a client that has not read them yet.
 const STREAM_LINES: usize = 64;
+/// Run events waiting for the stream: a client that reads slowly slows a running
+/// command's audit stream (`sandbox::events`), never grows the daemon's memory.
+const RUN_EVENTS: usize = 256;
 /// How long the run's last lines (audit records, then `exit`) may wait for a client that
 /// does not read, once the run is over; then the stream is cut and the objects removed.
 /// One bound for all of them: the audit records and the `exit` line share it.
@@ -140,7 +143,7 @@ async fn run(
     lines: Sender<Bytes>,
 ) -> Option<Leftovers> {
     let accepted = Instant::now();
-    let (events_tx, events) = unbounded_channel();
+    let (events_tx, events) = channel(RUN_EVENTS);
     let sinks = OutputSinks::new(
         OutputEvents {
             stream: "stdout",
@@ -181,8 +184,9 @@ async fn run(
     shared.metrics.run_start(warm.is_some());
     let (result, leftovers) =
         crate::sandbox::run::run_parts(&shared.sandbox, warm, &spec, None, sinks, interrupt).await;
-    // Every sender of run events is gone with the run: the follower has seen them all. Not
-    // waited for without a bound: teardown must never hang on it.
+    // The follower sees every event once the run's last ones are delivered (after the
+    // command, nothing waits for it). Not waited for without a bound: teardown must never
+    // hang on it.
     let last_lines_by = tokio::time::Instant::now() + LAST_LINES_WAIT;
     let mut follower = follower;
     let run_id = match tokio::time::timeout_at(last_lines_by, &mut follower).await {
@@ -238,7 +242,7 @@ async fn run(
 /// metrics. Returns the run id.
 async fn follow(
     shared: Arc<Shared>,
-    mut events: UnboundedReceiver<RunEvent>,
+    mut events: Receiver<RunEvent>,
     lines: Sender<Bytes>,
     cancel: Arc<tokio::sync::Notify>,
     cancel_signal: Arc<std::sync::Mutex<Interruption>>,
@@ -261,9 +265,9 @@ async fn follow(
                 run_id = Some(id);
             }
             RunEvent::Started => shared.metrics.setup_done(accepted.elapsed().as_secs_f64()),
-            RunEvent::Audit(record) => {
-                shared.metrics.audit_record(&record);
-                match std::str::from_utf8(&record)
+            RunEvent::Audit(entry) => {
+                shared.metrics.audit_record(entry.bytes());
+                match std::str::from_utf8(entry.bytes())
                     .ok()
                     .and_then(|text| RawValue::from_string(text.to_string()).ok())
                 {
@@ -278,7 +282,9 @@ async fn follow(
                     None => tracing::warn!("an audit record is not JSON; not streamed"),
                 }
             }
-            RunEvent::Ended => {}
+            // Not a record of the chain: the stream carries only those (the run's
+            // diagnostics say what it was).
+            RunEvent::UnparsedLine(_) | RunEvent::Ended => {}
         }
     }
     run_id

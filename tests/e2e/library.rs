@@ -72,13 +72,18 @@ fn an_embedding_program_runs_specs_through_one_handle_and_receives_audit_records
             .expect("the handle connects");
 
         let (stdout, stderr) = (Captured::default(), Captured::default());
-        let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let (events, mut received) = tokio::sync::mpsc::channel(16);
+        // Read while the run goes on: a full channel would hold the run.
+        let follower = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(event) = received.recv().await {
+                seen.push(event);
+            }
+            seen
+        });
         let sinks = OutputSinks::new(stdout.clone(), stderr.clone()).with_events(events);
         let outcome = sandbox.run(reach, sinks).await.expect("the run is set up");
-        let mut seen = Vec::new();
-        while let Some(event) = received.recv().await {
-            seen.push(event);
-        }
+        let seen = follower.await.expect("the follower ends with the run");
         let describe = format!(
             "outcome {outcome:?}\nstdout {}\nstderr {}\nevents {seen:?}",
             stdout.text(),
@@ -108,7 +113,9 @@ fn an_embedding_program_runs_specs_through_one_handle_and_receives_audit_records
         let records: Vec<serde_json::Value> = seen
             .iter()
             .filter_map(|event| match event {
-                RunEvent::Audit(line) => Some(serde_json::from_slice(line).expect("JSON record")),
+                RunEvent::Audit(entry) => {
+                    Some(serde_json::from_slice(entry.bytes()).expect("JSON record"))
+                }
                 _ => None,
             })
             .collect();

@@ -9,8 +9,8 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use egress_proxy::audit::sha256_hex;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 const CACHE_FILE: &str = "proxy-binary-hashes.json";
 /// A few binaries (worktrees, release and debug builds) are enough; older entries drop off.
@@ -82,13 +82,6 @@ pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile
         }
     }
     Ok(HashedFile { bytes, sha256 })
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// A missing or unreadable cache is an empty cache, never an error.

@@ -105,9 +105,10 @@ async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<Strin
     }
 
     let started = std::time::Instant::now();
-    let context = single_file_tar(BINARY_IN_IMAGE, &bytes)
+    // Tens of megabytes copied: not on an async worker.
+    let context = blocking(move || single_file_tar(BINARY_IN_IMAGE, &bytes))
+        .await?
         .map_err(ImageError::io("cannot assemble the proxy image archive"))?;
-    drop(bytes);
     let (repo, version) = tag.split_once(':').expect("tag_for makes repo:tag");
     let options = CreateImageOptionsBuilder::default()
         .from_src("-")
