@@ -74,7 +74,7 @@ pub struct ServeArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Warm slots kept ready: a proxy waiting for its policy and a sandbox (no network)
     /// waiting for its command (0: every run is set up when it comes).
-    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
+    #[arg(long, value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_POOL)]
     pub pool: usize,
     /// The network the proxies reach the outside through, for the pool's slots and
     /// requests that name none [default: egress-sandbox-egress].
@@ -86,7 +86,7 @@ pub struct ServeArgs {
     pub runtime: Option<String>,
     /// Runs live at once (from the request until their objects are removed); a request
     /// beyond gets 503 with Retry-After. At least 1.
-    #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
+    #[arg(long = "max-runs", value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,
 }
@@ -150,7 +150,7 @@ pub struct McpArgs {
     #[arg(long, value_name = "SOCKET")]
     pub server: Option<PathBuf>,
     /// Warm slots of this server's own pool (without --server).
-    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
+    #[arg(long, value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_POOL)]
     pub pool: usize,
     /// Calls running at once; more wait for their turn. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = 8,

@@ -12,9 +12,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{build_spec, refuse, say};
 use crate::cli::McpArgs;
 use crate::mcp::{McpServer, RunTemplate};
-use crate::sandbox::RunSpec;
-use crate::serve::client::Client;
-use crate::serve::{ServeOptions, serve};
+use egress_sandbox::sandbox::RunSpec;
+use egress_sandbox::serve::client::Client;
+use egress_sandbox::serve::{ServeOptions, serve};
 
 /// How long the end waits for calls to say their runs' end to a daemon named with
 /// `--server` (an own daemon interrupts them itself).
@@ -31,7 +31,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     for warning in spec.warnings() {
         say(warning);
     }
-    let request = super::run_client::request_from(&run_args, &spec.credentials, Vec::new())?;
+    let request = super::run_client::request_from(&run_args, spec.credentials(), Vec::new())?;
     let template = RunTemplate {
         request,
         timeout: spec.limits().timeout,
@@ -57,7 +57,7 @@ fn slot_shape(args: &McpArgs) -> anyhow::Result<RunSpec> {
         shape = shape.runtime(runtime.clone());
     }
     if let Some(raw) = &args.tmp {
-        shape = shape.tmp(crate::run_flags::size("--tmp", raw)?);
+        shape = shape.tmp(egress_sandbox::run_flags::size("--tmp", raw)?);
     }
     Ok(shape.build()?)
 }

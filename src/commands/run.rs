@@ -9,11 +9,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::tool_lines::{self, Stream, Tracked};
 use crate::cli::RunArgs;
-use crate::report::{RunReport, summary_line};
-use crate::run_flags;
-use crate::sandbox::spec::{RunSpec, SpecError};
-use crate::sandbox::watchdog::Watchdog;
-use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
+use egress_sandbox::report::{RunReport, summary_line};
+use egress_sandbox::run_flags;
+use egress_sandbox::sandbox::spec::{RunSpec, SpecError};
+use egress_sandbox::sandbox::watchdog::Watchdog;
+use egress_sandbox::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing
 /// (`docs/src/reference/exit-codes.md`).
@@ -163,7 +163,7 @@ pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
         builder = builder.runtime(runtime);
     }
     for raw in args.secrets {
-        let (name, value) = crate::secret_flags::read_secret_flag(&raw)
+        let (name, value) = egress_sandbox::secret_flags::read_secret_flag(&raw)
             .map_err(|error| SpecError::SecretFlag(format!("{error:#}")))?;
         builder = builder.secret(name, value);
     }

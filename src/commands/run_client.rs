@@ -18,12 +18,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
-use crate::sandbox::Interruption;
-use crate::serve::client::{Client, ClientError, Event};
+use egress_sandbox::sandbox::Interruption;
+use egress_sandbox::serve::client::{Client, ClientError, Event};
 use egress_proxy::handoff::Secrets;
 
-use crate::sandbox::credentials::RunCredentials;
-use crate::serve::request::{EnvVars, PolicyText, RunRequest, UpstreamCa};
+use egress_sandbox::sandbox::RunCredentials;
+use egress_sandbox::serve::request::{EnvVars, PolicyText, RunRequest, UpstreamCa};
 
 /// Where `--server` defaults from; empty is the same as unset.
 const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
@@ -55,7 +55,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     }
     // Secrets and upstream CAs as read and checked here: the daemon may not see this
     // process's environment or files. The values go over the socket only, never in a log.
-    let credentials = spec.credentials.clone();
+    let credentials = spec.credentials().clone();
     drop(spec);
     let mut audit_log = match &args.audit_log {
         Some(path) => match std::fs::OpenOptions::new()
@@ -248,7 +248,7 @@ fn handle(
             let (report, summary) = match audit_log.error.as_deref() {
                 Some(error) => (
                     with_audit_log_error(report.get(), error),
-                    summary + &crate::report::audit_log_incomplete(error),
+                    summary + &egress_sandbox::report::audit_log_incomplete(error),
                 ),
                 None => (report.get().to_string(), summary),
             };
@@ -272,6 +272,8 @@ fn handle(
             say(format_args!("egress-sandbox: error: {error}"));
             exit_code.set(Some(i32::from(SETUP_FAILED)));
         }
+        // An event of a newer daemon: nothing this client has to act on.
+        _ => {}
     }
 }
 
@@ -312,20 +314,20 @@ pub(crate) fn request_from(
     }
     let mut env = Vec::new();
     for raw in &args.env {
-        let (key, value) = crate::run_flags::env(raw)?;
+        let (key, value) = egress_sandbox::run_flags::env(raw)?;
         env.push((key, value));
     }
     let mut mounts = Vec::new();
     for raw in &args.mounts {
         // Relative sources are relative to this process, not the daemon.
-        let (source, target, writable) = crate::run_flags::mount(raw)?;
+        let (source, target, writable) = egress_sandbox::run_flags::mount(raw)?;
         let source = std::path::absolute(&source).unwrap_or(source);
         let suffix = if writable { ":rw" } else { "" };
         mounts.push(format!("{}:{target}{suffix}", source.display()));
     }
     let mut resolve = std::collections::BTreeMap::new();
     for raw in &args.resolve {
-        let (name, ip) = crate::run_flags::resolve(raw)?;
+        let (name, ip) = egress_sandbox::run_flags::resolve(raw)?;
         resolve.insert(name.as_str().to_string(), ip.to_string());
     }
     Ok(RunRequest {
@@ -335,7 +337,7 @@ pub(crate) fn request_from(
         timeout: args
             .timeout
             .clone()
-            .map(crate::serve::request::Duration::Text),
+            .map(egress_sandbox::serve::request::Duration::Text),
         memory: args.memory.clone(),
         cpus: args.cpus,
         pids: args.pids,
@@ -378,14 +380,14 @@ fn read_stdin() -> anyhow::Result<Vec<u8>> {
         // Bounded: the request carries stdin whole (`yes | run --server …` grew without end).
         let mut input = Vec::new();
         std::io::stdin()
-            .take(crate::serve::MAX_STDIN as u64 + 1)
+            .take(egress_sandbox::serve::MAX_STDIN as u64 + 1)
             .read_to_end(&mut input)
             .context("cannot read stdin")?;
-        if input.len() > crate::serve::MAX_STDIN {
+        if input.len() > egress_sandbox::serve::MAX_STDIN {
             anyhow::bail!(
                 "stdin is larger than {} MiB, the most a run through --server takes (the daemon \
                  gets it whole before the run starts); run without --server to stream it",
-                crate::serve::MAX_STDIN >> 20
+                egress_sandbox::serve::MAX_STDIN >> 20
             );
         }
         input

@@ -6,7 +6,7 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ServeArgs;
-use crate::serve::{ServeOptions, default_socket, serve};
+use egress_sandbox::serve::{ServeOptions, default_socket, serve};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = ServeOptions::new(args.socket.unwrap_or_else(default_socket));

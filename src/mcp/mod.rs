@@ -32,8 +32,8 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use tokio::sync::Semaphore;
 
-use crate::sandbox::Interruption;
-use crate::serve::client::{Client, ClientError};
+use egress_sandbox::sandbox::Interruption;
+use egress_sandbox::serve::client::{Client, ClientError};
 use outcome::Gathered;
 pub use tools::RunTemplate;
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::audit_tools::{log, ocsf};
+use egress_sandbox::audit_tools::{log, ocsf};
 use crate::cli::ExportFormat;
 
 pub fn export(format: ExportFormat, files: &[PathBuf]) -> anyhow::Result<ExitCode> {

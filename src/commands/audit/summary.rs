@@ -24,8 +24,8 @@ use egress_proxy::text::visible;
 use serde::Deserialize as _;
 use serde::de::IntoDeserializer as _;
 
-use crate::audit_tools::log::{Attempt, Entry, parse_line};
-use crate::report::{AuditTally, REPORT_GROUPS};
+use egress_sandbox::audit_tools::log::{Attempt, Entry, parse_line};
+use egress_sandbox::report::{AuditTally, REPORT_GROUPS};
 
 pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
     let mut summary = Summary::default();

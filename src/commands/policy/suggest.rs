@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use egress_proxy::policy::Policy;
 
-use crate::audit_tools::{log, suggest};
+use egress_sandbox::audit_tools::{log, suggest};
 use crate::commands::{USAGE, print_out, report_error, warn_skipped};
 
 pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::Result<ExitCode> {
