@@ -235,7 +235,11 @@ fn reachable_modules(root_file: &Path) -> Vec<PathBuf> {
             let flat = children_dir.join(format!("{name}.rs"));
             let nested = children_dir.join(name).join("mod.rs");
             let child = if flat.is_file() { flat } else { nested };
-            assert!(child.is_file(), "no file for `mod {name};` in {}", file.display());
+            assert!(
+                child.is_file(),
+                "no file for `mod {name};` in {}",
+                file.display()
+            );
             pending.push(child);
         }
         found.push(file);
@@ -293,7 +297,10 @@ const CLI_MODULES: [&str; 4] = ["cli", "commands", "mcp", "logging"];
 fn the_binary_crates_library_does_not_depend_on_its_command_line() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let library = reachable_modules(&src.join("lib.rs"));
-    assert!(library.len() > 30, "read too few library modules: {library:?}");
+    assert!(
+        library.len() > 30,
+        "read too few library modules: {library:?}"
+    );
     let mut found = Vec::new();
     for file in &library {
         let text = std::fs::read_to_string(file).expect("a readable source file");

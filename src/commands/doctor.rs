@@ -14,10 +14,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::DoctorArgs;
+use egress_sandbox::sandbox::EGRESS_NETWORK;
 use egress_sandbox::sandbox::docker::{Engine, EngineFacts};
 use egress_sandbox::sandbox::images::{self, BASE_IMAGE};
 use egress_sandbox::sandbox::labels::{Owner, RunNames};
-use egress_sandbox::sandbox::EGRESS_NETWORK;
 use egress_sandbox::sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
 
 /// How a check came out.
@@ -264,12 +264,10 @@ fn on_path(program: &str) -> bool {
 
 async fn egress_network_check(engine: &Engine) -> Check {
     match engine.network_subnets(EGRESS_NETWORK).await {
-        Ok(Some(subnets)) => {
-            Check::ok(
-                "egress network",
-                format!("{EGRESS_NETWORK} ({})", subnets.join(", ")),
-            )
-        }
+        Ok(Some(subnets)) => Check::ok(
+            "egress network",
+            format!("{EGRESS_NETWORK} ({})", subnets.join(", ")),
+        ),
         Ok(None) => Check::ok(
             "egress network",
             format!("{EGRESS_NETWORK} does not exist yet; the first run creates it"),

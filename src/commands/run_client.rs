@@ -18,9 +18,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
+use egress_proxy::handoff::Secrets;
 use egress_sandbox::sandbox::Interruption;
 use egress_sandbox::serve::client::{Client, ClientError, Event};
-use egress_proxy::handoff::Secrets;
 
 use egress_sandbox::sandbox::RunCredentials;
 use egress_sandbox::serve::request::{EnvVars, PolicyText, RunRequest, UpstreamCa};

@@ -23,8 +23,8 @@ use std::process::ExitCode;
 use crate::cli::SandboxGateArgs;
 use egress_proxy::passed_listeners::PassedListeners;
 
-use egress_sandbox::sandbox::loopback_doors;
 use egress_sandbox::sandbox::gate_signal;
+use egress_sandbox::sandbox::loopback_doors;
 use egress_sandbox::sandbox::task_files::{self, TASK_DIR, TaskFile};
 
 pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
