@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::run(args),
         Command::Policy(args) => commands::policy::run(args),
-        Command::Proxy(args) => commands::proxy::run(args),
+        Command::Proxy(args) => commands::proxy::run(*args),
         Command::Audit(args) => commands::audit::run(args),
         Command::Gc(args) => commands::gc::run(args),
         Command::Serve(args) => commands::serve::run(args),

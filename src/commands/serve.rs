@@ -6,6 +6,7 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ServeArgs;
+use egress_sandbox::run_flags::table;
 use egress_sandbox::serve::{ServeOptions, default_socket, serve};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -13,8 +14,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.socket_group = args.socket_group;
     options.metrics_listen = args.metrics_listen;
     options.pool = args.pool;
-    options.egress_network = args.egress_network;
-    options.runtime = args.runtime;
+    options.egress_network = args.flags.values.text(&table::EGRESS_NETWORK);
+    options.runtime = args.flags.values.text(&table::RUNTIME);
     options.max_runs = args.max_runs;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
