@@ -435,7 +435,7 @@ pub const SECRET: RunFlag = RunFlag {
     request: RequestField::Own("secrets"),
     apply: Some(|builder, value| {
         let (name, value) = read_secret_flag(&value.text())
-            .map_err(|error| SpecError::SecretFlag(format!("{error:#}")))?;
+            .map_err(|error| SpecError::SecretFlag(error.to_string()))?;
         Ok(builder.secret(name, value))
     }),
 };
