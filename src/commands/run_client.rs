@@ -33,6 +33,9 @@ const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
 
 /// The daemon's socket `run` is to use: `--server`, else `EGRESS_SANDBOX_SERVER`; `None`
 /// for a cold run.
+///
+/// The variable is read here, not by clap's `env`: clap takes an empty variable for a
+/// missing value ("a value is required for '--server'") where unset is meant.
 pub fn server_socket(args: &RunArgs) -> Option<PathBuf> {
     args.flags.values.path(&table::SERVER).or_else(|| {
         std::env::var_os(SERVER_VARIABLE)
