@@ -6,7 +6,9 @@ use std::marker::PhantomData;
 use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
-use egress_sandbox::run_flags::table::{FlagValue, FlagValues, RUN_FLAGS, RunFlag, ValueKind};
+use egress_sandbox::run_flags::given::FlagValues;
+use egress_sandbox::run_flags::table::{RUN_FLAGS, RunFlag};
+use egress_sandbox::run_flags::value::{FlagValue, ValueKind};
 
 /// A command that takes run flags, and what its help says of each (`None`: it has no such
 /// flag).

@@ -22,9 +22,9 @@ use egress_proxy::handoff::Secrets;
 use egress_sandbox::sandbox::Interruption;
 use egress_sandbox::serve::client::{Client, ClientError, Event};
 
-use egress_sandbox::run_flags::table::{
-    self, FlagValue, FlagValues, RUN_FLAGS, RequestField, RunFlag,
-};
+use egress_sandbox::run_flags::given::FlagValues;
+use egress_sandbox::run_flags::table::{self, RUN_FLAGS, RequestField, RunFlag};
+use egress_sandbox::run_flags::value::FlagValue;
 use egress_sandbox::sandbox::RunCredentials;
 use egress_sandbox::serve::request::{Duration, EnvVars, PolicyText, RunRequest, UpstreamCa};
 

@@ -4,8 +4,7 @@
 //! the fields that carry a flag's value as is from it, and so does `run --server` when it
 //! turns flags into a request. A flag added here is a flag of all three.
 
-use std::path::PathBuf;
-
+use super::value::{FlagValue, ValueKind};
 use super::{duration, env, mount, resolve, size};
 use crate::sandbox::{RunSpecBuilder, SpecError};
 use crate::secret_flags::read_secret_flag;
@@ -33,46 +32,6 @@ pub struct RunFlag {
 
 /// A flag's effect on the run: one value at a time, in the order given.
 pub type Apply = fn(RunSpecBuilder, &FlagValue) -> Result<RunSpecBuilder, SpecError>;
-
-/// What the command line takes as a flag's value (and checks before a command runs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ValueKind {
-    Text,
-    Path,
-    /// A whole number ≥ 0.
-    Count,
-    /// A decimal number.
-    Decimal,
-}
-
-/// One value of a flag, as the command line parsed it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum FlagValue {
-    Text(String),
-    Path(PathBuf),
-    Count(u64),
-    Decimal(f64),
-}
-
-impl FlagValue {
-    /// The text of a [`ValueKind::Text`] value, the path of a [`ValueKind::Path`] one.
-    pub fn text(&self) -> String {
-        match self {
-            FlagValue::Text(text) => text.clone(),
-            FlagValue::Path(path) => path.display().to_string(),
-            FlagValue::Count(count) => count.to_string(),
-            FlagValue::Decimal(decimal) => decimal.to_string(),
-        }
-    }
-
-    /// The path of a [`ValueKind::Path`] value, the text of another as a path.
-    pub fn path(&self) -> PathBuf {
-        match self {
-            FlagValue::Path(path) => path.clone(),
-            other => PathBuf::from(other.text()),
-        }
-    }
-}
 
 /// What `run --help`, `mcp --help` and `serve --help` say of a flag: one sentence or more,
 /// the last without its full stop (as clap shows a doc comment).
@@ -498,68 +457,12 @@ pub const RUN_FLAGS: [&RunFlag; 21] = [
     &SERVER,
 ];
 
-/// A value of the wrong kind for `flag` (only a caller that built [`FlagValues`] by hand
-/// can give one).
+/// A value of the wrong kind for `flag` (only a caller that built
+/// [`FlagValues`](super::given::FlagValues) by hand can give one).
 fn not_a_number(flag: &'static str, value: &FlagValue) -> SpecError {
     SpecError::Invalid {
         flag,
         value: value.text(),
         reason: "expected a number".into(),
-    }
-}
-
-/// The run flags given, each with its values in order: what a front end parsed.
-#[derive(Clone, Debug, Default)]
-pub struct FlagValues {
-    given: Vec<(&'static str, Vec<FlagValue>)>,
-}
-
-impl FlagValues {
-    /// Adds one value of `flag`.
-    pub fn push(&mut self, flag: &RunFlag, value: FlagValue) {
-        match self.given.iter_mut().find(|(long, _)| *long == flag.long) {
-            Some((_, values)) => values.push(value),
-            None => self.given.push((flag.long, vec![value])),
-        }
-    }
-
-    /// Every value of `flag`, in order.
-    pub fn all(&self, flag: &RunFlag) -> &[FlagValue] {
-        self.given
-            .iter()
-            .find(|(long, _)| *long == flag.long)
-            .map_or(&[], |(_, values)| values.as_slice())
-    }
-
-    /// The last value of `flag` (a flag given once).
-    pub fn get(&self, flag: &RunFlag) -> Option<&FlagValue> {
-        self.all(flag).last()
-    }
-
-    /// The text of `flag`'s value.
-    pub fn text(&self, flag: &RunFlag) -> Option<String> {
-        self.get(flag).map(FlagValue::text)
-    }
-
-    /// The path of `flag`'s value.
-    pub fn path(&self, flag: &RunFlag) -> Option<PathBuf> {
-        self.get(flag).map(FlagValue::path)
-    }
-
-    /// Drops every value of `flag` (what `mcp` keeps for itself).
-    pub fn remove(&mut self, flag: &RunFlag) {
-        self.given.retain(|(long, _)| *long != flag.long);
-    }
-
-    /// Every flag's effect on `builder`, in [`RUN_FLAGS`]' order: the first flag refused
-    /// is the error.
-    pub fn apply(&self, mut builder: RunSpecBuilder) -> Result<RunSpecBuilder, SpecError> {
-        for flag in RUN_FLAGS {
-            let Some(apply) = flag.apply else { continue };
-            for value in self.all(flag) {
-                builder = apply(builder, value)?;
-            }
-        }
-        Ok(builder)
     }
 }

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use egress_proxy::handoff::{InlineCertificate, Secrets};
 
 use crate::run_flags;
-use crate::run_flags::table::{
-    FlagValue, FlagValues, RUN_FLAGS, RequestField, ValueKind, field_of_flag,
-};
+use crate::run_flags::given::FlagValues;
+use crate::run_flags::table::{RUN_FLAGS, RequestField, field_of_flag};
+use crate::run_flags::value::{FlagValue, ValueKind};
 use crate::sandbox::credentials::CredentialError;
 use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::secret_flags::check_secret_value;
