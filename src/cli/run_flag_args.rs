@@ -142,3 +142,76 @@ impl<F: FrontEnd> Args for RunFlags<F> {
         Self::augment_args(command)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+    use crate::cli::{Cli, Command as Subcommand};
+    use egress_sandbox::run_flags::table;
+
+    /// clap's own consistency checks of the whole command line, run flags included.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Each front end takes the flags its help is given for, in the table's order, and
+    /// repeated flags keep every value in order.
+    #[test]
+    fn each_front_end_takes_its_flags_from_the_table() {
+        let longs = |name: &str| -> Vec<String> {
+            let command = Cli::command();
+            let sub = command.find_subcommand(name).unwrap();
+            sub.get_arguments()
+                .filter_map(|arg| arg.get_long())
+                .filter(|long| RUN_FLAGS.iter().any(|flag| flag.long == *long))
+                .map(str::to_owned)
+                .collect()
+        };
+        let expected = |help: fn(&RunFlag) -> Option<&'static str>| -> Vec<String> {
+            RUN_FLAGS
+                .iter()
+                .filter(|flag| help(flag).is_some())
+                .map(|flag| flag.long.to_owned())
+                .collect()
+        };
+        assert_eq!(longs("run"), expected(Run::help));
+        assert_eq!(longs("mcp"), expected(Mcp::help));
+        assert_eq!(longs("serve"), ["egress-network", "runtime"]);
+        assert!(!longs("mcp").contains(&"report".to_owned()));
+
+        let cli = Cli::parse_from([
+            "egress-sandbox",
+            "run",
+            "--allow",
+            "a.test",
+            "-p",
+            "p.yaml",
+            "--allow",
+            "b.test",
+            "--cpus",
+            "1.5",
+            "--pids",
+            "9",
+            "--",
+            "true",
+        ]);
+        let Subcommand::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        let flags = &args.flags.values;
+        assert_eq!(
+            flags.all(&table::ALLOW),
+            [
+                FlagValue::Text("a.test".into()),
+                FlagValue::Text("b.test".into())
+            ]
+        );
+        assert_eq!(flags.path(&table::POLICY), Some("p.yaml".into()));
+        assert_eq!(flags.get(&table::CPUS), Some(&FlagValue::Decimal(1.5)));
+        assert_eq!(flags.get(&table::PIDS), Some(&FlagValue::Count(9)));
+        assert_eq!(args.command, ["true"]);
+    }
+}
