@@ -6,6 +6,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use run_flag_args::{Mcp, Run, RunFlags, Serve};
+
+mod run_flag_args;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "egress-sandbox",
@@ -28,7 +32,7 @@ pub enum Command {
     /// Check policy files, or ask what a policy does with a target.
     Policy(PolicyArgs),
     /// Run the proxy alone (also what runs inside the proxy container).
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
     /// Read audit logs.
     Audit(AuditArgs),
     /// Remove networks and containers of runs that are gone.
@@ -74,83 +78,27 @@ pub struct ServeArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Warm slots kept ready: a proxy waiting for its policy and a sandbox (no network)
     /// waiting for its command (0: every run is set up when it comes).
-    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
+    #[arg(long, value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_POOL)]
     pub pool: usize,
-    /// The network the proxies reach the outside through, for the pool's slots and
-    /// requests that name none [default: egress-sandbox-egress].
-    #[arg(long = "egress-network", value_name = "NAME")]
-    pub egress_network: Option<String>,
-    /// OCI runtime of the pool's slots and of requests that name none (e.g. runsc)
-    /// [default: the engine's default].
-    #[arg(long = "runtime", value_name = "NAME")]
-    pub runtime: Option<String>,
+    /// `--egress-network` and `--runtime`, for the pool's slots and the requests that name
+    /// none.
+    #[command(flatten)]
+    pub flags: RunFlags<Serve>,
     /// Runs live at once (from the request until their objects are removed); a request
     /// beyond gets 503 with Retry-After. At least 1.
-    #[arg(long = "max-runs", value_name = "N", default_value_t = crate::serve::DEFAULT_MAX_RUNS,
+    #[arg(long = "max-runs", value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,
 }
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Policy file (YAML); repeatable, policies merge.
-    #[arg(short, long = "policy", value_name = "FILE")]
-    pub policies: Vec<PathBuf>,
-    /// Allow HOST[:PORT] (port default 443); repeatable.
-    #[arg(long = "allow", value_name = "HOST[:PORT]")]
-    pub allow: Vec<String>,
-    /// Sandbox image; default: the built-in base image (Debian, python3, node, curl).
-    #[arg(long)]
-    pub image: Option<String>,
-    /// Time limit of every run, and the most a call may ask for [default: 30s].
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    /// Memory limit, e.g. 256MiB [default: 256MiB].
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-    /// CPUs [default: 1].
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<f64>,
-    /// Process limit [default: 128].
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u64>,
-    /// Size of the writable /tmp [default: 64MiB].
-    #[arg(long, value_name = "SIZE")]
-    pub tmp: Option<String>,
-    /// Bytes of stdout+stderr a call returns; the rest is dropped with a marker [default: 1MiB].
-    #[arg(long = "output-limit", value_name = "SIZE")]
-    pub output_limit: Option<String>,
-    /// Mount SRC at DST, read-only unless :rw; repeatable.
-    #[arg(long = "mount", value_name = "SRC:DST[:rw]")]
-    pub mounts: Vec<String>,
-    /// Set KEY=VALUE in the sandbox; repeatable.
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
-    /// Audit records written per run [default: 100000].
-    #[arg(long = "audit-limit", value_name = "N")]
-    pub audit_limit: Option<u64>,
-    /// The proxy uses IP for NAME instead of DNS; the floor still applies. Repeatable.
-    #[arg(long = "resolve", value_name = "NAME=IP")]
-    pub resolve: Vec<String>,
-    /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
-    #[arg(long = "egress-network", value_name = "NAME")]
-    pub egress_network: Option<String>,
-    /// OCI runtime of the sandbox container (e.g. runsc) [default: the engine's default].
-    #[arg(long = "runtime", value_name = "NAME")]
-    pub runtime: Option<String>,
-    /// A secret a policy credential uses: NAME, NAME=env:VAR or NAME=file:PATH; repeatable.
-    /// Only the proxy gets the value.
-    #[arg(long = "secret", value_name = "NAME[=env:VAR|=file:PATH]")]
-    pub secrets: Vec<String>,
-    /// Extra PEM CA the proxy trusts for upstream TLS of inspected hosts; repeatable.
-    #[arg(long = "upstream-ca", value_name = "FILE")]
-    pub upstream_ca: Vec<PathBuf>,
-    /// Run through the `egress-sandbox serve` daemon on SOCKET instead of a pool of this
-    /// server's own.
-    #[arg(long, value_name = "SOCKET")]
-    pub server: Option<PathBuf>,
+    /// The bounds of every call: `run`'s flags but those a call's result stands for
+    /// (`--workdir`, `--audit-log`, `--report`); `--server` names the daemon to run through.
+    #[command(flatten)]
+    pub flags: RunFlags<Mcp>,
     /// Warm slots of this server's own pool (without --server).
-    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_POOL)]
+    #[arg(long, value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_POOL)]
     pub pool: usize,
     /// Calls running at once; more wait for their turn. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = 8,
@@ -162,27 +110,7 @@ impl McpArgs {
     /// The bounds as `run`'s flags, for a command the call gives (checked by `run`'s code).
     pub fn run_args(&self) -> RunArgs {
         RunArgs {
-            policies: self.policies.clone(),
-            allow: self.allow.clone(),
-            image: self.image.clone(),
-            timeout: self.timeout.clone(),
-            memory: self.memory.clone(),
-            cpus: self.cpus,
-            pids: self.pids,
-            tmp: self.tmp.clone(),
-            output_limit: self.output_limit.clone(),
-            mounts: self.mounts.clone(),
-            env: self.env.clone(),
-            workdir: None,
-            audit_log: None,
-            audit_limit: self.audit_limit,
-            report: None,
-            resolve: self.resolve.clone(),
-            egress_network: self.egress_network.clone(),
-            runtime: self.runtime.clone(),
-            secrets: self.secrets.clone(),
-            upstream_ca: self.upstream_ca.clone(),
-            server: self.server.clone(),
+            flags: RunFlags::new(self.flags.values.clone()),
             command: vec!["true".into()],
         }
     }
@@ -202,78 +130,9 @@ pub struct SandboxGateArgs {
 
 #[derive(Clone, Debug, Args)]
 pub struct RunArgs {
-    /// Policy file (YAML); repeatable, policies merge.
-    #[arg(short, long = "policy", value_name = "FILE")]
-    pub policies: Vec<PathBuf>,
-    /// Allow HOST[:PORT] (port default 443); repeatable.
-    #[arg(long = "allow", value_name = "HOST[:PORT]")]
-    pub allow: Vec<String>,
-    /// Sandbox image; default: the built-in base image (Debian, python3, curl).
-    #[arg(long)]
-    pub image: Option<String>,
-    /// Time limit, e.g. 500ms, 10s, 2m [default: 30s].
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    /// Memory limit, e.g. 256MiB [default: 256MiB].
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-    /// CPUs [default: 1].
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<f64>,
-    /// Process limit [default: 128].
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u64>,
-    /// Size of the writable /tmp [default: 64MiB].
-    #[arg(long, value_name = "SIZE")]
-    pub tmp: Option<String>,
-    /// Bytes of stdout+stderr relayed; the rest is dropped with a marker [default: 1MiB].
-    #[arg(long = "output-limit", value_name = "SIZE")]
-    pub output_limit: Option<String>,
-    /// Mount SRC at DST, read-only unless :rw; repeatable.
-    #[arg(long = "mount", value_name = "SRC:DST[:rw]")]
-    pub mounts: Vec<String>,
-    /// Set KEY=VALUE in the sandbox; nothing else from the host environment enters.
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
-    /// Working directory inside the sandbox.
-    #[arg(long, value_name = "DIR")]
-    pub workdir: Option<String>,
-    /// Append this run's audit records (JSON lines) to FILE.
-    #[arg(long = "audit-log", value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
-    /// Audit records written for the run; past it the proxy only counts attempts (the
-    /// report and summary say how many were dropped) [default: 100000].
-    #[arg(long = "audit-limit", value_name = "N")]
-    pub audit_limit: Option<u64>,
-    /// Write a JSON run report to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub report: Option<PathBuf>,
-    /// The proxy uses IP for NAME instead of DNS; the floor still applies. Repeatable.
-    #[arg(long = "resolve", value_name = "NAME=IP")]
-    pub resolve: Vec<String>,
-    /// Docker network the proxy uses to reach the outside [default: a bridge the tool manages].
-    #[arg(long = "egress-network", value_name = "NAME")]
-    pub egress_network: Option<String>,
-    /// OCI runtime of the sandbox container (one the engine has, e.g. runc, runsc)
-    /// [default: the engine's default].
-    #[arg(long = "runtime", value_name = "NAME")]
-    pub runtime: Option<String>,
-    /// A secret a policy credential uses: NAME (this process's env var NAME),
-    /// NAME=env:VAR or NAME=file:PATH (one trailing newline dropped); repeatable. Only the
-    /// proxy gets the value; the sandbox's env var NAME holds a random placeholder.
-    #[arg(long = "secret", value_name = "NAME[=env:VAR|=file:PATH]")]
-    pub secrets: Vec<String>,
-    /// Extra PEM CA the proxy trusts for upstream TLS of inspected hosts (besides the
-    /// Mozilla roots); repeatable.
-    #[arg(long = "upstream-ca", value_name = "FILE")]
-    pub upstream_ca: Vec<PathBuf>,
-    /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
-    /// report, audit log and exit codes; stdin is read to its end first). Default:
-    /// $EGRESS_SANDBOX_SERVER when set and not empty.
-    // Read by `run` itself, not by clap's `env`: clap takes an empty variable for a
-    // missing value ("a value is required for '--server'") where unset is meant.
-    #[arg(long, value_name = "SOCKET")]
-    pub server: Option<PathBuf>,
+    /// Every run flag (`run_flags::table`).
+    #[command(flatten)]
+    pub flags: RunFlags<Run>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

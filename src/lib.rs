@@ -1,16 +1,19 @@
 //! egress-sandbox: run untrusted code in a throwaway Docker container whose only way out is
 //! an allowlisting egress proxy (the `egress-proxy` crate).
 //!
+//! This library is what embedding programs, the daemon and the `egress-sandbox` binary
+//! share. The command line itself (clap, one module per subcommand, the MCP server, stderr
+//! diagnostics) lives in the binary target (`src/main.rs`), so an embedder compiles none of
+//! it; `tests/layering.rs` keeps it that way.
+//!
 //! # Layout
 //!
-//! - [`cli`]: the command line (clap), as `docs/src/reference/cli.md` describes it.
-//! - [`commands`]: one module per subcommand; each turns arguments into library calls.
 //! - [`sandbox`]: the run lifecycle on Docker — images, the per-run network, the proxy and
 //!   sandbox containers, teardown guards, `gc` — behind one handle,
 //!   [`sandbox::Sandbox`], which the CLI, the daemon and embedding programs use
 //!   (`examples/embed.rs`).
-//! - [`audit_tools`]: audit logs read back for review — OCSF export, the HTML report,
-//!   `policy suggest`.
+//! - [`audit_tools`]: audit logs read back for review — chain verification, the summary,
+//!   OCSF export, the HTML report, `policy suggest`.
 //! - [`serve`]: the daemon behind `egress-sandbox serve` (local API) and its client.
 //! - [`report`]: the run report and the one-line summary.
 //! - [`run_flags`] and [`secret_flags`]: the strings a user writes for a run (flags, the API's
@@ -19,10 +22,6 @@
 #![deny(unsafe_code)]
 
 pub mod audit_tools;
-pub mod cli;
-pub mod commands;
-pub mod logging;
-pub mod mcp;
 pub mod report;
 pub mod run_flags;
 pub mod sandbox;

@@ -1,19 +1,35 @@
-//! `egress-sandbox`: parse, set up diagnostics, dispatch. Everything else lives in the
-//! library (`src/lib.rs`) so agent frameworks can embed it.
+//! `egress-sandbox`: parse, set up diagnostics, dispatch.
+//!
+//! # Layout
+//!
+//! The command line is this binary's own; everything a run is lives in the library
+//! (`src/lib.rs`: the sandbox lifecycle, the daemon, audit tools), which agent frameworks
+//! embed without compiling any of this.
+//!
+//! - `cli`: the command line (clap), as `docs/src/reference/cli.md` describes it.
+//! - `commands`: one module per subcommand; each turns arguments into library calls and
+//!   prints what they return.
+//! - `mcp`: the MCP server front end on stdio (`egress-sandbox mcp`), a client of the
+//!   daemon's API.
+//! - `logging`: the `tracing` subscriber for `-v` and `EGRESS_SANDBOX_LOG`, on stderr.
 #![deny(unsafe_code)]
 
 use std::process::ExitCode;
 
-use egress_sandbox::cli::Command;
-use egress_sandbox::commands;
+mod cli;
+mod commands;
+mod logging;
+mod mcp;
+
+use cli::Command;
 
 fn main() -> ExitCode {
     let cli = commands::usage::parse_command_line();
-    egress_sandbox::logging::init(cli.verbose);
+    logging::init(cli.verbose);
     let result = match cli.command {
         Command::Run(args) => commands::run(args),
         Command::Policy(args) => commands::policy::run(args),
-        Command::Proxy(args) => commands::proxy::run(args),
+        Command::Proxy(args) => commands::proxy::run(*args),
         Command::Audit(args) => commands::audit::run(args),
         Command::Gc(args) => commands::gc::run(args),
         Command::Serve(args) => commands::serve::run(args),

@@ -3,6 +3,9 @@
 //! as in a policy and in the proxy, because durations, sizes and pins go through the proxy crate's
 //! one parser each (`egress_proxy::units`, `egress_proxy::resolve::parse_pin`).
 //!
+//! Which flags a run has, and what each does, is one list: [`table::RUN_FLAGS`]; [`given`]
+//! holds the flags a front end was given ([`value`]: one value each) and applies them.
+//!
 //! [`RunSpec::builder`]: crate::sandbox::RunSpec::builder
 
 use std::net::IpAddr;
@@ -15,6 +18,10 @@ use egress_proxy::units;
 
 use crate::sandbox::SpecError;
 use crate::sandbox::spec::MIN_MEMORY;
+
+pub mod given;
+pub mod table;
+pub mod value;
 
 fn invalid(flag: &'static str, raw: &str, reason: impl ToString) -> SpecError {
     SpecError::Invalid {

@@ -1,35 +1,73 @@
 //! `--secret NAME`, `--secret NAME=env:VAR`, `--secret NAME=file:PATH`: where a secret's
 //! value comes from, for `run` and `proxy`. The value itself never appears in an error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow, bail};
 use egress_proxy::policy::check_secret_name;
 use egress_proxy::secrets::SecretValue;
+use egress_proxy::text::visible;
 
 /// Largest secret file read: a key or token, not a document.
 const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
+/// A `--secret` flag that cannot be used. The message names the flag as typed and says
+/// what is wrong, never the value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretFlagError {
+    #[error("--secret: {0}")]
+    Name(String),
+    #[error(
+        "--secret {name}={}: the source must be env:VAR or file:PATH",
+        visible(given)
+    )]
+    Source { name: String, given: String },
+    #[error(
+        "--secret {name}: the environment variable {} is not set (or not UTF-8)",
+        visible(variable)
+    )]
+    Unset { name: String, variable: String },
+    /// The file's error is part of the message, so every caller shows it whole.
+    #[error("--secret {name}: cannot read {}: {cause}", path.display())]
+    Read {
+        name: String,
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("--secret {name}: {} is not a regular file", path.display())]
+    NotAFile { name: String, path: PathBuf },
+    #[error("--secret {name}: {} is larger than {MAX_SECRET_FILE_BYTES} bytes", path.display())]
+    TooLarge { name: String, path: PathBuf },
+    #[error("--secret {name}: {} is not UTF-8 text", path.display())]
+    NotText { name: String, path: PathBuf },
+    #[error("--secret {name}: {problem}")]
+    Value { name: String, problem: &'static str },
+}
+
 /// One `--secret` flag read: the name and the value (from the environment or a file).
-pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue)> {
+pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue), SecretFlagError> {
     let (name, source) = match raw.split_once('=') {
         Some((name, source)) => (name, Some(source)),
         None => (raw, None),
     };
-    check_secret_name(name).map_err(|message| anyhow!("--secret: {message}"))?;
+    check_secret_name(name).map_err(SecretFlagError::Name)?;
     let value = match source {
         None => from_env(name, name)?,
         Some(source) => match source.split_once(':') {
             Some(("env", var)) => from_env(name, var)?,
             Some(("file", path)) => from_file(name, Path::new(path))?,
-            _ => bail!(
-                "--secret {name}={}: the source must be env:VAR or file:PATH",
-                egress_proxy::text::visible(source)
-            ),
+            _ => {
+                return Err(SecretFlagError::Source {
+                    name: name.to_owned(),
+                    given: source.to_owned(),
+                });
+            }
         },
     };
-    let value =
-        check_secret_value(value).map_err(|problem| anyhow!("--secret {name}: {problem}"))?;
+    let value = check_secret_value(value).map_err(|problem| SecretFlagError::Value {
+        name: name.to_owned(),
+        problem,
+    })?;
     Ok((name.to_owned(), value))
 }
 
@@ -53,29 +91,37 @@ pub fn check_secret_value(value: String) -> Result<SecretValue, &'static str> {
     Ok(SecretValue::new(value))
 }
 
-fn from_env(name: &str, var: &str) -> Result<String> {
-    std::env::var(var).map_err(|_| {
-        anyhow!(
-            "--secret {name}: the environment variable {} is not set (or not UTF-8)",
-            egress_proxy::text::visible(var)
-        )
+fn from_env(name: &str, var: &str) -> Result<String, SecretFlagError> {
+    std::env::var(var).map_err(|_| SecretFlagError::Unset {
+        name: name.to_owned(),
+        variable: var.to_owned(),
     })
 }
 
-fn from_file(name: &str, path: &Path) -> Result<String> {
-    let shown = path.display();
-    let metadata =
-        std::fs::metadata(path).with_context(|| format!("--secret {name}: cannot read {shown}"))?;
+fn from_file(name: &str, path: &Path) -> Result<String, SecretFlagError> {
+    let read_error = |cause| SecretFlagError::Read {
+        name: name.to_owned(),
+        path: path.to_owned(),
+        cause,
+    };
+    let metadata = std::fs::metadata(path).map_err(read_error)?;
     if !metadata.is_file() {
-        bail!("--secret {name}: {shown} is not a regular file");
+        return Err(SecretFlagError::NotAFile {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        });
     }
     if metadata.len() > MAX_SECRET_FILE_BYTES {
-        bail!("--secret {name}: {shown} is larger than {MAX_SECRET_FILE_BYTES} bytes");
+        return Err(SecretFlagError::TooLarge {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        });
     }
-    let bytes =
-        std::fs::read(path).with_context(|| format!("--secret {name}: cannot read {shown}"))?;
-    let mut text = String::from_utf8(bytes)
-        .map_err(|_| anyhow!("--secret {name}: {shown} is not UTF-8 text"))?;
+    let bytes = std::fs::read(path).map_err(read_error)?;
+    let mut text = String::from_utf8(bytes).map_err(|_| SecretFlagError::NotText {
+        name: name.to_owned(),
+        path: path.to_owned(),
+    })?;
     if text.ends_with('\n') {
         text.pop();
         if text.ends_with('\r') {

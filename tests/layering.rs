@@ -6,6 +6,10 @@
 //! It reads the sources as text: `crate::a::b` and `super::a` paths (braced groups too) in
 //! code before a file's `#[cfg(test)]`, comments skipped, each mapped to the deepest module
 //! file that exists. A module using its own ancestors (`mod.rs` re-exports) is not a circle.
+//!
+//! The binary crate's library (the modules `src/lib.rs` reaches through `mod` declarations)
+//! does not depend on its command line: embedders compile no clap, and the CLI stays a thin
+//! layer over the library rather than the other way round.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -207,6 +211,127 @@ fn assert_no_circle(crate_dir: &str) {
             circle.join(" → ")
         );
     }
+}
+
+/// The module files a crate root reaches through `mod NAME;` declarations (not inline
+/// `mod NAME { … }` blocks), the root included: `NAME.rs` or `NAME/mod.rs` beside a root or
+/// `mod.rs` file, below `NAME/` for any other file.
+fn reachable_modules(root_file: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![root_file.to_path_buf()];
+    while let Some(file) = pending.pop() {
+        let text = std::fs::read_to_string(&file).expect("a readable source file");
+        let dir = file.parent().expect("a file in a directory");
+        let stem = file.file_stem().expect("a file name").to_string_lossy();
+        let children_dir = if matches!(stem.as_ref(), "lib" | "main" | "mod") {
+            dir.to_path_buf()
+        } else {
+            dir.join(stem.as_ref())
+        };
+        for line in code(&text).lines() {
+            let Some(name) = declared_module(line) else {
+                continue;
+            };
+            let flat = children_dir.join(format!("{name}.rs"));
+            let nested = children_dir.join(name).join("mod.rs");
+            let child = if flat.is_file() { flat } else { nested };
+            assert!(
+                child.is_file(),
+                "no file for `mod {name};` in {}",
+                file.display()
+            );
+            pending.push(child);
+        }
+        found.push(file);
+    }
+    found
+}
+
+/// `NAME` of a `mod NAME;` line, whatever its visibility.
+fn declared_module(line: &str) -> Option<&str> {
+    let line = line.trim();
+    let rest = line.strip_prefix("pub ").unwrap_or(line);
+    let rest = rest
+        .strip_prefix("pub(crate) ")
+        .or_else(|| rest.strip_prefix("pub(super) "))
+        .unwrap_or(rest);
+    let name = rest.strip_prefix("mod ")?.strip_suffix(';')?.trim();
+    name.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        .then_some(name)
+}
+
+/// What in a library file's code (tests included: they build with the library) ties it to
+/// the command line: a path into the CLI's modules, clap, or a declaration of those modules.
+fn cli_dependencies(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for path in paths_after(code, "crate::") {
+        let first = path.split("::").next().unwrap_or_default();
+        if CLI_MODULES.contains(&first) {
+            found.push(format!("crate::{path}"));
+        }
+    }
+    for line in code.lines() {
+        if let Some(name) = declared_module(line)
+            && CLI_MODULES.contains(&name)
+        {
+            found.push(line.trim().to_owned());
+        }
+    }
+    let mentions_clap = code.match_indices("clap").any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + "clap".len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        !ident(before) && !ident(after)
+    });
+    if mentions_clap {
+        found.push("clap".to_owned());
+    }
+    found
+}
+
+/// The binary target's own modules (`src/main.rs`): the command line and its front ends.
+const CLI_MODULES: [&str; 4] = ["cli", "commands", "mcp", "logging"];
+
+#[test]
+fn the_binary_crates_library_does_not_depend_on_its_command_line() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let library = reachable_modules(&src.join("lib.rs"));
+    assert!(
+        library.len() > 30,
+        "read too few library modules: {library:?}"
+    );
+    let mut found = Vec::new();
+    for file in &library {
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        let code: String = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for dependency in cli_dependencies(&code) {
+            found.push(format!(
+                "{}: {dependency}",
+                file.strip_prefix(&src).unwrap_or(file).display()
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the library depends on the command line (move the CLI part into the binary, \
+         `src/main.rs`, or the domain logic into the library):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_cli_check_finds_clap_and_cli_paths() {
+    let code = "use clap::Parser;\nuse crate::cli::RunArgs;\npub mod commands;\nmod sandbox;";
+    assert_eq!(
+        cli_dependencies(code),
+        ["crate::cli::RunArgs", "pub mod commands;", "clap"]
+    );
+    assert!(cli_dependencies("use crate::sandbox::Sandbox;\nlet eclapse = 1;").is_empty());
 }
 
 #[test]

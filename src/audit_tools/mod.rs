@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //!
+//! - [`verify`]: every run's hash chain checked, and run reports against it.
+//! - [`summary`]: entries → the refusal and allowed-host tables of `audit summary`.
 //! - [`log`]: audit log files → [`log::Entry`] values (attempts, `limit` and `end` lines),
 //!   tolerant of fields added later and of lines that are not records.
 //! - [`ocsf`]: one entry → one OCSF 1.5 event (Network, HTTP, DNS or Event Log Activity).
@@ -16,3 +18,5 @@ pub mod html;
 pub mod log;
 pub mod ocsf;
 pub mod suggest;
+pub mod summary;
+pub mod verify;

@@ -14,11 +14,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::DoctorArgs;
-use crate::sandbox::docker::{Engine, EngineFacts};
-use crate::sandbox::images::{self, BASE_IMAGE};
-use crate::sandbox::labels::{Owner, RunNames};
-use crate::sandbox::network::EGRESS_NETWORK;
-use crate::sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
+use egress_sandbox::sandbox::EGRESS_NETWORK;
+use egress_sandbox::sandbox::docker::{Engine, EngineFacts};
+use egress_sandbox::sandbox::images::{self, BASE_IMAGE};
+use egress_sandbox::sandbox::labels::{Owner, RunNames};
+use egress_sandbox::sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,21 +263,12 @@ fn on_path(program: &str) -> bool {
 }
 
 async fn egress_network_check(engine: &Engine) -> Check {
-    match engine.inspect_network(EGRESS_NETWORK).await {
-        Ok(network) => {
-            let subnets: Vec<String> = network
-                .ipam
-                .and_then(|ipam| ipam.config)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|config| config.subnet)
-                .collect();
-            Check::ok(
-                "egress network",
-                format!("{EGRESS_NETWORK} ({})", subnets.join(", ")),
-            )
-        }
-        Err(error) if crate::sandbox::docker::is_not_found(&error) => Check::ok(
+    match engine.network_subnets(EGRESS_NETWORK).await {
+        Ok(Some(subnets)) => Check::ok(
+            "egress network",
+            format!("{EGRESS_NETWORK} ({})", subnets.join(", ")),
+        ),
+        Ok(None) => Check::ok(
             "egress network",
             format!("{EGRESS_NETWORK} does not exist yet; the first run creates it"),
         ),

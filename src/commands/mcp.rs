@@ -12,9 +12,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{build_spec, refuse, say};
 use crate::cli::McpArgs;
 use crate::mcp::{McpServer, RunTemplate};
-use crate::sandbox::RunSpec;
-use crate::serve::client::Client;
-use crate::serve::{ServeOptions, serve};
+use egress_sandbox::run_flags::table;
+use egress_sandbox::sandbox::RunSpec;
+use egress_sandbox::serve::client::Client;
+use egress_sandbox::serve::{ServeOptions, serve};
 
 /// How long the end waits for calls to say their runs' end to a daemon named with
 /// `--server` (an own daemon interrupts them itself).
@@ -31,7 +32,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     for warning in spec.warnings() {
         say(warning);
     }
-    let request = super::run_client::request_from(&run_args, &spec.credentials, Vec::new())?;
+    let request = super::run_client::request_from(&run_args, spec.credentials(), Vec::new())?;
     let template = RunTemplate {
         request,
         timeout: spec.limits().timeout,
@@ -49,15 +50,16 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
 
 /// The runs' shape the pool's slots take: the operator's image, runtime and tmp size.
 fn slot_shape(args: &McpArgs) -> anyhow::Result<RunSpec> {
+    let flags = &args.flags.values;
     let mut shape = RunSpec::builder(["true"]);
-    if let Some(image) = &args.image {
-        shape = shape.image(image.clone());
+    if let Some(image) = flags.text(&table::IMAGE) {
+        shape = shape.image(image);
     }
-    if let Some(runtime) = &args.runtime {
-        shape = shape.runtime(runtime.clone());
+    if let Some(runtime) = flags.text(&table::RUNTIME) {
+        shape = shape.runtime(runtime);
     }
-    if let Some(raw) = &args.tmp {
-        shape = shape.tmp(crate::run_flags::size("--tmp", raw)?);
+    if let Some(raw) = flags.text(&table::TMP) {
+        shape = shape.tmp(egress_sandbox::run_flags::size("--tmp", &raw)?);
     }
     Ok(shape.build()?)
 }
@@ -73,8 +75,9 @@ async fn serve_mcp(
         signal(SignalKind::terminate()).context("cannot install signal handlers")?;
     let (stop_daemon, daemon_stopped) = tokio::sync::oneshot::channel::<()>();
     // The daemon this server runs through: its own on a private socket, or `--server`'s.
-    let (socket, own_daemon, _socket_dir, _watchdog) = match &args.server {
-        Some(socket) => (socket.clone(), None, None, None),
+    let (socket, own_daemon, _socket_dir, _watchdog) = match args.flags.values.path(&table::SERVER)
+    {
+        Some(socket) => (socket, None, None, None),
         None => {
             let dir = tempfile::Builder::new()
                 .prefix("egress-sandbox-mcp.")
@@ -89,7 +92,7 @@ async fn serve_mcp(
             let watchdog = super::run::start_watchdog(&sandbox);
             let mut options = ServeOptions::new(socket.clone());
             options.pool = args.pool;
-            options.egress_network = args.egress_network.clone();
+            options.egress_network = args.flags.values.text(&table::EGRESS_NETWORK);
             options.max_runs = args.max_runs;
             options.slot_shape = Some(slot_shape);
             let (ready_tx, ready) = tokio::sync::oneshot::channel();

@@ -81,7 +81,7 @@ pub fn print_out(text: &str) {
 
 /// One warning on stderr per line of the logs that is not an audit record, for every
 /// command that reads logs through `audit_tools::log`.
-pub fn warn_skipped(log: &crate::audit_tools::log::AuditLog) {
+pub fn warn_skipped(log: &egress_sandbox::audit_tools::log::AuditLog) {
     for skipped in &log.skipped {
         eprintln!("egress-sandbox: warning: {skipped}; skipped");
     }

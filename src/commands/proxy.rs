@@ -20,7 +20,7 @@ use egress_proxy::upstream::parse_upstream_ca;
 use egress_proxy::{BoundProxy, ProxyConfig};
 
 use crate::cli::ProxyArgs;
-use crate::secret_flags::{new_placeholder, read_secret_flag};
+use egress_sandbox::secret_flags::{new_placeholder, read_secret_flag};
 
 pub fn run(args: ProxyArgs) -> Result<ExitCode> {
     let ca_cert_out = args.ca_cert_out.clone();

@@ -9,11 +9,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::tool_lines::{self, Stream, Tracked};
 use crate::cli::RunArgs;
-use crate::report::{RunReport, summary_line};
-use crate::run_flags;
-use crate::sandbox::spec::{RunSpec, SpecError};
-use crate::sandbox::watchdog::Watchdog;
-use crate::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
+use egress_sandbox::report::{RunReport, summary_line};
+use egress_sandbox::run_flags::table;
+use egress_sandbox::sandbox::spec::{RunSpec, SpecError};
+use egress_sandbox::sandbox::watchdog::Watchdog;
+use egress_sandbox::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing
 /// (`docs/src/reference/exit-codes.md`).
@@ -21,7 +21,7 @@ pub(crate) const SETUP_FAILED: u8 = 125;
 
 /// A cold run: this process sets up, runs and removes the sandbox itself.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let report_path = args.report.clone();
+    let report_path = args.flags.values.path(&table::REPORT);
     let spec = match build_spec(args) {
         Ok(spec) => spec,
         Err(error) => return Ok(refuse(&error)),
@@ -106,71 +106,13 @@ pub(crate) async fn connect_sandbox() -> Result<Sandbox, RunError> {
         .on_progress(|progress| say(format_args!("egress-sandbox: {progress}"))))
 }
 
+/// The run `run`'s flags describe, checked: every flag through its own code in the library's
+/// table (`run_flags::table`).
 pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
-    let mut builder = RunSpec::builder(args.command);
-    for path in args.policies {
-        builder = builder.policy_file(path);
-    }
-    for host in args.allow {
-        builder = builder.allow(host);
-    }
-    if let Some(image) = args.image {
-        builder = builder.image(image);
-    }
-    if let Some(raw) = args.timeout {
-        builder = builder.timeout(run_flags::duration("--timeout", &raw)?);
-    }
-    if let Some(raw) = args.memory {
-        builder = builder.memory(run_flags::size("--memory", &raw)?);
-    }
-    if let Some(cpus) = args.cpus {
-        builder = builder.cpus(cpus);
-    }
-    if let Some(pids) = args.pids {
-        builder = builder.pids(pids);
-    }
-    if let Some(raw) = args.tmp {
-        builder = builder.tmp(run_flags::size("--tmp", &raw)?);
-    }
-    if let Some(raw) = args.output_limit {
-        builder = builder.output_limit(run_flags::size("--output-limit", &raw)?);
-    }
-    for raw in args.mounts {
-        let (source, target, writable) = run_flags::mount(&raw)?;
-        builder = builder.mount(source, target, writable);
-    }
-    for raw in args.env {
-        let (key, value) = run_flags::env(&raw)?;
-        builder = builder.env(key, value);
-    }
-    if let Some(dir) = args.workdir {
-        builder = builder.workdir(dir);
-    }
-    for raw in args.resolve {
-        let (name, ip) = run_flags::resolve(&raw)?;
-        builder = builder.resolve(name.as_str(), ip);
-    }
-    if let Some(path) = args.audit_log {
-        builder = builder.audit_log(path);
-    }
-    if let Some(records) = args.audit_limit {
-        builder = builder.audit_limit(records);
-    }
-    if let Some(network) = args.egress_network {
-        builder = builder.egress_network(network);
-    }
-    if let Some(runtime) = args.runtime {
-        builder = builder.runtime(runtime);
-    }
-    for raw in args.secrets {
-        let (name, value) = crate::secret_flags::read_secret_flag(&raw)
-            .map_err(|error| SpecError::SecretFlag(format!("{error:#}")))?;
-        builder = builder.secret(name, value);
-    }
-    for path in args.upstream_ca {
-        builder = builder.upstream_ca(path);
-    }
-    builder.build()
+    args.flags
+        .values
+        .apply(RunSpec::builder(args.command))?
+        .build()
 }
 
 /// Prints why the spec was refused; policy diagnostics verbatim (`FILE:LINE:COL: error: …`).

@@ -18,20 +18,26 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
-use crate::sandbox::Interruption;
-use crate::serve::client::{Client, ClientError, Event};
 use egress_proxy::handoff::Secrets;
+use egress_sandbox::sandbox::Interruption;
+use egress_sandbox::serve::client::{Client, ClientError, Event};
 
-use crate::sandbox::credentials::RunCredentials;
-use crate::serve::request::{EnvVars, PolicyText, RunRequest, UpstreamCa};
+use egress_sandbox::run_flags::given::FlagValues;
+use egress_sandbox::run_flags::table::{self, RUN_FLAGS, RequestField, RunFlag};
+use egress_sandbox::run_flags::value::FlagValue;
+use egress_sandbox::sandbox::RunCredentials;
+use egress_sandbox::serve::request::{Duration, EnvVars, PolicyText, RunRequest, UpstreamCa};
 
 /// Where `--server` defaults from; empty is the same as unset.
 const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
 
 /// The daemon's socket `run` is to use: `--server`, else `EGRESS_SANDBOX_SERVER`; `None`
 /// for a cold run.
+///
+/// The variable is read here, not by clap's `env`: clap takes an empty variable for a
+/// missing value ("a value is required for '--server'") where unset is meant.
 pub fn server_socket(args: &RunArgs) -> Option<PathBuf> {
-    args.server.clone().or_else(|| {
+    args.flags.values.path(&table::SERVER).or_else(|| {
         std::env::var_os(SERVER_VARIABLE)
             .filter(|socket| !socket.is_empty())
             .map(PathBuf::from)
@@ -44,7 +50,9 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         Err(error) => return Ok(refuse(&error)),
     };
     // In a cold run's order: a refused report path first, and then no policy warnings.
-    if let Some(refused) = super::run::check_report_path(args.report.as_deref()) {
+    if let Some(refused) =
+        super::run::check_report_path(args.flags.values.path(&table::REPORT).as_deref())
+    {
         return Ok(refused);
     }
     for warning in spec.warnings() {
@@ -55,9 +63,9 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     }
     // Secrets and upstream CAs as read and checked here: the daemon may not see this
     // process's environment or files. The values go over the socket only, never in a log.
-    let credentials = spec.credentials.clone();
+    let credentials = spec.credentials().clone();
     drop(spec);
-    let mut audit_log = match &args.audit_log {
+    let mut audit_log = match &args.flags.values.path(&table::AUDIT_LOG) {
         Some(path) => match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -98,7 +106,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
             let exit_code = &exit_code;
             let audit_log = &mut audit_log;
             let audit_log_error = &mut audit_log_error;
-            let report_path = args.report.clone();
+            let report_path = args.flags.values.path(&table::REPORT);
             client.run(&request, move |event| {
                 handle(
                     event,
@@ -248,7 +256,7 @@ fn handle(
             let (report, summary) = match audit_log.error.as_deref() {
                 Some(error) => (
                     with_audit_log_error(report.get(), error),
-                    summary + &crate::report::audit_log_incomplete(error),
+                    summary + &egress_sandbox::report::audit_log_incomplete(error),
                 ),
                 None => (report.get().to_string(), summary),
             };
@@ -272,6 +280,8 @@ fn handle(
             say(format_args!("egress-sandbox: error: {error}"));
             exit_code.set(Some(i32::from(SETUP_FAILED)));
         }
+        // An event of a newer daemon: nothing this client has to act on.
+        _ => {}
     }
 }
 
@@ -294,79 +304,94 @@ fn write_report(path: &std::path::Path, compact: &str) -> std::io::Result<()> {
     std::fs::write(path, pretty)
 }
 
-/// The request `run`'s flags amount to, with `stdin`; policy files are read here (the
-/// daemon may not see the same files) and sent with their names.
+/// The request `run`'s flags amount to, with `stdin`: the fields that carry a flag as it is
+/// from the table (`RunRequest::with_flags`), the others here. Policy files are read here
+/// (the daemon may not see the same files) and sent with their names; secrets and upstream
+/// CAs are sent as `credentials` read them.
 pub(crate) fn request_from(
     args: &RunArgs,
     credentials: &RunCredentials,
     stdin: Vec<u8>,
 ) -> anyhow::Result<RunRequest> {
-    let mut policies = Vec::new();
-    for path in &args.policies {
-        let yaml = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read policy {}", path.display()))?;
-        policies.push(PolicyText::File {
-            file: path.display().to_string(),
-            yaml,
-        });
+    let flags = &args.flags.values;
+    let mut request =
+        RunRequest::with_flags(args.command.clone(), flags).context("cannot make the request")?;
+    for flag in RUN_FLAGS {
+        if let RequestField::Own(_) = flag.request {
+            carry(&mut request, flag, flags, credentials)?;
+        }
     }
-    let mut env = Vec::new();
-    for raw in &args.env {
-        let (key, value) = crate::run_flags::env(raw)?;
-        env.push((key, value));
+    request.stdin = (!stdin.is_empty()).then(|| STANDARD.encode(&stdin));
+    Ok(request)
+}
+
+/// Puts `flag`, whose request field has a form of its own, into `request`. A flag of that
+/// kind added to the table without a way into the request is an error of every
+/// `run --server`, never a run that quietly differs from a cold one.
+fn carry(
+    request: &mut RunRequest,
+    flag: &RunFlag,
+    flags: &FlagValues,
+    credentials: &RunCredentials,
+) -> anyhow::Result<()> {
+    let texts = || flags.all(flag).iter().map(FlagValue::text);
+    match flag.long {
+        "policy" => {
+            for path in flags.all(flag).iter().map(FlagValue::path) {
+                let yaml = std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read policy {}", path.display()))?;
+                request.policies.push(PolicyText::File {
+                    file: path.display().to_string(),
+                    yaml,
+                });
+            }
+        }
+        "timeout" => request.timeout = flags.text(flag).map(Duration::Text),
+        "env" => {
+            let mut env = Vec::new();
+            for raw in texts() {
+                env.push(egress_sandbox::run_flags::env(&raw)?);
+            }
+            request.env = (!env.is_empty()).then_some(EnvVars::Pairs(env));
+        }
+        "mount" => {
+            for raw in texts() {
+                // Relative sources are relative to this process, not the daemon.
+                let (source, target, writable) = egress_sandbox::run_flags::mount(&raw)?;
+                let source = std::path::absolute(&source).unwrap_or(source);
+                let suffix = if writable { ":rw" } else { "" };
+                request
+                    .mounts
+                    .push(format!("{}:{target}{suffix}", source.display()));
+            }
+        }
+        "resolve" => {
+            for raw in texts() {
+                let (name, ip) = egress_sandbox::run_flags::resolve(&raw)?;
+                request
+                    .resolve
+                    .insert(name.as_str().to_string(), ip.to_string());
+            }
+        }
+        "secret" => {
+            request.secrets = Secrets(
+                credentials
+                    .secret_values()
+                    .map(|(name, value)| (name.to_owned(), value.expose().to_owned()))
+                    .collect(),
+            );
+        }
+        "upstream-ca" => {
+            request.upstream_ca = credentials
+                .upstream_ca()
+                .iter()
+                .cloned()
+                .map(UpstreamCa::File)
+                .collect();
+        }
+        other => anyhow::bail!("--{other} has no way into a request to the daemon"),
     }
-    let mut mounts = Vec::new();
-    for raw in &args.mounts {
-        // Relative sources are relative to this process, not the daemon.
-        let (source, target, writable) = crate::run_flags::mount(raw)?;
-        let source = std::path::absolute(&source).unwrap_or(source);
-        let suffix = if writable { ":rw" } else { "" };
-        mounts.push(format!("{}:{target}{suffix}", source.display()));
-    }
-    let mut resolve = std::collections::BTreeMap::new();
-    for raw in &args.resolve {
-        let (name, ip) = crate::run_flags::resolve(raw)?;
-        resolve.insert(name.as_str().to_string(), ip.to_string());
-    }
-    Ok(RunRequest {
-        argv: args.command.clone(),
-        allow: args.allow.clone(),
-        policies,
-        timeout: args
-            .timeout
-            .clone()
-            .map(crate::serve::request::Duration::Text),
-        memory: args.memory.clone(),
-        cpus: args.cpus,
-        pids: args.pids,
-        tmp: args.tmp.clone(),
-        output_limit: args.output_limit.clone(),
-        env: (!env.is_empty()).then_some(EnvVars::Pairs(env)),
-        workdir: args.workdir.clone(),
-        image: args.image.clone(),
-        stdin: (!stdin.is_empty()).then(|| STANDARD.encode(&stdin)),
-        resolve,
-        mounts,
-        egress_network: args.egress_network.clone(),
-        secrets: Secrets(
-            credentials
-                .secret_values()
-                .map(|(name, value)| (name.to_owned(), value.expose().to_owned()))
-                .collect(),
-        ),
-        upstream_ca: credentials
-            .upstream_ca()
-            .iter()
-            .cloned()
-            .map(UpstreamCa::File)
-            .collect(),
-        runtime: args.runtime.clone(),
-        audit_limit: args.audit_limit,
-        // `run` has no flag for files. Every field is named here, none defaulted: a field
-        // added to the request must be carried from its flag, or a run through the daemon
-        // would quietly differ from a cold one (`--runtime` once did).
-        files: std::collections::BTreeMap::new(),
-    })
+    Ok(())
 }
 
 /// `run --server`'s stdin, read to its end (empty for a terminal): the request carries it
@@ -378,14 +403,14 @@ fn read_stdin() -> anyhow::Result<Vec<u8>> {
         // Bounded: the request carries stdin whole (`yes | run --server …` grew without end).
         let mut input = Vec::new();
         std::io::stdin()
-            .take(crate::serve::MAX_STDIN as u64 + 1)
+            .take(egress_sandbox::serve::MAX_STDIN as u64 + 1)
             .read_to_end(&mut input)
             .context("cannot read stdin")?;
-        if input.len() > crate::serve::MAX_STDIN {
+        if input.len() > egress_sandbox::serve::MAX_STDIN {
             anyhow::bail!(
                 "stdin is larger than {} MiB, the most a run through --server takes (the daemon \
                  gets it whole before the run starts); run without --server to stream it",
-                crate::serve::MAX_STDIN >> 20
+                egress_sandbox::serve::MAX_STDIN >> 20
             );
         }
         input

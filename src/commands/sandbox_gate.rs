@@ -23,9 +23,9 @@ use std::process::ExitCode;
 use crate::cli::SandboxGateArgs;
 use egress_proxy::passed_listeners::PassedListeners;
 
-use crate::sandbox::container::loopback_doors;
-use crate::sandbox::gate_signal;
-use crate::sandbox::task_files::{self, TASK_DIR, TaskFile};
+use egress_sandbox::sandbox::gate_signal;
+use egress_sandbox::sandbox::loopback_doors;
+use egress_sandbox::sandbox::task_files::{self, TASK_DIR, TaskFile};
 
 pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
     // Read straight from fd 0, not through std's buffered stdin: whatever follows the go

@@ -6,15 +6,16 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ServeArgs;
-use crate::serve::{ServeOptions, default_socket, serve};
+use egress_sandbox::run_flags::table;
+use egress_sandbox::serve::{ServeOptions, default_socket, serve};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = ServeOptions::new(args.socket.unwrap_or_else(default_socket));
     options.socket_group = args.socket_group;
     options.metrics_listen = args.metrics_listen;
     options.pool = args.pool;
-    options.egress_network = args.egress_network;
-    options.runtime = args.runtime;
+    options.egress_network = args.flags.values.text(&table::EGRESS_NETWORK);
+    options.runtime = args.flags.values.text(&table::RUNTIME);
     options.max_runs = args.max_runs;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

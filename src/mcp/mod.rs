@@ -33,8 +33,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use tokio::sync::Semaphore;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::sandbox::Interruption;
-use crate::serve::client::{Client, ClientError};
+use egress_sandbox::sandbox::Interruption;
+use egress_sandbox::serve::client::{Client, ClientError};
 use outcome::Gathered;
 pub use tools::RunTemplate;
 

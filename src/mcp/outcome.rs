@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
-use crate::serve::client::{ClientError, Event};
+use egress_sandbox::serve::client::{ClientError, Event};
 
 /// What a call has seen of its run so far.
 #[derive(Default)]
@@ -48,6 +48,8 @@ impl Gathered {
                 self.end = Some(End::Exit { report, summary });
             }
             Event::Error { error } => self.end = Some(End::SetupFailed(error)),
+            // An event of a newer daemon: nothing a call's result holds.
+            _ => {}
         }
     }
 

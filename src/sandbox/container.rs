@@ -28,7 +28,7 @@ const TRANSPARENT_PORTS: [u16; 2] = [443, 80];
 const DNS_PORT: u16 = 53;
 
 /// The doors a gate binds in the sandbox and passes to the proxy
-/// ([`Wiring::PassedListeners`]): the explicit proxy and DNS on 127.0.0.1; the transparent
+/// (`Wiring::PassedListeners`): the explicit proxy and DNS on 127.0.0.1; the transparent
 /// doors and a raw door per port of `raw_ports` on every loopback address (0.0.0.0: the
 /// sandbox has no other interface), since the DNS responder answers each allowed name with
 /// an address of its own ([`egress_proxy::name_addresses`]).

@@ -115,14 +115,14 @@ impl RunCredentials {
 
     /// The secrets' names and values (not their placeholders), to hand to a daemon that
     /// draws its own placeholders (`run --server`).
-    pub(crate) fn secret_values(&self) -> impl Iterator<Item = (&str, &SecretValue)> + '_ {
+    pub fn secret_values(&self) -> impl Iterator<Item = (&str, &SecretValue)> + '_ {
         self.secrets
             .iter()
             .map(|secret| (secret.name.as_str(), &secret.value))
     }
 
     /// The upstream CAs as read (file name and PEM text).
-    pub(crate) fn upstream_ca(&self) -> &[InlineCertificate] {
+    pub fn upstream_ca(&self) -> &[InlineCertificate] {
         &self.upstream_ca
     }
 

@@ -319,7 +319,7 @@ impl Engine {
     /// Starts `command` in `image` under `runtime` with no network, waits for it and
     /// removes it: whether a container starts under that runtime at all. `Err`: the
     /// engine's own words.
-    pub(crate) async fn probe_runtime(
+    pub async fn probe_runtime(
         &self,
         name: &str,
         runtime: &str,
@@ -362,6 +362,24 @@ impl Engine {
     ) -> Result<String, BollardError> {
         let response = self.docker.create_network(request).await?;
         Ok(response.id)
+    }
+
+    /// The subnets of network `name`, or `None` when it does not exist (yet): what
+    /// `doctor` says of the egress network.
+    pub async fn network_subnets(&self, name: &str) -> Result<Option<Vec<String>>, DockerError> {
+        match self.inspect_network(name).await {
+            Ok(network) => Ok(Some(
+                network
+                    .ipam
+                    .and_then(|ipam| ipam.config)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|config| config.subnet)
+                    .collect(),
+            )),
+            Err(error) if is_not_found(&error) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
     }
 
     pub(crate) async fn inspect_network(&self, name: &str) -> Result<NetworkInspect, BollardError> {

@@ -30,7 +30,7 @@
 //!   thread) and to the run's events.
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - `audit_trail`: the proxy's ready line and audit records, read through attach.
-//! - `task_files`: files handed to a run, written under /task by the gate.
+//! - [`task_files`]: files handed to a run, written under /task by the gate.
 //! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
 //!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - `teardown`: owns every object of a run and removes it on every path.
@@ -43,7 +43,7 @@
 //!   [`RunOutcome`](outcome::RunOutcome).
 //! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
 //!   (handle, slot, run, report) without those depending on one another.
-//! - `gate_signal`: what opens the sandbox's gate (and hands it the task files);
+//! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files);
 //!   `gate_binary`: the gate's binary at a path named by its content, and `host_dirs`: the
 //!   run's host directories, neutrally named, so the sandbox's mount table shows nothing
 //!   of the host.
@@ -57,7 +57,7 @@ pub(crate) mod credentials;
 pub mod docker;
 pub mod events;
 pub(crate) mod gate_binary;
-pub(crate) mod gate_signal;
+pub mod gate_signal;
 pub mod gc;
 pub mod handle;
 pub(crate) mod host_dirs;
@@ -72,18 +72,19 @@ pub mod runtime;
 pub(crate) mod slot;
 pub mod spec;
 pub mod tally;
-pub(crate) mod task_files;
+pub mod task_files;
 pub(crate) mod teardown;
 pub(crate) mod trust;
 pub mod watchdog;
 pub(crate) mod wiring;
 
-pub use credentials::CredentialError;
+pub use container::loopback_doors;
+pub use credentials::{CredentialError, RunCredentials};
 pub use docker::{DockerError, Engine, EngineError};
 pub use events::{AuditEntry, RunEvent};
 pub use handle::Sandbox;
 pub use images::{ImageError, Progress};
-pub use network::NetworkError;
+pub use network::{EGRESS_NETWORK, NetworkError};
 pub use outcome::{Interruption, RunError, RunOutcome, RunStatus};
 pub use output::{OutputSinks, OutputStats};
 pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};

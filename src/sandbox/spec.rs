@@ -153,6 +153,12 @@ impl RunSpec {
         &self.limits
     }
 
+    /// The secrets and upstream CAs as read and checked, for a front end that hands the run
+    /// to a daemon which may not see this process's environment or files (`run --server`).
+    pub fn credentials(&self) -> &RunCredentials {
+        &self.credentials
+    }
+
     /// Policy warnings (shadowed rules, broad wildcards …): accepted, worth showing.
     pub fn warnings(&self) -> &[Diagnostic] {
         &self.warnings

@@ -1,5 +1,9 @@
 //! `POST /v1/runs` bodies: the JSON request and its checks, which are exactly `run`'s (the
 //! same [`RunSpec`] builder), so a request `run` would refuse is a 400 that creates nothing.
+//!
+//! A field that carries a run flag's value as the flag takes it ([`RequestField::Same`] in
+//! `run_flags::table`) is checked through that flag's own code; the others (policy text,
+//! `env` as an object, secret values …) have code of their own here.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use egress_proxy::handoff::{InlineCertificate, Secrets};
 
 use crate::run_flags;
+use crate::run_flags::given::FlagValues;
+use crate::run_flags::table::{RUN_FLAGS, RequestField, field_of_flag};
+use crate::run_flags::value::{FlagValue, ValueKind};
 use crate::sandbox::credentials::CredentialError;
 use crate::sandbox::spec::{RunSpec, SpecError};
 use crate::secret_flags::check_secret_value;
@@ -250,17 +257,6 @@ fn credential_message(error: &CredentialError) -> String {
     }
 }
 
-/// `--output-limit` → `output_limit`, `--mount` → `mounts` …: the request's own names.
-fn field_of_flag(flag: &str) -> &str {
-    match flag.trim_start_matches('-') {
-        "output-limit" => "output_limit",
-        "mount" => "mounts",
-        "egress-network" => "egress_network",
-        "audit-limit" => "audit_limit",
-        other => other,
-    }
-}
-
 /// A checked request: the run and its stdin.
 pub struct Checked {
     pub spec: RunSpec,
@@ -275,9 +271,65 @@ impl RunRequest {
             .map_err(|error| BadRequest::from_json_error(error.path(), error.inner()))
     }
 
-    pub fn check(self) -> Result<Checked, BadRequest> {
-        let mut builder = RunSpec::builder(self.argv);
-        for (index, policy) in self.policies.into_iter().enumerate() {
+    /// A request of `argv` with the fields that carry `flags` as the flags take them
+    /// ([`RequestField::Same`]); the others are the caller's to fill in (`run --server`).
+    pub fn with_flags(
+        argv: Vec<String>,
+        flags: &FlagValues,
+    ) -> Result<RunRequest, serde_json::Error> {
+        let mut body = serde_json::Map::new();
+        body.insert("argv".into(), argv.into());
+        for flag in RUN_FLAGS {
+            let RequestField::Same(field) = flag.request else {
+                continue;
+            };
+            let values: Vec<serde_json::Value> = flags.all(flag).iter().map(json_of).collect();
+            let value = if flag.repeatable {
+                serde_json::Value::Array(values)
+            } else {
+                match values.into_iter().last() {
+                    Some(value) => value,
+                    None => continue,
+                }
+            };
+            body.insert(field.into(), value);
+        }
+        serde_json::from_value(serde_json::Value::Object(body))
+    }
+
+    /// The values of the fields that carry a flag's value as the flag takes it.
+    fn same_fields(&self) -> Result<FlagValues, BadRequest> {
+        let body = serde_json::to_value(self).map_err(|error| {
+            BadRequest::new("body", format!("the request is not valid: {error}"))
+        })?;
+        let mut flags = FlagValues::default();
+        for flag in RUN_FLAGS {
+            let RequestField::Same(field) = flag.request else {
+                continue;
+            };
+            let values = match body.get(field) {
+                None | Some(serde_json::Value::Null) => continue,
+                Some(serde_json::Value::Array(items)) if flag.repeatable => items.clone(),
+                Some(value) => vec![value.clone()],
+            };
+            for value in values {
+                let value = flag_value_of(flag.value, &value)
+                    .ok_or_else(|| BadRequest::new(field, format!("invalid {field} {value}")))?;
+                flags.push(flag, value);
+            }
+        }
+        Ok(flags)
+    }
+
+    pub fn check(mut self) -> Result<Checked, BadRequest> {
+        // Taken out first: handled here, and not copied to read the flags' fields.
+        let policies = std::mem::take(&mut self.policies);
+        let files = std::mem::take(&mut self.files);
+        let stdin = self.stdin.take();
+        let secrets = std::mem::take(&mut self.secrets);
+        let upstream_ca = std::mem::take(&mut self.upstream_ca);
+        let mut builder = RunSpec::builder(std::mem::take(&mut self.argv));
+        for (index, policy) in policies.into_iter().enumerate() {
             builder = match policy {
                 PolicyText::Yaml(yaml) => {
                     builder.policy_yaml(format!("policy-{}.yaml", index + 1), yaml)
@@ -285,32 +337,11 @@ impl RunRequest {
                 PolicyText::File { file, yaml } => builder.policy_yaml(file, yaml),
             };
         }
-        for host in self.allow {
-            builder = builder.allow(host);
-        }
-        if let Some(image) = self.image {
-            builder = builder.image(image);
-        }
         let spec_error = BadRequest::from_spec;
-        if let Some(timeout) = self.timeout {
+        if let Some(timeout) = &self.timeout {
             builder = builder.timeout(timeout.check("timeout")?);
         }
-        if let Some(raw) = self.memory {
-            builder = builder.memory(run_flags::size("--memory", &raw).map_err(spec_error)?);
-        }
-        if let Some(cpus) = self.cpus {
-            builder = builder.cpus(cpus);
-        }
-        if let Some(pids) = self.pids {
-            builder = builder.pids(pids);
-        }
-        if let Some(raw) = self.tmp {
-            builder = builder.tmp(run_flags::size("--tmp", &raw).map_err(spec_error)?);
-        }
-        if let Some(raw) = self.output_limit {
-            builder =
-                builder.output_limit(run_flags::size("--output-limit", &raw).map_err(spec_error)?);
-        }
+        builder = self.same_fields()?.apply(builder).map_err(spec_error)?;
         for raw in self.mounts {
             let (source, target, writable) = run_flags::mount(&raw).map_err(spec_error)?;
             builder = builder.mount(source, target, writable);
@@ -318,29 +349,17 @@ impl RunRequest {
         for (key, value) in self.env.map(EnvVars::pairs).unwrap_or_default() {
             builder = builder.env(key, value);
         }
-        if let Some(dir) = self.workdir {
-            builder = builder.workdir(dir);
-        }
         for (name, ip) in self.resolve {
             let (name, ip) = run_flags::resolve(&format!("{name}={ip}")).map_err(spec_error)?;
             builder = builder.resolve(name.as_str(), ip);
         }
-        for (path, b64) in self.files {
+        for (path, b64) in files {
             let contents = STANDARD.decode(b64.as_bytes()).map_err(|error| {
                 BadRequest::new("files", format!("file {path:?} is not base64: {error}"))
             })?;
             builder = builder.file(path, contents);
         }
-        if let Some(network) = self.egress_network {
-            builder = builder.egress_network(network);
-        }
-        if let Some(runtime) = self.runtime {
-            builder = builder.runtime(runtime);
-        }
-        if let Some(records) = self.audit_limit {
-            builder = builder.audit_limit(records);
-        }
-        for (name, value) in self.secrets.0 {
+        for (name, value) in secrets.0 {
             egress_proxy::policy::check_secret_name(&name)
                 .map_err(|message| BadRequest::new("secrets", message))?;
             let value = check_secret_value(value).map_err(|problem| {
@@ -348,7 +367,7 @@ impl RunRequest {
             })?;
             builder = builder.secret(name, value);
         }
-        for (index, ca) in self.upstream_ca.into_iter().enumerate() {
+        for (index, ca) in upstream_ca.into_iter().enumerate() {
             builder = match ca {
                 UpstreamCa::Pem(pem) => {
                     builder.upstream_ca_pem(format!("upstream_ca[{index}]"), pem)
@@ -358,7 +377,7 @@ impl RunRequest {
                 }
             };
         }
-        let stdin = match self.stdin {
+        let stdin = match stdin {
             Some(b64) => STANDARD.decode(b64.as_bytes()).map_err(|error| {
                 BadRequest::new("stdin", format!("stdin is not base64: {error}"))
             })?,
@@ -369,12 +388,97 @@ impl RunRequest {
     }
 }
 
+/// A flag's value as a request field holds it.
+fn json_of(value: &FlagValue) -> serde_json::Value {
+    match value {
+        FlagValue::Text(text) => text.clone().into(),
+        FlagValue::Path(path) => path.display().to_string().into(),
+        FlagValue::Count(count) => (*count).into(),
+        FlagValue::Decimal(decimal) => (*decimal).into(),
+    }
+}
+
+/// A request field's value as the flag of `kind` takes it; `None` when it is of another
+/// kind.
+fn flag_value_of(kind: ValueKind, value: &serde_json::Value) -> Option<FlagValue> {
+    match kind {
+        ValueKind::Text => value.as_str().map(|text| FlagValue::Text(text.to_owned())),
+        ValueKind::Path => value.as_str().map(|text| FlagValue::Path(text.into())),
+        ValueKind::Count => value.as_u64().map(FlagValue::Count),
+        ValueKind::Decimal => value.as_f64().map(FlagValue::Decimal),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn check(json: &str) -> Result<Checked, BadRequest> {
         RunRequest::parse(json.as_bytes())?.check()
+    }
+
+    /// Every field of the request is a run flag's (from the table) or the API's own, and
+    /// every flag the table gives a field has it: a flag cannot be added to one without the
+    /// other.
+    #[test]
+    fn the_request_fields_are_the_flag_tables_and_the_apis_own() {
+        const API_ONLY: [&str; 3] = ["argv", "files", "stdin"];
+        let refused = check(r#"{"argv":["x"],"no_such_field":1}"#).err().unwrap();
+        let (_, expected) = refused.error.split_once("expected one of ").unwrap();
+        let fields: Vec<&str> = expected
+            .split(", ")
+            .map(|field| field.split('`').nth(1).unwrap())
+            .collect();
+        let flag_fields: Vec<&str> = RUN_FLAGS.iter().filter_map(|flag| flag.field()).collect();
+        for field in &fields {
+            assert!(
+                API_ONLY.contains(field) || flag_fields.contains(field),
+                "{field} is in the request but no flag of the table names it"
+            );
+        }
+        for field in &flag_fields {
+            assert!(
+                fields.contains(field),
+                "{field} is in the table but not the request"
+            );
+        }
+    }
+
+    /// The fields that carry a flag as it is go into a request and back out as the flags'
+    /// values, through each flag's own code.
+    #[test]
+    fn fields_that_carry_a_flag_as_it_is_are_read_as_the_flag() {
+        use crate::run_flags::table;
+        let mut flags = FlagValues::default();
+        flags.push(&table::ALLOW, FlagValue::Text("a.example".into()));
+        flags.push(&table::ALLOW, FlagValue::Text("b.example:8443".into()));
+        flags.push(&table::CPUS, FlagValue::Decimal(1.5));
+        flags.push(&table::PIDS, FlagValue::Count(64));
+        flags.push(&table::MEMORY, FlagValue::Text("64MiB".into()));
+        flags.push(&table::RUNTIME, FlagValue::Text("runsc".into()));
+        // Not a field of its own form, and not of the request at all: left to the caller.
+        flags.push(&table::TIMEOUT, FlagValue::Text("5s".into()));
+        flags.push(&table::REPORT, FlagValue::Path("r.json".into()));
+        let request = RunRequest::with_flags(vec!["x".into()], &flags).unwrap();
+        assert_eq!(request.allow, ["a.example", "b.example:8443"]);
+        assert_eq!(
+            (request.cpus, request.pids, request.memory.as_deref()),
+            (Some(1.5), Some(64), Some("64MiB"))
+        );
+        assert_eq!(request.timeout, None);
+        let read = request.same_fields().unwrap();
+        for flag in [
+            &table::ALLOW,
+            &table::CPUS,
+            &table::PIDS,
+            &table::MEMORY,
+            &table::RUNTIME,
+        ] {
+            assert_eq!(read.all(flag), flags.all(flag), "--{}", flag.long);
+        }
+        assert!(read.all(&table::TIMEOUT).is_empty());
+        let checked = request.check().ok().unwrap();
+        assert_eq!(checked.spec.runtime.as_deref(), Some("runsc"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::audit_tools::{html, log};
+use egress_sandbox::audit_tools::{html, log};
 
 pub fn report(out: &Path, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let log = log::read_files(files)?;
