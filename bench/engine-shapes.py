@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the Docker engine alone charges for a run's shape: the engine calls of a cold run,
 made straight on the API (in parallel where the tool makes them in parallel), with no proxy
-handoff, no gate and no output, side by side with a bare `docker run --rm --network none`.
+handoff, no launcher and no output, side by side with a bare `docker run --rm --network none`.
 
   current   the shape `egress-sandbox run` used before passed listeners (and still uses on a
             remote engine): a per-run internal network; the proxy and the sandbox created
@@ -10,7 +10,7 @@ handoff, no gate and no output, side by side with a bare `docker run --rm --netw
             network removed at once (the network retried until the proxy's endpoint is gone).
   no-net    the shape `egress-sandbox run` uses on a local engine: no per-run network, the
             proxy created on the egress network only, the sandbox with --network none, a
-            host directory bind-mounted into both (through which the gate passes the doors
+            host directory bind-mounted into both (through which the launcher passes the doors
             it binds on the sandbox's loopback to the proxy).
   bare      docker run --rm --network none IMAGE true: create, start, wait, remove.
 

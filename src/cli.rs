@@ -48,8 +48,8 @@ pub enum Command {
     /// Runs inside the sandbox as its entrypoint: waits until `run` says the proxy is
     /// ready (a signal on stdin), then executes COMMAND (followed by the signal's
     /// command, with its environment and working directory) in its place.
-    #[command(name = "sandbox-gate", hide = true)]
-    SandboxGate(SandboxGateArgs),
+    #[command(name = "sandbox-launcher", hide = true)]
+    SandboxLauncher(SandboxLauncherArgs),
     /// Started by `run` and `serve`: removes the objects of OWNER once its stdin ends,
     /// unless OWNER said first that it removed them itself (it was killed otherwise).
     #[command(hide = true)]
@@ -117,7 +117,7 @@ impl McpArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SandboxGateArgs {
+pub struct SandboxLauncherArgs {
     /// Bind the proxy's doors on the sandbox's loopback and pass them to the proxy's Unix
     /// socket at PATH before the command runs (a sandbox with no network).
     #[arg(long = "pass-listeners", value_name = "PATH")]

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(args),
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Mcp(args) => commands::mcp::run(args),
-        Command::SandboxGate(args) => commands::sandbox_gate::run(args),
+        Command::SandboxLauncher(args) => commands::sandbox_launcher::run(args),
         Command::Watchdog(args) => commands::watchdog::run(args),
     };
     match result {

@@ -15,10 +15,11 @@ use std::time::UNIX_EPOCH;
 use egress_proxy::audit::{Kind, Outcome};
 use serde::Deserialize;
 
-/// One attempt: a CONNECT tunnel, a plain HTTP request, a DNS query or a transparent
-/// connection (`docs/src/reference/audit-record.md`).
+/// One attempt's record as read back from a log: a CONNECT tunnel, a plain HTTP request, a
+/// DNS query or a transparent connection (`docs/src/reference/audit-record.md`). Not the proxy's
+/// attempt in flight, which writes the line: this is the line parsed again.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Attempt {
+pub struct LoggedAttempt {
     pub ts: String,
     /// `ts` as milliseconds since the Unix epoch, when it parses.
     pub time_ms: Option<i64>,
@@ -46,7 +47,7 @@ pub struct Attempt {
     pub status: Option<u16>,
 }
 
-impl Attempt {
+impl LoggedAttempt {
     /// Refused, or would have been refused under enforce (report mode).
     pub fn is_refusal(&self) -> bool {
         matches!(self.decision, Outcome::Blocked | Outcome::WouldBlock)
@@ -84,7 +85,7 @@ pub struct RunEnd {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
-    Attempt(Attempt),
+    Attempt(LoggedAttempt),
     Limit(LimitReached),
     End(RunEnd),
 }
@@ -139,7 +140,7 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    pub fn attempts(&self) -> impl Iterator<Item = &Attempt> {
+    pub fn attempts(&self) -> impl Iterator<Item = &LoggedAttempt> {
         self.entries
             .iter()
             .filter_map(|located| match &located.entry {
@@ -258,7 +259,7 @@ pub fn parse_line(line: &str) -> Result<Entry, String> {
         other => {
             let kind: Kind = serde_json::from_value(serde_json::Value::String(other.to_owned()))
                 .map_err(|_| format!("unknown record kind `{}`", other.escape_debug()))?;
-            Ok(Entry::Attempt(Attempt {
+            Ok(Entry::Attempt(LoggedAttempt {
                 ts,
                 time_ms,
                 run: raw.run,

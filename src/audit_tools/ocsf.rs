@@ -22,7 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 use egress_proxy::audit::{Kind, Outcome};
 use serde_json::{Map, Value, json};
 
-use super::log::{Attempt, Entry, LimitReached, RunEnd};
+use super::log::{Entry, LimitReached, LoggedAttempt, RunEnd};
 
 /// The OCSF schema version the events follow (and are validated against in tests).
 pub const OCSF_VERSION: &str = "1.5.0";
@@ -43,7 +43,7 @@ pub fn event(entry: &Entry) -> Value {
     }
 }
 
-fn attempt_event(attempt: &Attempt) -> Value {
+fn attempt_event(attempt: &LoggedAttempt) -> Value {
     let (class_uid, class_name, activity_id, activity_name) = class_and_activity(attempt);
     let (action_id, action) = match attempt.decision {
         Outcome::Allowed | Outcome::Failed => (1, "Allowed"),
@@ -147,7 +147,7 @@ fn attempt_event(attempt: &Attempt) -> Value {
     Value::Object(event)
 }
 
-fn class_and_activity(attempt: &Attempt) -> (u32, &'static str, u32, &'static str) {
+fn class_and_activity(attempt: &LoggedAttempt) -> (u32, &'static str, u32, &'static str) {
     match attempt.kind {
         Kind::Connect | Kind::Tls | Kind::Tcp => {
             let (id, name) = match attempt.decision {
@@ -242,7 +242,7 @@ fn metadata(run: Option<&str>, seq: Option<u64>, ts: &str) -> Value {
     metadata
 }
 
-fn message(attempt: &Attempt) -> String {
+fn message(attempt: &LoggedAttempt) -> String {
     let port = attempt
         .port
         .map_or_else(String::new, |port| format!(":{port}"));
@@ -261,7 +261,7 @@ fn message(attempt: &Attempt) -> String {
 
 /// Where the attempt came from: the client's `ip:port` (IPv6 in brackets) as the proxy saw
 /// it, and the sandbox's host name when the record names one. None when it has neither.
-fn source(attempt: &Attempt) -> Option<Value> {
+fn source(attempt: &LoggedAttempt) -> Option<Value> {
     let mut endpoint = Map::new();
     if let Some(addr) = attempt
         .client
@@ -279,7 +279,7 @@ fn source(attempt: &Attempt) -> Option<Value> {
 
 /// Where the attempt went: the host as asked (a name, or an IP literal), its port, and the
 /// address the proxy connected to when it did.
-fn destination(attempt: &Attempt) -> Value {
+fn destination(attempt: &LoggedAttempt) -> Value {
     let mut endpoint = Map::new();
     let literal = attempt
         .host
@@ -309,7 +309,7 @@ fn destination(attempt: &Attempt) -> Value {
     Value::Object(endpoint)
 }
 
-fn http_request(attempt: &Attempt) -> Value {
+fn http_request(attempt: &LoggedAttempt) -> Value {
     let port = attempt
         .port
         .filter(|&port| port != 80)

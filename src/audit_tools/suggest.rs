@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use egress_proxy::audit::{Kind, Outcome};
 use egress_proxy::policy::{HostPattern, PatternUse, parse_host_pattern, registrable_domain};
 
-use super::log::{Attempt, AuditLog, Entry};
+use super::log::{AuditLog, Entry, LoggedAttempt};
 
 /// `--wildcard-after` default: sibling names under one registrable domain before a
 /// wildcard is suggested instead.
@@ -118,7 +118,7 @@ fn refused_for_where(names: &BTreeMap<String, NameSeen>) -> BTreeMap<String, Vec
 }
 
 fn classify(
-    attempt: &Attempt,
+    attempt: &LoggedAttempt,
     names: &mut BTreeMap<String, NameSeen>,
     excluded: &mut BTreeMap<String, Excluded>,
 ) {
@@ -180,7 +180,7 @@ fn classify(
 
 /// An attempt that says "the program wanted this host on this port": it went through, would
 /// have been refused only by the allowlist, or was refused only by the allowlist.
-fn is_candidate(attempt: &Attempt) -> bool {
+fn is_candidate(attempt: &LoggedAttempt) -> bool {
     match attempt.decision {
         Outcome::Allowed => true,
         Outcome::WouldBlock | Outcome::Blocked => {

@@ -23,7 +23,7 @@ use egress_proxy::text::visible;
 use serde::Deserialize as _;
 use serde::de::IntoDeserializer as _;
 
-use crate::audit_tools::log::{Attempt, Entry, parse_line};
+use crate::audit_tools::log::{Entry, LoggedAttempt, parse_line};
 use crate::report::{AuditTally, REPORT_GROUPS};
 
 /// What the logs read so far amount to: feed it every log ([`read`](Self::read)), then
@@ -78,7 +78,7 @@ impl AuditSummary {
         Ok(())
     }
 
-    fn add(&mut self, attempt: &Attempt) {
+    fn add(&mut self, attempt: &LoggedAttempt) {
         if !is_known_reason(&attempt.reason) {
             self.unknown_reasons += 1;
         }

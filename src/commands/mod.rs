@@ -16,7 +16,7 @@ pub mod policy;
 pub mod proxy;
 pub mod run;
 pub mod run_client;
-pub mod sandbox_gate;
+pub mod sandbox_launcher;
 pub mod serve;
 mod tool_lines;
 pub mod usage;

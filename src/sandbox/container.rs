@@ -17,7 +17,7 @@ use bollard::models::{
 use egress_proxy::handoff::{Handoff, InlinePolicy, Secrets};
 
 use super::docker::bind_mount;
-use super::gate_signal::GateSetup;
+use super::launch_signal::LaunchSetup;
 use super::spec::{RunLimits, RunSpec};
 use super::wiring::{self, PROXY_DOORS_DIR, SANDBOX_DOORS_DIR, Wiring};
 
@@ -27,7 +27,7 @@ pub const PROXY_PORT: u16 = 3128;
 const TRANSPARENT_PORTS: [u16; 2] = [443, 80];
 const DNS_PORT: u16 = 53;
 
-/// The doors a gate binds in the sandbox and passes to the proxy
+/// The doors a launcher binds in the sandbox and passes to the proxy
 /// (`Wiring::PassedListeners`): the explicit proxy and DNS on 127.0.0.1; the transparent
 /// doors and a raw door per port of `raw_ports` on every loopback address (0.0.0.0: the
 /// sandbox has no other interface), since the DNS responder answers each allowed name with
@@ -226,7 +226,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
 
 /// The proxy container. With passed listeners: on the egress network alone, the doors
 /// directory mounted read-write. On a run network: at `.2`; the egress network is connected
-/// right after start, before the sandbox's gate opens (API 1.41 takes only one network at
+/// right after start, before the sandbox's launcher opens (API 1.41 takes only one network at
 /// create, and a start with one network is the cheaper one).
 pub fn proxy_body(
     image: &str,
@@ -305,7 +305,7 @@ pub fn sandbox_env(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> Vec<String> 
     env
 }
 
-fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConfig {
+fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, behind_launcher: bool) -> HostConfig {
     let RunLimits {
         memory,
         cpus,
@@ -316,7 +316,7 @@ fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConf
     let mut host = match wiring {
         Wiring::PassedListeners { .. } => {
             let mut host = hardened_host_config("none");
-            // The gate binds :53, :80 and :443 on the loopback without
+            // The launcher binds :53, :80 and :443 on the loopback without
             // CAP_NET_BIND_SERVICE (a namespaced sysctl: the sandbox's loopback only).
             host.sysctls
                 .get_or_insert_with(HashMap::new)
@@ -363,9 +363,9 @@ fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConf
             "ro,noexec,nosuid,nodev,size=4k".to_string(),
         ),
     ]);
-    if gated || !spec.files.is_empty() {
-        // Task files: written by the gate (as the sandbox's user) before the command runs;
-        // a gated sandbox always has the place, as its files come only with the signal.
+    if behind_launcher || !spec.files.is_empty() {
+        // Task files: written by the launcher (as the sandbox's user) before the command runs;
+        // a sandbox behind a launcher always has the place, as its files come only with the signal.
         // Owned by that user: Docker resets a working directory's mode to 0755 at start.
         tmpfs.insert(
             super::task_files::TASK_DIR.to_string(),
@@ -385,25 +385,24 @@ fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, gated: bool) -> HostConf
     host
 }
 
-/// Where the gate binary appears in the sandbox (read-only bind mount).
-pub const GATE_PATH: &str = "/.egress-sandbox/gate";
+/// Where the launcher binary appears in the sandbox (read-only bind mount).
+pub const LAUNCHER_PATH: &str = "/.egress-sandbox/launcher";
 
-/// A sandbox started with its command held back: the `sandbox-gate` goes in front of the
-/// command and waits for the run's go signal on stdin (not to be confused with the proxy's
-/// allow/deny decision, `egress_proxy::gate`). `binary` is the static egress-sandbox binary
-/// on the engine's host, `image_entrypoint` the image's own entrypoint, which the command
-/// follows.
+/// A sandbox started with its command held back: the `sandbox-launcher` goes in front of the
+/// command and waits for the run's go signal on stdin. `binary` is the static egress-sandbox
+/// binary on the engine's host, `image_entrypoint` the image's own entrypoint, which the
+/// command follows.
 #[derive(Clone, Debug)]
 pub struct HeldStart {
     pub binary: std::path::PathBuf,
     pub image_entrypoint: Vec<String>,
 }
 
-/// What opens the gate of a sandbox of `spec`: its command, environment, working
-/// directory and task files all travel in the signal (`gate_signal`), so the container
+/// What opens the launcher of a sandbox of `spec`: its command, environment, working
+/// directory and task files all travel in the signal (`launch_signal`), so the container
 /// itself carries nothing of the run but its create-time shape (image, limits, mounts).
-pub fn gate_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> GateSetup {
-    GateSetup {
+pub fn launch_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> LaunchSetup {
+    LaunchSetup {
         argv: spec.command.clone(),
         env: sandbox_env(spec, proxy_ip),
         workdir: spec.workdir.clone(),
@@ -413,10 +412,10 @@ pub fn gate_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> GateSetup {
     }
 }
 
-/// The sandbox container: with passed listeners, no network at all (its gate passes the
+/// The sandbox container: with passed listeners, no network at all (its launcher passes the
 /// doors it binds on the loopback, so it needs `held`); else on the run network at `.3`,
-/// nothing else. With a gate, the command, its environment and working directory come
-/// with the gate's signal on stdin ([`gate_setup`]; see `commands::sandbox_gate`); without,
+/// nothing else. With a launcher, the command, its environment and working directory come
+/// with the launcher's signal on stdin ([`launch_setup`]; see `commands::sandbox_launcher`); without,
 /// they are in the request.
 pub fn sandbox_body(
     spec: &RunSpec,
@@ -426,24 +425,24 @@ pub fn sandbox_body(
     labels: &HashMap<String, String>,
     held: Option<&HeldStart>,
 ) -> ContainerCreateBody {
-    let gated = held.is_some();
-    let mut host = sandbox_host_config(spec, wiring, gated);
+    let behind_launcher = held.is_some();
+    let mut host = sandbox_host_config(spec, wiring, behind_launcher);
     host.runtime = spec.runtime.clone();
     let (entrypoint, cmd, env) = match held {
-        Some(gate) => {
+        Some(launcher) => {
             host.mounts.get_or_insert_with(Vec::new).push(bind_mount(
-                &gate.binary,
-                GATE_PATH,
+                &launcher.binary,
+                LAUNCHER_PATH,
                 true,
             ));
             // A non-empty entrypoint makes Docker ignore the image's CMD, as `run -- CMD`
-            // should; the command follows the image's entrypoint (the gate appends it).
-            let mut entrypoint = vec![GATE_PATH.to_string(), "sandbox-gate".into()];
+            // should; the command follows the image's entrypoint (the launcher appends it).
+            let mut entrypoint = vec![LAUNCHER_PATH.to_string(), "sandbox-launcher".into()];
             if let Wiring::PassedListeners { .. } = wiring {
                 entrypoint.extend(["--pass-listeners".into(), wiring::sandbox_socket()]);
             }
             entrypoint.push("--".into());
-            entrypoint.extend(gate.image_entrypoint.iter().cloned());
+            entrypoint.extend(launcher.image_entrypoint.iter().cloned());
             (Some(entrypoint), None, Vec::new())
         }
         None => (
@@ -468,15 +467,15 @@ pub fn sandbox_body(
         hostname: Some(hostname.to_string()),
         user: Some(NOBODY.into()),
         env: Some(env),
-        // Set even when the gate enters it: Docker creates a missing one at create.
+        // Set even when the launcher enters it: Docker creates a missing one at create.
         working_dir: spec.workdir.clone(),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        // The gate's go signal, then the caller's input; closed after it, so the command
+        // The launcher's go signal, then the caller's input; closed after it, so the command
         // sees EOF.
-        attach_stdin: Some(gated),
-        open_stdin: Some(gated),
-        stdin_once: Some(gated),
+        attach_stdin: Some(behind_launcher),
+        open_stdin: Some(behind_launcher),
+        stdin_once: Some(behind_launcher),
         tty: Some(false),
         network_disabled: Some(false),
         labels: Some(labels.clone()),
@@ -610,8 +609,8 @@ mod tests {
     }
 
     #[test]
-    fn gate_goes_in_front_of_the_image_entrypoint_and_the_command() {
-        let gate = HeldStart {
+    fn launcher_goes_in_front_of_the_image_entrypoint_and_the_command() {
+        let launcher = HeldStart {
             binary: "/usr/local/bin/egress-sandbox".into(),
             image_entrypoint: vec!["/entry".into()],
         };
@@ -621,23 +620,23 @@ mod tests {
             &network(),
             "h",
             &HashMap::new(),
-            Some(&gate),
+            Some(&launcher),
         );
         assert_eq!(
             body.entrypoint.unwrap(),
-            [GATE_PATH, "sandbox-gate", "--", "/entry"]
+            [LAUNCHER_PATH, "sandbox-launcher", "--", "/entry"]
         );
         assert_eq!(body.cmd, None);
         // The run's command and environment come with the signal, not in the request.
         assert_eq!(body.env, Some(Vec::new()));
-        let setup = gate_setup(&spec(), proxy_ip());
+        let setup = launch_setup(&spec(), proxy_ip());
         assert_eq!(setup.argv, ["python3", "-c", "print(1)"]);
         assert_eq!(setup.env, sandbox_env(&spec(), proxy_ip()));
         assert_eq!(body.stdin_once, Some(true));
         let mounts = body.host_config.unwrap().mounts.unwrap();
         let mount = mounts
             .iter()
-            .find(|m| m.target.as_deref() == Some(GATE_PATH))
+            .find(|m| m.target.as_deref() == Some(LAUNCHER_PATH))
             .unwrap();
         assert_eq!(mount.read_only, Some(true));
     }
@@ -712,16 +711,23 @@ mod tests {
     /// read-only in the sandbox.
     #[test]
     fn with_passed_listeners_the_sandbox_has_no_network_and_the_proxy_only_the_egress() {
-        let gate = HeldStart {
+        let launcher = HeldStart {
             binary: "/usr/local/bin/egress-sandbox".into(),
             image_entrypoint: Vec::new(),
         };
-        let sandbox = sandbox_body(&spec(), "img", &passed(), "h", &HashMap::new(), Some(&gate));
+        let sandbox = sandbox_body(
+            &spec(),
+            "img",
+            &passed(),
+            "h",
+            &HashMap::new(),
+            Some(&launcher),
+        );
         assert_eq!(
             sandbox.entrypoint.unwrap(),
             [
-                GATE_PATH,
-                "sandbox-gate",
+                LAUNCHER_PATH,
+                "sandbox-launcher",
                 "--pass-listeners",
                 "/.egress-sandbox/doors/listeners.sock",
                 "--"
@@ -765,7 +771,7 @@ mod tests {
         assert_eq!(mounts[0].target.as_deref(), Some(PROXY_DOORS_DIR));
         assert_eq!(mounts[0].read_only, Some(false));
 
-        let env = gate_setup(&spec(), passed().proxy_ip()).env;
+        let env = launch_setup(&spec(), passed().proxy_ip()).env;
         assert!(
             env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128".to_string()),
             "{env:?}"
@@ -773,7 +779,7 @@ mod tests {
     }
 
     #[test]
-    fn the_gate_binds_the_proxys_ports_on_the_loopback() {
+    fn the_launcher_binds_the_proxys_ports_on_the_loopback() {
         let doors = loopback_doors(&[5432, 18080]);
         assert_eq!(doors.explicit.to_string(), "127.0.0.1:3128");
         assert_eq!(doors.dns.unwrap().to_string(), "127.0.0.1:53");
@@ -813,6 +819,6 @@ mod tests {
             .allow("api.example.com")
             .build()
             .unwrap();
-        assert_eq!(gate_setup(&spec, proxy_ip()).raw_ports, [8443]);
+        assert_eq!(launch_setup(&spec, proxy_ip()).raw_ports, [8443]);
     }
 }

@@ -220,7 +220,7 @@ impl Engine {
     }
 
     /// What a run needs to know of `image`: its id (content-addressed: the same id is the
-    /// same files) and its own entrypoint, which the gate goes in front of.
+    /// same files) and its own entrypoint, which the launcher goes in front of.
     pub(crate) async fn image_facts(&self, image: &str) -> Result<ImageFacts, BollardError> {
         let inspect = self.docker.inspect_image(image).await?;
         Ok(ImageFacts {

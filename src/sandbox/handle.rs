@@ -2,7 +2,7 @@
 //! `serve` daemon and programs that embed the library.
 //!
 //! A handle is made once: it connects to the engine, resolves the proxy binary it was
-//! given to one file (the proxy image and the sandbox's gate are made from it: a static
+//! given to one file (the proxy image and the sandbox's launcher are made from it: a static
 //! `egress-sandbox` binary), and identifies this process for the owner label that `gc`
 //! reads. Then it runs any number of [`RunSpec`]s, one after another or concurrently
 //! (it is cheap to clone; clones share one engine connection).
@@ -111,7 +111,7 @@ impl Sandbox {
         Sandbox::with_engine(engine, proxy_binary)
     }
 
-    /// A handle on `engine` whose proxy image and gate are made from `proxy_binary`, a
+    /// A handle on `engine` whose proxy image and launcher are made from `proxy_binary`, a
     /// static `egress-sandbox` binary (the `egress-sandbox` command passes its own). The
     /// path is resolved (symlinks, relative paths) once, here.
     pub fn with_engine(
@@ -150,8 +150,8 @@ impl Sandbox {
 
     /// Keeps the proxy binary as it is now, for a handle that lives long (a daemon): a
     /// private hard link to it (a copy when the cache directory is on another file
-    /// system) under the cache directory, which the proxy image and every sandbox's gate
-    /// then use (the gate through a link named by the binary's content, so no sandbox sees
+    /// system) under the cache directory, which the proxy image and every sandbox's launcher
+    /// then use (the launcher through a link named by the binary's content, so no sandbox sees
     /// this path). Replacing or deleting the binary on disk (an upgrade, a rebuild) changes
     /// nothing for this handle. Removed when the last clone of the handle is dropped.
     pub fn keep_binary(self) -> Result<Sandbox, RunError> {

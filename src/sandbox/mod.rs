@@ -15,7 +15,7 @@
 //! - [`images`]: the proxy image (built from the handle's static egress-sandbox binary)
 //!   and the base sandbox image.
 //! - `wiring`: how the sandbox reaches its proxy — on a local engine it has no network, its
-//!   gate passes the doors bound on its loopback to the proxy; a remote engine's run gets
+//!   launcher passes the doors bound on its loopback to the proxy; a remote engine's run gets
 //!   its own network.
 //! - [`runtime`]: what an OCI runtime the engine offers is (host kernel, gVisor and its
 //!   network mode), read from its registration: it decides the wiring and how the task
@@ -30,7 +30,7 @@
 //!   thread) and to the run's events.
 //! - [`output`]: live relay of the command's output with one byte cap.
 //! - `audit_trail`: the proxy's ready line and audit records, read through attach.
-//! - [`task_files`]: files handed to a run, written under /task by the gate.
+//! - [`task_files`]: files handed to a run, written under /task by the launcher.
 //! - [`tally`]: the bounded count of a run's audit records (attempts, refusal groups,
 //!   records written and dropped) behind the outcome, report, summary and `audit summary`.
 //! - `teardown`: owns every object of a run and removes it on every path.
@@ -43,8 +43,8 @@
 //!   [`RunOutcome`](outcome::RunOutcome).
 //! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
 //!   (handle, slot, run, report) without those depending on one another.
-//! - [`gate_signal`]: what opens the sandbox's gate (and hands it the task files);
-//!   `gate_binary`: the gate's binary at a path named by its content, and `host_dirs`: the
+//! - [`launch_signal`]: what opens the sandbox's launcher (and hands it the task files);
+//!   `launcher_binary`: the launcher's binary at a path named by its content, and `host_dirs`: the
 //!   run's host directories, neutrally named, so the sandbox's mount table shows nothing
 //!   of the host.
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
@@ -56,13 +56,13 @@ pub(crate) mod container;
 pub(crate) mod credentials;
 pub mod docker;
 pub mod events;
-pub(crate) mod gate_binary;
-pub mod gate_signal;
 pub mod gc;
 pub mod handle;
 pub(crate) mod host_dirs;
 pub mod images;
 pub mod labels;
+pub mod launch_signal;
+pub(crate) mod launcher_binary;
 pub(crate) mod network;
 pub mod outcome;
 pub mod output;

@@ -119,12 +119,12 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot signal the sandbox's gate: {source}")]
+    #[error("cannot signal the sandbox's launcher: {source}")]
     GoSignal {
         #[source]
         source: std::io::Error,
     },
-    #[error("task files need a local Docker engine (they are handed over the sandbox's gate)")]
+    #[error("task files need a local Docker engine (they are handed over the sandbox's launcher)")]
     FilesNeedLocalEngine,
     #[error(
         "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
@@ -163,8 +163,8 @@ pub enum RunError {
     ResolvConf(#[source] std::io::Error),
     #[error("cannot create the directory the sandbox passes its doors through: {0}")]
     DoorsDir(#[source] std::io::Error),
-    #[error("cannot place the binary the sandbox mounts as its gate: {0}")]
-    GateBinary(#[source] std::io::Error),
+    #[error("cannot place the binary the sandbox mounts as its launcher: {0}")]
+    LauncherBinary(#[source] std::io::Error),
 }
 
 impl RunError {

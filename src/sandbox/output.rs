@@ -23,7 +23,7 @@ pub struct OutputSinks {
     pub stdout: Box<dyn AsyncWrite + Send + Unpin>,
     pub stderr: Box<dyn AsyncWrite + Send + Unpin>,
     /// Forwarded to the command's stdin until it ends, then the command sees EOF; `None`:
-    /// EOF at once. Needs a local engine (the gate's attached stdin); ignored otherwise.
+    /// EOF at once. Needs a local engine (the launcher's attached stdin); ignored otherwise.
     pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
     /// Receives the run's id, its start and end, and each audit record as it comes; a
     /// full channel makes a running command's run wait (see

@@ -5,17 +5,17 @@
 //! connect, check --runtime ─┬─ proxy image ───────────────┐
 //!                           ├─ sandbox image ─────────────┤
 //!                           ├─ egress network, gateways ──┼─┬─ create proxy → attach → start ──────────────┐
-//!                           └─ doors dir (local) or ──────┘ ├─ create sandbox → attach → start (gated) ────┤
+//!                           └─ doors dir (local) or ──────┘ ├─ create sandbox → attach → start (held) ────┤
 //!                              run network (remote)         └─ (inspected hosts) the image's CA bundle ────┤
 //!  claim (slot.rs):  docker update (limits, if changed) ─┬─ handoff (stdin) ─ ready ─┬─ fill the trust bundle
-//!                    (remote) connect egress ────────────┘                           └─ gate signal: argv, env, workdir, files
-//!                    gate: bind the doors on the loopback, pass them to the proxy, wait for its `ok`, exec the command
+//!                    (remote) connect egress ────────────┘                           └─ go signal: argv, env, workdir, files
+//!                    launcher: bind the doors on the loopback, pass them to the proxy, wait for its `ok`, exec the command
 //!    relay output, count audit records, wait ─ exit │ time limit │ interrupt │ proxy died ─ kill
 //!    command over (output ends) ─ stop proxy (its output ends with the `end` record) ─ outcome
 //!    then (Leftovers::remove; the daemon after its answer): remove both containers (─ remove the network)
 //! ```
 //!
-//! On a local engine the sandbox has no network: its gate passes the doors it binds on its
+//! On a local engine the sandbox has no network: its launcher passes the doors it binds on its
 //! loopback to the proxy, which is created on the egress network alone (`wiring`). A run
 //! then creates no Docker network; a remote engine's run still gets one of its own.
 //!
@@ -26,12 +26,12 @@
 //! Secrets travel only in that handoff; the sandbox gets placeholders in its env. When the
 //! policy inspects a host, the proxy's ready line carries the run CA, and the sandbox's trust
 //! bundle (a read-only bind mount created empty, `trust`) is filled with the image's own
-//! bundle plus that CA before the gate opens.
+//! bundle plus that CA before the launcher opens.
 //!
 //! Steps that do not depend on each other overlap: done one after another, a run costs about six
 //! times a bare `docker run` (`docs/src/benchmarks.md`). On a local engine the sandbox is even
-//! started alongside the proxy, its command held back by a gate until the proxy is ready
-//! (`commands::sandbox_gate`), which also hands the command its argv, environment and working
+//! started alongside the proxy, its command held back by a launcher until the proxy is ready
+//! (`commands::sandbox_launcher`), which also hands the command its argv, environment and working
 //! directory. Every object is registered with the run's `Teardown` before it is created and removed
 //! before the run returns, on every path.
 //!
@@ -46,11 +46,11 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::audit_tee::AuditTee;
 use super::audit_trail::{self, ProxyOutput};
-use super::container::gate_setup;
+use super::container::launch_setup;
 use super::docker::StdinWriter;
 use super::events::{EventSender, RunEvent};
-use super::gate_signal;
 use super::handle::Sandbox;
+use super::launch_signal;
 use super::outcome::docker_step;
 pub use super::outcome::{Interruption, PROXY_FAILED_EXIT, RunError, RunOutcome, RunStatus};
 use super::output::{self, OutputSinks, OutputStats, StreamEnd};
@@ -184,7 +184,7 @@ async fn cold_objects(sandbox: &Sandbox, spec: &RunSpec) -> Result<SlotObjects, 
         }
     }
     // The sandbox trusts the run CA through a bind-mounted bundle: a host file, so only
-    // with a local engine (the same condition as the gate that holds the command until
+    // with a local engine (the same condition as the launcher that holds the command until
     // the bundle is written). A remote engine would run the command without it: refused.
     let inspected = spec.policy_set.inspected_hosts();
     let trust = if inspected.is_empty() {
@@ -300,7 +300,7 @@ impl Run<'_> {
             runtime,
             proxy,
             sandbox_output,
-            gate,
+            launcher,
         } = prepared;
         let engine = &objects.engine;
         let names = &objects.names;
@@ -310,15 +310,15 @@ impl Run<'_> {
         let input = sinks.stdin.take();
         // Forwards the caller's input after the go signal; aborted when the run is over.
         let mut forward_input = None;
-        match gate {
-            // Already started behind the gate: the proxy is ready, let the command run.
+        match launcher {
+            // Already started behind the launcher: the proxy is ready, let the command run.
             Some(mut go) => {
                 use tokio::io::AsyncWriteExt;
-                let mut setup = gate_setup(self.spec, wiring.proxy_ip());
+                let mut setup = launch_setup(self.spec, wiring.proxy_ip());
                 if runtime.counts_tasks_itself() {
                     setup.task_limit = Some(self.spec.limits.pids);
                 }
-                go.write_all(&gate_signal::encode(&setup))
+                go.write_all(&launch_signal::encode(&setup))
                     .await
                     .map_err(|source| RunError::GoSignal { source })?;
                 forward_input = Some(AbortOnDropHandle::new(tokio::spawn(forward_stdin(

@@ -5,7 +5,7 @@
 //! What a run needs to know of its runtime:
 //!
 //! - **How the sandbox can reach its proxy** ([`RuntimeKind::wiring`]). runc (and crun,
-//!   youki) run the sandbox on the host kernel: a socket its gate binds is a host socket,
+//!   youki) run the sandbox on the host kernel: a socket its launcher binds is a host socket,
 //!   which can be passed to the proxy. gVisor (`runsc`) runs it on a kernel of its own, and
 //!   even with `--network=host` (hostinet: host sockets in the container's namespace) and
 //!   `--host-uds=all` it refuses to send a descriptor over a host Unix socket (`sendmsg`
@@ -54,7 +54,7 @@ pub enum GvisorNetwork {
 /// How a run's sandbox reaches its proxy under a runtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WiringChoice {
-    /// No network for the sandbox; its gate passes the doors on its loopback.
+    /// No network for the sandbox; its launcher passes the doors on its loopback.
     PassedListeners,
     /// A per-run internal network shared with the proxy.
     RunNetwork,
@@ -174,7 +174,7 @@ impl RuntimeInfo {
 }
 
 /// The host pids cgroup limit of a sandbox whose runtime counts tasks itself: a backstop
-/// against a runaway runtime, not the task limit (the gate's `RLIMIT_NPROC` is). gVisor's
+/// against a runaway runtime, not the task limit (the launcher's `RLIMIT_NPROC` is). gVisor's
 /// ptrace platform keeps stub threads per address space and per thread of its own that ran
 /// there, so its host tasks grow much faster than the guest's: measured at the peak of a
 /// fork bomb (every child retrying fork), 1,757 host tasks for 32 guest tasks and 3,012 for

@@ -4,7 +4,7 @@
 //!   doors directory, the sandbox having no network; on a remote one the run network), the
 //!   proxy created, attached, started and waiting for its handoff on stdin (it binds nothing
 //!   before it), and the sandbox created — on a local engine also started, its command held
-//!   by the gate.
+//!   by the launcher.
 //!   What it is made of depends only on the run's create-time shape: image, tmp size,
 //!   mounts, runtime, egress network, subnet pool, the trust bundle. A pool prepares slots
 //!   of the default shape ahead of time (and connects their proxy to the egress network,
@@ -12,8 +12,8 @@
 //! - **the claim** ([`SlotObjects::claim`]): the live limits (memory, cpus, pids) set with
 //!   `docker update` when they differ from the slot's, the handoff written to the proxy
 //!   (connecting it to the egress network meanwhile if not yet), its ready line awaited,
-//!   the trust bundle filled. Then the run's command goes through the gate
-//!   ([`gate_setup`](super::container::gate_setup)).
+//!   the trust bundle filled. Then the run's command goes through the launcher
+//!   ([`launch_setup`](super::container::launch_setup)).
 //!
 //! A slot serves one run: its objects are that run's, named by its run id, labelled with
 //! its owner, registered with its [`Teardown`] before they exist.
@@ -65,7 +65,7 @@ impl LiveLimits {
 
 /// The host pids cgroup limit of a sandbox under `runtime` limited to `tasks` tasks: the
 /// limit itself, unless the runtime's own threads are in that cgroup (gVisor), where the
-/// gate carries the limit inside (`RLIMIT_NPROC`) and the cgroup leaves room around it.
+/// launcher carries the limit inside (`RLIMIT_NPROC`) and the cgroup leaves room around it.
 fn host_pids(runtime: RuntimeKind, tasks: u64) -> u64 {
     if runtime.counts_tasks_itself() {
         host_pids_for(tasks)
@@ -129,7 +129,7 @@ pub(crate) struct SlotObjects {
     doors: std::sync::OnceLock<DoorsDir>,
 }
 
-/// A slot ready to be claimed: the proxy waits for its handoff, the sandbox (gated) for
+/// A slot ready to be claimed: the proxy waits for its handoff, the sandbox (held by its launcher) for
 /// its command.
 pub(crate) struct Slot {
     image: String,
@@ -142,8 +142,8 @@ pub(crate) struct Slot {
     proxy_frames: OutputFrames,
     proxy_stdin: StdinWriter,
     sandbox_output: OutputFrames,
-    /// The started sandbox's stdin, where its gate waits; `None`: not gated, not started.
-    gate: Option<StdinWriter>,
+    /// The started sandbox's stdin, where its launcher waits; `None`: no launcher, not started.
+    launcher: Option<StdinWriter>,
     /// The image's own CA bundle, when the trust bundle is to be filled at the claim.
     image_bundle: Arc<[u8]>,
     /// The sandbox's host name when its resolv.conf names the proxy, which is told it at
@@ -158,14 +158,14 @@ pub(crate) struct Prepared {
     pub runtime: RuntimeKind,
     pub proxy: ProxyOutput,
     pub sandbox_output: OutputFrames,
-    pub gate: Option<StdinWriter>,
+    pub launcher: Option<StdinWriter>,
 }
 
 impl Slot {
     /// Whether the claim can hold `spec` to its limits in this slot: always where the
     /// engine changes a live container's limits; else (gVisor) only with the slot's memory
     /// and cpus and a task limit no higher than its own (the host cgroup's room was sized
-    /// for that, and the gate lowers `RLIMIT_NPROC` to the run's).
+    /// for that, and the launcher lowers `RLIMIT_NPROC` to the run's).
     pub(crate) fn limits_fit(&self, spec: &RunSpec) -> bool {
         if self.runtime.updates_live_limits() {
             return true;
@@ -196,15 +196,15 @@ impl SlotObjects {
 
     /// Images, networks, both containers, for runs shaped like `template`. The proxy is
     /// started and waits for its handoff; on a local engine the sandbox is started too,
-    /// behind its gate.
+    /// behind its launcher.
     pub(crate) async fn prepare(
         &self,
         sandbox: &Sandbox,
         template: &RunSpec,
     ) -> Result<Slot, RunError> {
         let engine = &self.engine;
-        let gated = engine.is_local();
-        if !gated && !template.files.is_empty() {
+        let behind_launcher = engine.is_local();
+        if !behind_launcher && !template.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
         let (proxy_image, (image, facts), (egress, floor_extra), wiring) = tokio::try_join!(
@@ -216,7 +216,7 @@ impl SlotObjects {
                         .map(|()| image.clone())?,
                     None => sandbox.base_image().await?,
                 };
-                let facts = if gated {
+                let facts = if behind_launcher {
                     engine
                         .image_facts(&image)
                         .await
@@ -231,7 +231,7 @@ impl SlotObjects {
                     network::egress_network(engine, template.egress_network.as_deref()).await?;
                 let gateways = network::gateways(engine, &egress).await?;
                 // This host's addresses are the engine host's only when the engine is local.
-                let host_addresses = if gated {
+                let host_addresses = if behind_launcher {
                     network::host_addresses().map_err(RunError::HostAddresses)?
                 } else {
                     Vec::new()
@@ -241,7 +241,7 @@ impl SlotObjects {
             },
             async {
                 let runtime = engine.runtime_kind(template.runtime.as_deref()).await?;
-                match runtime.wiring(gated) {
+                match runtime.wiring(behind_launcher) {
                     WiringChoice::PassedListeners => {}
                     WiringChoice::RunNetwork => {
                         return self
@@ -257,7 +257,7 @@ impl SlotObjects {
                     }
                 }
                 {
-                    // No network of its own: the gate passes the sandbox's doors.
+                    // No network of its own: the launcher passes the sandbox's doors.
                     let doors = DoorsDir::create(&self.owner).map_err(RunError::DoorsDir)?;
                     let wiring = Wiring::PassedListeners {
                         doors: doors.path().to_path_buf(),
@@ -269,9 +269,9 @@ impl SlotObjects {
         )?;
         let (wiring, runtime) = wiring;
         tracing::debug!(%proxy_image, %image, ?wiring, "images and wiring ready");
-        let held = if gated {
-            // The proxy image's tag names the binary's content: the gate's mount is named
-            // by it too (`gate_binary`), not by where the binary lives.
+        let held = if behind_launcher {
+            // The proxy image's tag names the binary's content: the launcher's mount is named
+            // by it too (`launcher_binary`), not by where the binary lives.
             let content_id = proxy_image
                 .rsplit(':')
                 .next()
@@ -279,11 +279,11 @@ impl SlotObjects {
                 .to_owned();
             let source = sandbox.proxy_binary().to_path_buf();
             let binary = tokio::task::spawn_blocking(move || {
-                super::gate_binary::place(&source, &content_id)
+                super::launcher_binary::place(&source, &content_id)
             })
             .await
-            .map_err(|error| RunError::GateBinary(std::io::Error::other(error)))?
-            .map_err(RunError::GateBinary)?;
+            .map_err(|error| RunError::LauncherBinary(std::io::Error::other(error)))?
+            .map_err(RunError::LauncherBinary)?;
             Some(HeldStart {
                 binary,
                 image_entrypoint: facts.entrypoint,
@@ -314,13 +314,13 @@ impl SlotObjects {
             Ok::<_, RunError>(bundle)
         };
         let hostname = random_hostname();
-        let ((proxy_frames, proxy_stdin), (sandbox_output, gate), image_bundle) = tokio::try_join!(
+        let ((proxy_frames, proxy_stdin), (sandbox_output, launcher), image_bundle) = tokio::try_join!(
             self.start_proxy(&proxy_image, &wiring, &egress, &floor_extra),
             self.create_sandbox(template, &image, &wiring, runtime, &hostname, held.as_ref()),
             image_bundle,
         )?;
         // The proxy answers this name itself only where resolv.conf sends lookups to it.
-        let resolv_hostname = gated.then_some(hostname);
+        let resolv_hostname = behind_launcher.then_some(hostname);
         // With passed listeners the proxy is created on the egress network: nothing to connect.
         let egress_connected = matches!(wiring, Wiring::PassedListeners { .. });
         Ok(Slot {
@@ -333,7 +333,7 @@ impl SlotObjects {
             proxy_frames,
             proxy_stdin,
             sandbox_output,
-            gate,
+            launcher,
             image_bundle,
             resolv_hostname,
         })
@@ -378,7 +378,7 @@ impl SlotObjects {
     }
 
     /// Hands `spec` to the slot: live limits, the proxy's handoff and ready line, the
-    /// trust bundle. The command is still held (gate) or not started.
+    /// trust bundle. The command is still held (launcher) or not started.
     pub(crate) async fn claim(
         &self,
         slot: Slot,
@@ -391,7 +391,7 @@ impl SlotObjects {
         let egress_connected = slot.egress_connected;
         let egress = slot.egress.clone();
         // Under a runtime whose limits stay those of the create, the slot fits only runs
-        // that need no update (`Slot::limits_fit`); the gate lowers the task limit itself.
+        // that need no update (`Slot::limits_fit`); the launcher lowers the task limit itself.
         let updates = slot.runtime.updates_live_limits();
         let update = async {
             if limits != slot_limits && updates {
@@ -426,7 +426,7 @@ impl SlotObjects {
             Ok::<_, RunError>(())
         };
         // Connected after the start rather than before: a start with one network is
-        // cheaper, and the proxy's ready line comes meanwhile. The gate opens only after
+        // cheaper, and the proxy's ready line comes meanwhile. The launcher opens only after
         // both, so the command never runs before the proxy can reach the outside.
         let connect = async {
             if !egress_connected {
@@ -454,7 +454,7 @@ impl SlotObjects {
             }
         };
         tracing::debug!("proxy ready");
-        // The command is still held by its gate: it sees the full bundle from its start.
+        // The command is still held by its launcher: it sees the full bundle from its start.
         if let Some(trust) = &self.trust {
             trust.fill(&slot.image_bundle, ready.ca.as_deref())?;
             tracing::debug!(run_ca = ready.ca.is_some(), "sandbox CA bundle written");
@@ -465,7 +465,7 @@ impl SlotObjects {
             runtime: slot.runtime,
             proxy,
             sandbox_output: slot.sandbox_output,
-            gate: slot.gate,
+            launcher: slot.launcher,
         })
     }
 
@@ -515,8 +515,8 @@ impl SlotObjects {
         Ok(())
     }
 
-    /// Creates the sandbox and attaches to it; with a gate, also starts it (the command
-    /// waits behind the gate) and returns the gate's stdin.
+    /// Creates the sandbox and attaches to it; with a launcher, also starts it (the command
+    /// waits behind the launcher) and returns the launcher's stdin.
     async fn create_sandbox(
         &self,
         template: &RunSpec,
@@ -535,7 +535,7 @@ impl SlotObjects {
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
         }
-        // A host file can be mounted only by a local engine, which is the gated one.
+        // A host file can be mounted only by a local engine, which is the one with a launcher.
         if held.is_some() {
             let resolv =
                 ResolvConf::create(wiring.proxy_ip(), &self.owner).map_err(RunError::ResolvConf)?;
@@ -559,7 +559,7 @@ impl SlotObjects {
             .start_container(name)
             .await
             .map_err(docker_step("start the sandbox"))?;
-        tracing::debug!("sandbox started behind its gate");
+        tracing::debug!("sandbox started behind its launcher");
         Ok((output, Some(stdin)))
     }
 }

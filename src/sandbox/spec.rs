@@ -131,7 +131,7 @@ pub struct RunSpec {
     pub(crate) egress_network: Option<String>,
     pub(crate) runtime: Option<String>,
     pub(crate) subnet_pool: Ipv4Net,
-    /// Written under /task by the gate before the command runs.
+    /// Written under /task by the launcher before the command runs.
     pub(crate) files: Vec<TaskFile>,
     /// Secrets with their placeholders, upstream CAs: only ever in the proxy's handoff.
     pub(crate) credentials: RunCredentials,

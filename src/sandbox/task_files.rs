@@ -1,15 +1,15 @@
 //! Files handed to a run (`files` in the API): they land under [`TASK_DIR`], a tmpfs of
-//! the sandbox's own, written by the sandbox's gate just before the command runs — so the
+//! the sandbox's own, written by the sandbox's launcher just before the command runs — so the
 //! command's files need no bind mount from the host, and nothing of them outlives the run.
 
 use serde::{Deserialize, Serialize};
 
 /// Where task files land; the default working directory of a run that has files.
 pub const TASK_DIR: &str = "/task";
-/// Bytes of all files of one run together (they travel through the gate's stdin).
+/// Bytes of all files of one run together (they travel through the launcher's stdin).
 pub const MAX_TASK_FILES_BYTES: u64 = 64 << 20;
 
-/// Files of one run: each is an inode in the sandbox's tmpfs and a step of its gate.
+/// Files of one run: each is an inode in the sandbox's tmpfs and a step of its launcher.
 pub const MAX_TASK_FILES: usize = 10_000;
 /// Longest name of one path component (the kernel's NAME_MAX).
 const MAX_NAME_BYTES: usize = 255;
@@ -53,7 +53,7 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
 
 /// Why a set of (each valid) paths cannot all be written, with the path to name: too many,
 /// the same path twice, or a file where another needs a directory (`a` and `a/b`). Found
-/// here, not by the gate after the set-up, where it would look like the command's failure.
+/// here, not by the launcher after the set-up, where it would look like the command's failure.
 pub fn check_paths<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), (String, String)> {
     let mut files = std::collections::BTreeSet::new();
     for path in paths {

@@ -7,7 +7,7 @@
 //! [`IMAGE_BUNDLE`] (what tools that read no variable trust) and at [`BUNDLE_PATH`] (what
 //! the variables name, present even where the image has no bundle). Once the proxy is
 //! ready the file is filled — the image's own bundle, then the run CA — before the
-//! sandbox's gate opens.
+//! sandbox's launcher opens.
 //!
 //! The image's bundle cannot be read from the sandbox's container: the mount covers it
 //! there. It is read from a probe container instead — created from the same image, never

@@ -1,7 +1,7 @@
 //! How a run's sandbox reaches its proxy.
 //!
 //! On a local engine the sandbox has **no network** (`--network none`): nothing but its own
-//! loopback. Its gate binds the proxy's doors there (127.0.0.1:3128, :53, :443, :80) and
+//! loopback. Its launcher binds the proxy's doors there (127.0.0.1:3128, :53, :443, :80) and
 //! passes the listening sockets to the proxy through a Unix socket in a host directory both
 //! containers mount (`egress_proxy::passed_listeners`), before the command runs. The proxy
 //! sits on the egress network alone and accepts the sandbox's connections on those sockets.
@@ -9,7 +9,7 @@
 //! measured on this engine, those were a third of a cold run's time, and the sandbox has no
 //! interface, no gateway, no ARP neighbour and no Docker resolver to reach anything through.
 //!
-//! A remote engine can mount no host directory and runs no gate, and some OCI runtimes put
+//! A remote engine can mount no host directory and runs no launcher, and some OCI runtimes put
 //! something between the sandbox's sockets and the host's across which no socket can be
 //! passed (gVisor with its own network stack, Kata's VM; which ones is `runtime`'s
 //! judgement, from the engine's registration). Such runs get the per-run network wiring:
@@ -25,15 +25,15 @@ use super::network::RunSubnet;
 /// Where the doors directory appears in the proxy container (read-write: the proxy makes
 /// its Unix socket there).
 pub const PROXY_DOORS_DIR: &str = "/doors";
-/// Where it appears in the sandbox (read-only: the gate only connects).
+/// Where it appears in the sandbox (read-only: the launcher only connects).
 pub const SANDBOX_DOORS_DIR: &str = "/.egress-sandbox/doors";
 
 /// How a run's two containers are wired.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Wiring {
-    /// The sandbox has no network; its gate passes the doors bound on its loopback to the
+    /// The sandbox has no network; its launcher passes the doors bound on its loopback to the
     /// proxy through `doors` (a host directory), and the proxy is on the egress network
-    /// only. Needs the gate, so a local engine.
+    /// only. Needs the launcher, so a local engine.
     PassedListeners { doors: PathBuf },
     /// Both containers on the run's internal network (remote engines, runtimes other than
     /// runc).

@@ -251,7 +251,9 @@ pub async fn serve(
         options.pool
     } else {
         if options.pool > 0 {
-            tracing::warn!("the engine is remote: no warm pool (its gate needs a local engine)");
+            tracing::warn!(
+                "the engine is remote: no warm pool (its launcher needs a local engine)"
+            );
         }
         0
     };

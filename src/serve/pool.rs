@@ -2,7 +2,7 @@
 //!
 //! A slot is one run's objects up to its handoff (`sandbox::slot`): its doors directory, its
 //! proxy started on the egress network alone and waiting for its handoff, its sandbox (no
-//! network: the proxy serves the doors its gate passes) started behind the gate with an
+//! network: the proxy serves the doors its launcher passes) started behind the launcher with an
 //! empty trust bundle mounted (filled at the claim, so a
 //! policy that inspects hosts is served warm too) — all of the default shape (the base
 //! image, default tmp size, no mounts, the daemon's egress network). A request that fits

@@ -1,5 +1,5 @@
 //! Any allowed `name:port`, any TCP protocol, for programs that ignore the proxy variables:
-//! the DNS responder gives each allowed name a loopback address of its own, the gate binds a
+//! the DNS responder gives each allowed name a loopback address of its own, the launcher binds a
 //! raw door on every port the run's host rules allow, and the proxy relays what arrives to
 //! the name behind the address, judged like a CONNECT and recorded as kind `tcp`.
 //!

@@ -138,7 +138,7 @@ fn a_policy_that_requires_gvisor_runs_under_it_without_a_flag() {
 
 /// Under gVisor the host's pids cgroup counts gVisor's own threads (dozens per busy guest
 /// task), so a limit meant for the command used to kill gVisor's kernel with the run:
-/// `print(1)` printed, then the shell's next fork failed. Now the gate sets the limit as
+/// `print(1)` printed, then the shell's next fork failed. Now the launcher sets the limit as
 /// the sandbox's `RLIMIT_NPROC`, which gVisor's kernel counts per sandbox: the bomb's forks
 /// fail with EAGAIN at the limit, as under runc, and the shell goes on.
 #[test]
@@ -186,7 +186,7 @@ except OSError as error:
 }
 
 /// The pool's slots are gVisor sandboxes; a run whose task limit is lower than the
-/// slot's is served warm (the gate lowers it), one with other memory cold.
+/// slot's is served warm (the launcher lowers it), one with other memory cold.
 #[test]
 fn serve_with_a_runtime_keeps_warm_gvisor_slots() {
     require_gvisor();

@@ -1,7 +1,7 @@
 //! With the proxy variables unset, nothing but the proxy is reachable: not outside
 //! addresses, not the test's upstream directly, not the host through any of its addresses,
 //! and a DNS lookup of a fresh name never leaves the run. A local run's sandbox has no
-//! network at all: its loopback, where the proxy serves the doors the gate passed it, is
+//! network at all: its loopback, where the proxy serves the doors the launcher passed it, is
 //! all there is.
 
 use crate::support::docker::{docker0_address, host_address};
@@ -189,7 +189,7 @@ python3 -c 'import socket; socket.getaddrinfo(socket.gethostname(), None); print
 }
 
 /// The proxy's doors on the sandbox's loopback are sockets the proxy holds, passed by the
-/// gate before the command ran: the command finds them taken (it cannot put a listener of
+/// launcher before the command ran: the command finds them taken (it cannot put a listener of
 /// its own there), answered by the proxy (a refusal, and its record names the loopback
 /// client), and the Unix socket they were passed through gone, on a mount it cannot write
 /// (so it cannot pass doors of its own).

@@ -1,5 +1,5 @@
 //! The sandbox's `/proc/self/mountinfo` names nothing of the host: the run's directories
-//! (resolv.conf, trust bundle, doors) and the gate binary are mounted from neutral paths, so
+//! (resolv.conf, trust bundle, doors) and the launcher binary are mounted from neutral paths, so
 //! no owner stamp (pid, start time, boot id, pid namespace), home, user or checkout path
 //! shows through.
 
@@ -11,10 +11,10 @@ const RUN_MOUNTS: [&str; 5] = [
     "/etc/egress-sandbox/ca-bundle.crt",
     "/etc/ssl/certs/ca-certificates.crt",
     "/.egress-sandbox/doors",
-    "/.egress-sandbox/gate",
+    "/.egress-sandbox/launcher",
 ];
 
-/// What a mount's source path may end with: a run directory or the gate binary's place,
+/// What a mount's source path may end with: a run directory or the launcher binary's place,
 /// each named by random characters or the binary's content id.
 fn is_neutral(source: &str) -> bool {
     let Some((parent, name)) = source.rsplit_once('/') else {
@@ -24,7 +24,7 @@ fn is_neutral(source: &str) -> bool {
     let random = |id: &str| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric());
     match (
         dir.strip_prefix("egress-sandbox-run-"),
-        dir.strip_prefix("egress-sandbox-gate-"),
+        dir.strip_prefix("egress-sandbox-launcher-"),
     ) {
         (Some(id), _) => random(id) && ["resolv.conf", "ca-bundle.crt", "doors"].contains(&name),
         (_, Some(id)) => id.chars().all(|c| c.is_ascii_hexdigit()) && name == "egress-sandbox",

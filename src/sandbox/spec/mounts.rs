@@ -26,7 +26,7 @@ const RESERVED_TARGETS: &[&str] = &[
     "/etc/resolv.conf",
     "/etc/hosts",
     "/etc/hostname",
-    // Where the sandbox's start gate lives (container::GATE_PATH).
+    // Where the sandbox's start launcher lives (container::LAUNCHER_PATH).
     "/.egress-sandbox",
 ];
 
@@ -112,7 +112,7 @@ mod tests {
             "/proc/../etc",
             "/proc/sys",
             "/sys/fs/cgroup",
-            "/.egress-sandbox/gate",
+            "/.egress-sandbox/launcher",
         ] {
             assert!(
                 check_mount(dir.path(), reserved, false).is_err(),

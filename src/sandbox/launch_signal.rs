@@ -1,11 +1,11 @@
-//! What `run` writes to the sandbox's gate (`egress-sandbox sandbox-gate`, the sandbox's
-//! entrypoint on a local engine) to let the command go, and how the gate reads it.
+//! What `run` writes to the sandbox's launcher (`egress-sandbox sandbox-launcher`, the sandbox's
+//! entrypoint on a local engine) to let the command go, and how the launcher reads it.
 //!
 //! The signal is one header line: `\n` alone means "go"; `N\n` means N bytes of JSON
-//! ([`GateSetup`]: the command, its environment and working directory, the task files)
+//! ([`LaunchSetup`]: the command, its environment and working directory, the task files)
 //! follow, then go. A sandbox can so be created and started before its command is known
 //! (a warm pool slot), and a cold run takes the same path. Everything after the signal on the same
-//! stdin is the caller's input to the command, so the gate reads exactly the signal and not
+//! stdin is the caller's input to the command, so the launcher reads exactly the signal and not
 //! one byte more (no buffered reader).
 
 use std::io::{self, Read};
@@ -17,12 +17,12 @@ use super::task_files::TaskFile;
 /// The header line is a decimal length: no more digits than this.
 const MAX_HEADER: usize = 20;
 
-/// What the gate sets up before the command runs.
+/// What the launcher sets up before the command runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GateSetup {
-    /// The command, after the gate's own arguments (the image's entrypoint); empty: the
-    /// gate's arguments are the whole command.
+pub struct LaunchSetup {
+    /// The command, after the launcher's own arguments (the image's entrypoint); empty: the
+    /// launcher's arguments are the whole command.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub argv: Vec<String>,
     /// `KEY=VALUE`, in order, over the container's own environment (the image's): a
@@ -34,31 +34,31 @@ pub struct GateSetup {
     pub workdir: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<TaskFile>,
-    /// The most tasks the sandbox's user may have (`RLIMIT_NPROC`), set by the gate when the
+    /// The most tasks the sandbox's user may have (`RLIMIT_NPROC`), set by the launcher when the
     /// runtime's kernel is the sandbox's own (gVisor): there the host's pids cgroup counts
     /// the runtime's threads, not the command's tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_limit: Option<u64>,
-    /// Ports the run's rules allow for some host, besides :80 and :443: the gate binds a
+    /// Ports the run's rules allow for some host, besides :80 and :443: the launcher binds a
     /// raw door on each ([`crate::sandbox::container::loopback_doors`]). Known only with
     /// the run's policy, so they come with the signal, as the command does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub raw_ports: Vec<u16>,
 }
 
-/// The bytes that open the gate with `setup`.
-pub fn encode(setup: &GateSetup) -> Vec<u8> {
-    if *setup == GateSetup::default() {
+/// The bytes that open the launcher with `setup`.
+pub fn encode(setup: &LaunchSetup) -> Vec<u8> {
+    if *setup == LaunchSetup::default() {
         return b"\n".to_vec();
     }
-    let json = serde_json::to_vec(setup).expect("a gate setup always serialises");
+    let json = serde_json::to_vec(setup).expect("a launcher setup always serialises");
     let mut signal = format!("{}\n", json.len()).into_bytes();
     signal.extend_from_slice(&json);
     signal
 }
 
 /// Reads one signal from `input`; `Ok(None)` if it ended first (the caller gave up).
-pub fn read(input: &mut impl Read) -> io::Result<Option<GateSetup>> {
+pub fn read(input: &mut impl Read) -> io::Result<Option<LaunchSetup>> {
     let mut header = Vec::new();
     let mut byte = [0u8; 1];
     loop {
@@ -71,18 +71,18 @@ pub fn read(input: &mut impl Read) -> io::Result<Option<GateSetup>> {
         if !byte[0].is_ascii_digit() || header.len() == MAX_HEADER {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "not a gate signal",
+                "not a launcher signal",
             ));
         }
         header.push(byte[0]);
     }
     if header.is_empty() {
-        return Ok(Some(GateSetup::default()));
+        return Ok(Some(LaunchSetup::default()));
     }
     let length: u64 = std::str::from_utf8(&header)
         .ok()
         .and_then(|digits| digits.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad gate signal length"))?;
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad launcher signal length"))?;
     let mut json = Vec::new();
     input.take(length).read_to_end(&mut json)?;
     if json.len() as u64 != length {
@@ -99,15 +99,15 @@ mod tests {
 
     #[test]
     fn a_plain_go_is_one_newline_and_nothing_after_it_is_read() {
-        assert_eq!(encode(&GateSetup::default()), b"\n");
+        assert_eq!(encode(&LaunchSetup::default()), b"\n");
         let mut input: &[u8] = b"\ncaller input";
-        assert_eq!(read(&mut input).unwrap(), Some(GateSetup::default()));
+        assert_eq!(read(&mut input).unwrap(), Some(LaunchSetup::default()));
         assert_eq!(input, b"caller input");
     }
 
     #[test]
     fn a_setup_round_trips_and_leaves_the_input_after_it() {
-        let setup = GateSetup {
+        let setup = LaunchSetup {
             argv: vec!["python3".into(), "main.py".into()],
             env: vec!["A=1".into(), "PATH=/bin".into()],
             workdir: Some("/task".into()),

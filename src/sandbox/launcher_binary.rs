@@ -1,9 +1,9 @@
-//! The binary a sandbox mounts as its gate, at a path that says nothing of the host.
+//! The binary a sandbox mounts as its launcher, at a path that says nothing of the host.
 //!
 //! The sandbox's `/proc/self/mountinfo` shows a bind mount's source path. The proxy binary
 //! itself lives in a checkout, a home directory or the kept copy of a daemon (named by its
 //! pid), so the sandbox mounts a link to it instead, named by its content:
-//! `<temp dir>/egress-sandbox-gate-<content id>/egress-sandbox` (a hard link, else a copy).
+//! `<temp dir>/egress-sandbox-launcher-<content id>/egress-sandbox` (a hard link, else a copy).
 //! Runs of the same binary share it, whichever process starts them.
 //!
 //! A place is touched each time a run takes it; places of other binaries not taken for an
@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// Every place starts with this, then the content id.
-const PREFIX: &str = "egress-sandbox-gate-";
+const PREFIX: &str = "egress-sandbox-launcher-";
+/// What places were named before the launcher had its own name: still removed when unused,
+/// so an upgrade leaves no old binaries behind.
+const FORMER_PREFIX: &str = "egress-sandbox-gate-";
 /// The binary's name in its place.
 const FILE_NAME: &str = "egress-sandbox";
 /// Places not taken for this long are removed when another is made.
@@ -45,7 +48,7 @@ fn place_in(parent: &Path, binary: &Path, content_id: &str) -> std::io::Result<P
         .tempdir_in(parent)?;
     let staged = staging.path().join(FILE_NAME);
     if let Err(error) = std::fs::hard_link(binary, &staged) {
-        tracing::debug!(%error, "cannot link the gate binary; copying it");
+        tracing::debug!(%error, "cannot link the launcher binary; copying it");
         std::fs::copy(binary, &staged)?;
     }
     {
@@ -74,7 +77,7 @@ fn remove_unused(parent: &Path) {
         let is_place = entry
             .file_name()
             .to_str()
-            .is_some_and(|name| name.starts_with(PREFIX));
+            .is_some_and(|name| name.starts_with(PREFIX) || name.starts_with(FORMER_PREFIX));
         let unused = entry
             .metadata()
             .and_then(|meta| meta.modified())
@@ -99,7 +102,7 @@ mod tests {
             placed,
             parent
                 .path()
-                .join("egress-sandbox-gate-0123abcd/egress-sandbox")
+                .join("egress-sandbox-launcher-0123abcd/egress-sandbox")
         );
         assert_eq!(std::fs::read(&placed).unwrap(), b"\x7fELF...");
         assert_eq!(
@@ -125,8 +128,18 @@ mod tests {
             .unwrap()
             .set_modified(long_ago)
             .unwrap();
+        let former = parent.path().join(format!("{FORMER_PREFIX}cccc"));
+        std::fs::create_dir(&former).unwrap();
+        std::fs::File::open(&former)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
         let new = place_in(parent.path(), &binary, "bbbb").unwrap();
         assert!(new.is_file());
         assert!(!old.exists(), "the place unused for an hour is removed");
+        assert!(
+            !former.exists(),
+            "a place of the former name is removed too"
+        );
     }
 }

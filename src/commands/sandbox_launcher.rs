@@ -1,14 +1,14 @@
-//! `egress-sandbox sandbox-gate -- [PREFIX...]` (hidden): the sandbox's entrypoint when the
+//! `egress-sandbox sandbox-launcher -- [PREFIX...]` (hidden): the sandbox's entrypoint when the
 //! engine is local.
 //!
 //! Starting a container takes a few hundred milliseconds, and so does starting the proxy.
 //! Rather than start the sandbox only after the proxy is ready, `run` starts both at once
-//! with this gate in front of the command: it blocks on stdin until `run` writes one byte,
+//! with this launcher in front of the command: it blocks on stdin until `run` writes one byte,
 //! which it does once the proxy has printed its ready line. So the command never runs
 //! before its only way out exists, and the two starts overlap. If `run` gives up, stdin
 //! ends without that byte and the command never runs. The signal carries the command (run
 //! after PREFIX, the image's entrypoint), its environment (over the container's, as Docker
-//! merges `Env`), its working directory and the task files (`sandbox::gate_signal`),
+//! merges `Env`), its working directory and the task files (`sandbox::launch_signal`),
 //! written under /task first: so a sandbox can be started before its command is known (a
 //! warm pool slot of `serve`). After the signal, stdin carries the caller's input to the
 //! command, and ends when it does.
@@ -20,18 +20,18 @@ use anyhow::Context;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
-use crate::cli::SandboxGateArgs;
+use crate::cli::SandboxLauncherArgs;
 use egress_proxy::passed_listeners::PassedListeners;
 
-use egress_sandbox::sandbox::gate_signal;
+use egress_sandbox::sandbox::launch_signal;
 use egress_sandbox::sandbox::loopback_doors;
 use egress_sandbox::sandbox::task_files::{self, TASK_DIR, TaskFile};
 
-pub fn run(args: SandboxGateArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: SandboxLauncherArgs) -> anyhow::Result<ExitCode> {
     // Read straight from fd 0, not through std's buffered stdin: whatever follows the go
     // byte is the caller's input and must stay in the pipe for the command.
     let mut stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
-    let setup = match gate_signal::read(&mut stdin) {
+    let setup = match launch_signal::read(&mut stdin) {
         Ok(Some(setup)) => setup,
         Ok(None) | Err(_) => {
             eprintln!("egress-sandbox: the proxy never became ready; the command was not run");
@@ -117,7 +117,7 @@ fn pass_listeners(socket: &Path, raw_ports: &[u16]) -> std::io::Result<()> {
 }
 
 /// Writes each file under /task (a tmpfs of this sandbox), creating directories; paths are
-/// checked again here, the gate trusts nothing it reads.
+/// checked again here, the launcher trusts nothing it reads.
 fn write_task_files(files: &[TaskFile]) -> anyhow::Result<()> {
     for file in files {
         task_files::check_path(&file.path)
