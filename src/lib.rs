@@ -3,8 +3,10 @@
 //!
 //! This library is what embedding programs, the daemon and the `egress-sandbox` binary
 //! share. The command line itself (clap, one module per subcommand, the MCP server, stderr
-//! diagnostics) lives in the binary target (`src/main.rs`), so an embedder compiles none of
-//! it; `tests/layering.rs` keeps it that way.
+//! diagnostics) lives in the binary target (`src/main.rs`), and the crates only it uses (clap,
+//! rmcp, anyhow, tracing-subscriber) come with the default `cli` feature: an embedder that
+//! turns it off (`default-features = false`) compiles none of them. `tests/layering.rs` keeps
+//! the library free of the command line.
 //!
 //! # Layout
 //!
