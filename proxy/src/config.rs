@@ -8,6 +8,9 @@ use crate::policy::PolicySet;
 use crate::resolve::Upstream;
 use crate::target::HostName;
 
+/// DNS queries per second per client unless [`ProxyConfig::dns_rate`] says otherwise.
+pub use crate::dns_rate::DEFAULT_DNS_RATE;
+
 /// The proxy's configuration. Build it with [`ProxyConfig::new`] and adjust the public
 /// fields; every bound has a default that suits a sandboxed run.
 pub struct ProxyConfig {

@@ -61,48 +61,49 @@
 //! # let _ = counts; Ok(()) }
 //! ```
 #![deny(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod audit;
 mod body;
-pub mod ca;
+mod ca;
 pub mod config;
-pub mod connect;
-pub mod dns;
+mod connect;
+mod dns;
 mod dns_rate;
 mod exchange;
 pub mod floor;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod gate;
+mod gate;
 pub mod handoff;
-pub mod http;
-pub mod inspect;
-pub mod inspector;
-pub mod listen;
-pub mod name_addresses;
+mod http;
+mod inspect;
+mod inspector;
+mod listen;
+mod name_addresses;
 pub mod passed_listeners;
 pub mod policy;
 mod pool;
 mod raw;
-pub mod refusal;
+mod refusal;
 mod refused_ports;
-pub mod relay;
+mod relay;
 pub mod resolve;
 mod scrub;
 pub mod secret_forms;
 pub mod secrets;
 pub mod server;
 mod shared;
-pub mod shutdown;
-pub mod sni;
-pub mod splice;
+mod shutdown;
+mod sni;
+mod splice;
 pub mod target;
 #[cfg(test)]
 mod test_sockets;
 pub mod text;
-pub mod transparent;
+mod transparent;
 pub mod units;
-pub mod upstream;
+pub mod upstream_tls;
 
 pub use config::{ProxyConfig, ProxyLimits};
 pub use server::{BoundProxy, LocalAddrs, Proxy, ProxyError, RunningProxy};

@@ -69,7 +69,7 @@ const READ_BUFFER: usize = 64 * 1024;
 
 /// Opens the watch: a `NETLINK_SOCK_DIAG` socket in the caller's network namespace,
 /// subscribed to destroyed TCP sockets, close-on-exec. The gate calls this in the sandbox.
-pub fn open_watch() -> io::Result<OwnedFd> {
+pub(crate) fn open_watch() -> io::Result<OwnedFd> {
     let socket = rustix::net::socket_with(
         AddressFamily::NETLINK,
         SocketType::RAW,
@@ -83,7 +83,7 @@ pub fn open_watch() -> io::Result<OwnedFd> {
 }
 
 /// Whether `fd` is what [`open_watch`] makes: the proxy checks every passed descriptor.
-pub fn is_watch(fd: &OwnedFd) -> bool {
+pub(crate) fn is_watch(fd: &OwnedFd) -> bool {
     use rustix::net::sockopt;
     sockopt::socket_domain(fd).ok() == Some(AddressFamily::NETLINK)
         && sockopt::socket_type(fd).ok() == Some(SocketType::RAW)

@@ -49,7 +49,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Starts the audit writer and builds the gate from `config`. Fails only when the audit
     /// destination cannot be opened.
-    pub fn new(
+    pub(crate) fn new(
         config: ProxyConfig,
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
@@ -117,7 +117,7 @@ pub(crate) struct ConnectionSlot {
 }
 
 impl ConnectionSlot {
-    pub fn new(permit: OwnedSemaphorePermit) -> Self {
+    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
         ConnectionSlot {
             _permit: Arc::new(permit),
         }

@@ -16,7 +16,7 @@ use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
 use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
 use egress_proxy::target::HostName;
-use egress_proxy::upstream::parse_upstream_ca;
+use egress_proxy::upstream_tls::parse_upstream_ca;
 use egress_proxy::{BoundProxy, ProxyConfig};
 
 use crate::cli::ProxyArgs;

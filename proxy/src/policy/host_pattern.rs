@@ -83,7 +83,7 @@ impl HostPattern {
 }
 
 /// `name` ends with `.suffix` (a label boundary), and is not `suffix` itself.
-pub fn is_strict_subdomain(name: &str, suffix: &str) -> bool {
+pub(super) fn is_strict_subdomain(name: &str, suffix: &str) -> bool {
     name.len() > suffix.len() + 1
         && name.ends_with(suffix)
         && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
