@@ -25,9 +25,9 @@ pub struct ProxyConfig {
     pub dns_answer: Option<IpAddr>,
     /// Transparent listeners: TLS routed by SNI, HTTP by `Host`.
     pub transparent_listen: Vec<SocketAddr>,
-    /// Raw doors ([`crate::raw`]): any TCP protocol, the target named by the address the
+    /// Raw doors: any TCP protocol, the target named by the address the
     /// connection arrived on (the DNS responder's per-name answer,
-    /// [`crate::name_addresses`]) and the listener's port. With any raw door (bound here or
+    /// `name_addresses`) and the listener's port. With any raw door (bound here or
     /// passed in), the DNS responder answers each allowed name with an address of its own.
     pub raw_listen: Vec<SocketAddr>,
     /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and

@@ -3,8 +3,8 @@
 //! On a local engine a run's sandbox has no network at all (`--network none`), only its own
 //! loopback. Before its command runs, the sandbox's gate binds the proxy's doors there
 //! (127.0.0.1:3128, :53 over UDP and TCP, :443, :80, and a raw door per port the run's
-//! rules allow, [`crate::raw`]) and passes the sockets to the proxy
-//! over a Unix socket in a directory both containers mount (`SCM_RIGHTS`). The proxy then
+//! rules allow) and passes the sockets to the proxy over a Unix socket in a directory
+//! both containers mount (`SCM_RIGHTS`). The proxy then
 //! accepts the sandbox's connections on sockets that live in the sandbox's network
 //! namespace, while its own upstream connections leave from its own namespace. No packet
 //! crosses a Docker network between the two, so a run needs no network of its own: the
@@ -12,7 +12,7 @@
 //! gone from every run, and the sandbox has no interface to reach anything else through.
 //!
 //! With the doors the gate may pass a watch of the sandbox's closed TCP sockets
-//! ([`crate::refused_ports`]), from which the proxy records the connections its kernel
+//! (`refused_ports`), from which the proxy records the connections its kernel
 //! refused because no door listens on their port.
 //!
 //! The proxy takes exactly one pass, the first connection's, closes and removes its socket,
@@ -37,7 +37,7 @@ use rustix::net::{
 /// The file name of the proxy's Unix socket in the directory both containers mount.
 pub const SOCKET_NAME: &str = "listeners.sock";
 
-/// The most raw doors (one per port, [`crate::raw`]) one pass carries.
+/// The most raw doors (one per port) one pass carries.
 pub const MAX_RAW_DOORS: usize = 64;
 /// The most descriptors one pass carries: an explicit door, DNS over UDP and TCP, up to
 /// five transparent doors, the raw doors and the closed-socket watch.
@@ -65,7 +65,7 @@ pub struct DoorAddrs {
     /// [`MAX_RAW_DOORS`]).
     pub raw: Vec<SocketAddrV4>,
     /// Whether to pass a watch of the closed TCP sockets of the namespace the doors are
-    /// bound in ([`crate::refused_ports`]).
+    /// bound in (`refused_ports`).
     pub closed_sockets: bool,
 }
 
