@@ -39,6 +39,7 @@ pub const MAX_RAW_HOST_BYTES: usize = 256;
 /// How the attempt reached the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Kind {
     Connect,
     Http,
@@ -72,6 +73,7 @@ impl std::fmt::Display for Kind {
 /// What became of the attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Outcome {
     Allowed,
     Blocked,
@@ -217,6 +219,7 @@ fn push_bounded(out: &mut String, piece: &str) -> bool {
 
 /// Where records go.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AuditDestination {
     /// One line per record on the process's stdout (the proxy container's audit stream).
     Stdout,

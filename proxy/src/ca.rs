@@ -29,6 +29,7 @@ use crate::target::HostName;
 const BACKDATE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaError {
     #[error("cannot create the run CA: {0}")]
     Generate(#[from] rcgen::Error),

@@ -13,6 +13,7 @@ pub use crate::dns_rate::DEFAULT_DNS_RATE;
 
 /// The proxy's configuration. Build it with [`ProxyConfig::new`] and adjust the public
 /// fields; every bound has a default that suits a sandboxed run.
+#[non_exhaustive]
 pub struct ProxyConfig {
     /// The merged policy every door asks.
     pub policy: PolicySet,
@@ -67,6 +68,7 @@ pub struct ProxyConfig {
 /// Bounds on everything that happens before a tunnel or request is established. After it,
 /// nothing but the run's own limits: a tunnel lives until either side closes or shutdown.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ProxyLimits {
     /// A client must send a complete request head within this time, so idle or slow
     /// connections (slowloris) cannot hold connection slots. Also the keep-alive idle time.

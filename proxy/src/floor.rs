@@ -82,6 +82,7 @@ pub fn parse_extra(raw: &str) -> Result<ipnet::IpNet, FloorError> {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FloorError {
     #[error("{0:?} is not an IP address or CIDR range (e.g. 203.0.113.7 or 203.0.113.0/24)")]
     BadRange(String),

@@ -100,6 +100,7 @@ impl std::fmt::Debug for Secrets {
 
 /// Why no handoff could be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandoffError {
     #[error("cannot read the run's configuration from stdin: {0}")]
     Read(#[from] io::Error),

@@ -35,7 +35,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
 use crate::exchange::{Upload, counting_body};
-pub(crate) use crate::inspector::{InspectError, Inspector};
+pub(crate) use crate::inspector::Inspector;
 use crate::policy::{Decision, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Shared, client_http1};

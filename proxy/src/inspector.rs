@@ -20,6 +20,7 @@ use crate::upstream_tls::{UpstreamCaError, client_config};
 
 /// Why the proxy cannot serve the policy's credentials.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InspectError {
     #[error("the credential for {host} needs the secret {name}, which was not given")]
     MissingSecret { name: String, host: String },

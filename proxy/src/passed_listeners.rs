@@ -82,6 +82,7 @@ pub struct PassedListeners {
 
 /// Why a pass was refused: the proxy then serves no door at all.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PassError {
     #[error("cannot read the passed listeners: {0}")]
     Io(#[from] io::Error),

@@ -16,9 +16,8 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use crate::target::{HostName, Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ResolveError {
-    #[error(transparent)]
-    Pin(#[from] PinError),
     #[error("no DNS resolver is configured ({0})")]
     NoResolver(String),
     #[error("{name} did not resolve: {message}")]
@@ -29,19 +28,23 @@ pub enum ResolveError {
     Timeout(String),
 }
 
-/// Why a `--resolve NAME=IP` pin was refused. `Display` names the flag and quotes the pin.
+/// Why a `NAME=IP` pin ([`ProxyConfig::pins`](crate::ProxyConfig::pins)) was refused.
+/// `Display` starts with the quoted pin, so a front end can name its own source of pins
+/// in front of it (the CLI: `--resolve "a.example": expected NAME=IP`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PinError {
-    #[error("--resolve {0:?}: expected NAME=IP")]
+    #[error("{0:?}: expected NAME=IP")]
     Syntax(String),
-    #[error("--resolve {pin:?}: {error}")]
+    #[error("{pin:?}: {error}")]
     Name { pin: String, error: TargetError },
-    #[error("--resolve {pin:?}: {error}")]
+    #[error("{pin:?}: {error}")]
     Address { pin: String, error: PinAddressError },
 }
 
 /// Why the address of a pin was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PinAddressError {
     #[error("`{0}` is not an IP address")]
     NotAnAddress(String),
@@ -94,6 +97,7 @@ pub fn parse_pin_address(raw: &str) -> Result<IpAddr, PinAddressError> {
 
 /// Where DNS answers come from when a name is not pinned.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub enum Upstream {
     /// `/etc/resolv.conf`. When it cannot be read, only pinned names resolve.
     #[default]
@@ -236,7 +240,7 @@ mod tests {
             assert_eq!(
                 error.to_string(),
                 format!(
-                    "--resolve \"api.test={given}\": `{given}` is a shorthand of {full}; write the address in full"
+                    "\"api.test={given}\": `{given}` is a shorthand of {full}; write the address in full"
                 )
             );
         }

@@ -22,9 +22,10 @@ use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProxyError {
     #[error(transparent)]
-    Credentials(#[from] crate::inspect::InspectError),
+    Credentials(#[from] crate::secrets::InspectError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -36,21 +37,22 @@ pub enum ProxyError {
         source: std::io::Error,
     },
     #[error(
-        "a proxy whose listeners are passed in needs an address to answer DNS with (--dns-answer IPv4)"
+        "a proxy whose listeners are passed in needs an address to answer DNS with (dns_answer, IPv4)"
     )]
     PassedNeedsDnsAnswer,
     #[error("cannot open the audit log: {0}")]
     Audit(std::io::Error),
     #[error(
-        "the DNS responder on {0} needs an address to answer with (--dns-answer IPv4) when it listens on an unspecified or IPv6 address"
+        "the DNS responder on {0} needs an address to answer with (dns_answer, IPv4) when it listens on an unspecified or IPv6 address"
     )]
     DnsAnswer(SocketAddr),
-    #[error("--dns-answer {0} must be an IPv4 address: the sandbox has no IPv6")]
+    #[error("dns_answer {0} must be an IPv4 address: the sandbox has no IPv6")]
     DnsAnswerV6(IpAddr),
 }
 
 /// The addresses actually bound (port 0 resolved).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LocalAddrs {
     pub listen: SocketAddr,
     pub dns: Option<SocketAddr>,

@@ -15,6 +15,7 @@ use tokio_rustls::client::TlsStream;
 use crate::target::HostName;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpstreamCaError {
     #[error("{name}: no PEM certificate in it")]
     Empty { name: String },

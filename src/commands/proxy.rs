@@ -17,7 +17,7 @@ use egress_proxy::resolve::parse_pin;
 use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
 use egress_proxy::target::HostName;
 use egress_proxy::upstream_tls::parse_upstream_ca;
-use egress_proxy::{BoundProxy, ProxyConfig};
+use egress_proxy::{BoundProxy, ProxyConfig, ProxyError};
 
 use crate::cli::ProxyArgs;
 use crate::secret_flags::{new_placeholder, read_secret_flag};
@@ -41,7 +41,7 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<Exit
     // shutdown (tunnel records, the end record), not the default action.
     let stop = StopSignals::watch()?;
     let listeners_from = config.listeners_from.clone();
-    let bound = BoundProxy::bind(config).await?;
+    let bound = BoundProxy::bind(config).await.map_err(in_flags)?;
     let addrs = bound.local_addrs();
     let mut ready = match &listeners_from {
         Some(path) => serde_json::json!({
@@ -93,6 +93,23 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<Exit
             );
             Ok(ExitCode::from(AUDIT_INCOMPLETE))
         }
+    }
+}
+
+/// A bind error as this command's user gave it: the library names the `dns_answer` field,
+/// the command its flag.
+fn in_flags(error: ProxyError) -> anyhow::Error {
+    match error {
+        ProxyError::PassedNeedsDnsAnswer => anyhow!(
+            "a proxy whose listeners are passed in needs an address to answer DNS with (--dns-answer IPv4)"
+        ),
+        ProxyError::DnsAnswer(listen) => anyhow!(
+            "the DNS responder on {listen} needs an address to answer with (--dns-answer IPv4) when it listens on an unspecified or IPv6 address"
+        ),
+        ProxyError::DnsAnswerV6(ip) => {
+            anyhow!("--dns-answer {ip} must be an IPv4 address: the sandbox has no IPv6")
+        }
+        other => other.into(),
     }
 }
 
@@ -217,8 +234,8 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     config.pins = args
         .resolve
         .iter()
-        .map(|raw| parse_pin(raw))
-        .collect::<Result<_, _>>()?;
+        .map(|raw| parse_pin(raw).map_err(|error| anyhow!("--resolve {error}")))
+        .collect::<Result<_>>()?;
     Ok(config)
 }
 

@@ -166,6 +166,8 @@ impl Reader {
                         self.records.head = Some(sha256_hex(line));
                         self.records.tally.add_end(end.records, end.dropped);
                     }
+                    // A line this version does not know: kept in the log, not counted.
+                    _ => {}
                 }
                 if let Some(file) = &mut self.audit_log {
                     let mut whole = Vec::with_capacity(line.len() + 1);

@@ -108,6 +108,7 @@ pub fn registrable_domain(name: &str) -> Option<&str> {
 
 /// Which list a pattern is in: public-suffix wildcards are refused only where they allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PatternUse {
     Allow,
     Deny,
