@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::audit::AuditDestination;
 use crate::policy::PolicySet;
-use crate::resolve::Upstream;
+use crate::resolve::NameServers;
 use crate::target::HostName;
 
 /// DNS queries per second per client unless [`ProxyConfig::dns_rate`] says otherwise.
@@ -46,11 +46,12 @@ pub struct ProxyConfig {
     /// sandbox is one client, whichever of its loopback addresses it sends from); over it a
     /// query is answered REFUSED, counted as dropped, and gets no record. At least 1.
     pub dns_rate: u32,
-    /// `--resolve NAME=IP` pins; the floor still applies to them.
+    /// Names pinned to addresses ([`crate::resolve::parse_pin`]); the floor still applies
+    /// to them.
     pub pins: Vec<(HostName, IpAddr)>,
     /// Where unpinned names are resolved.
-    pub upstream_dns: Upstream,
-    /// Ranges added to the private-address floor (`--floor-extra`): the engine host's own
+    pub name_servers: NameServers,
+    /// Ranges added to the private-address floor ([`crate::floor::parse_extra`]): the engine host's own
     /// addresses and the egress gateway, which lead back to the machine running the sandbox
     /// although they may be public. Refused as `private_address` unless a `cidr` allow rule
     /// covers them.
@@ -143,7 +144,7 @@ impl ProxyConfig {
             audit_limit: crate::audit::DEFAULT_AUDIT_LIMIT,
             dns_rate: crate::dns_rate::DEFAULT_DNS_RATE,
             pins: Vec::new(),
-            upstream_dns: Upstream::System,
+            name_servers: NameServers::System,
             floor_extra: Vec::new(),
             limits: ProxyLimits::default(),
             credentials: crate::secrets::CredentialConfig::default(),

@@ -98,12 +98,12 @@ pub fn parse_pin_address(raw: &str) -> Result<IpAddr, PinAddressError> {
 /// Where DNS answers come from when a name is not pinned.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
-pub enum Upstream {
+pub enum NameServers {
     /// `/etc/resolv.conf`. When it cannot be read, only pinned names resolve.
     #[default]
     System,
     /// These name servers (UDP then TCP), e.g. a test's own DNS server.
-    Servers(Vec<SocketAddr>),
+    Given(Vec<SocketAddr>),
     /// No DNS at all: only pinned names resolve (tests that must never send a query).
     None,
 }
@@ -116,7 +116,11 @@ pub struct Resolver {
 
 impl Resolver {
     /// `timeout` bounds one whole lookup, retries included.
-    pub fn new(pins: Vec<(HostName, IpAddr)>, upstream: &Upstream, timeout: Duration) -> Self {
+    pub fn new(
+        pins: Vec<(HostName, IpAddr)>,
+        name_servers: &NameServers,
+        timeout: Duration,
+    ) -> Self {
         let mut by_name: HashMap<HostName, Vec<IpAddr>> = HashMap::new();
         for (name, ip) in pins {
             let addresses = by_name.entry(name).or_default();
@@ -124,16 +128,16 @@ impl Resolver {
                 addresses.push(ip);
             }
         }
-        let dns = match upstream {
-            Upstream::None => Err("DNS is off; only --resolve names resolve".to_owned()),
-            Upstream::System => TokioResolver::builder_tokio()
+        let dns = match name_servers {
+            NameServers::None => Err("DNS is off; only --resolve names resolve".to_owned()),
+            NameServers::System => TokioResolver::builder_tokio()
                 .map(|mut builder| {
                     builder.options_mut().timeout = timeout;
                     builder.build()
                 })
                 .map_err(|error| error.to_string())
                 .and_then(|built| built.map_err(|error| error.to_string())),
-            Upstream::Servers(servers) => {
+            NameServers::Given(servers) => {
                 let config = ResolverConfig::from_parts(
                     None,
                     vec![],
@@ -275,7 +279,7 @@ mod tests {
                 (name.clone(), "127.0.0.2".parse().unwrap()),
                 (name.clone(), "127.0.0.3".parse().unwrap()),
             ],
-            &Upstream::None,
+            &NameServers::None,
             Duration::from_secs(1),
         );
         let addresses = resolver.resolve(&name).await.unwrap();

@@ -73,7 +73,7 @@ impl Shared {
         .with_sandbox_hostname(config.sandbox_hostname.as_ref().map(|name| name.as_str()));
         let resolver = Resolver::new(
             config.pins,
-            &config.upstream_dns,
+            &config.name_servers,
             config.limits.resolve_timeout,
         );
         let gate = Gate::new(
