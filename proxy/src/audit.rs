@@ -299,7 +299,7 @@ impl AuditSink {
     }
 
     /// The sink that keeps the run's real secrets out of records' hosts and paths.
-    pub fn with_redactor(mut self, secrets: Arc<SecretForms>) -> Self {
+    pub(crate) fn with_redactor(mut self, secrets: Arc<SecretForms>) -> Self {
         self.redactor = secrets;
         self
     }
@@ -386,7 +386,7 @@ impl AuditSink {
 
 /// One attempt in progress. Doors and the gate fill it in; dropping it sends its record, so
 /// every attempt ends in exactly one line whichever way it ends.
-pub struct Attempt {
+pub(crate) struct Attempt {
     sink: AuditSink,
     started: Instant,
     started_at: SystemTime,
@@ -413,7 +413,7 @@ pub struct Attempt {
 impl Attempt {
     /// A new attempt; until a door or the gate decides otherwise it reads as a malformed
     /// request, so an attempt abandoned before any decision is never logged as allowed.
-    pub fn new(sink: &AuditSink, kind: Kind, client: Option<SocketAddr>) -> Attempt {
+    pub(crate) fn new(sink: &AuditSink, kind: Kind, client: Option<SocketAddr>) -> Attempt {
         Attempt {
             sink: sink.clone(),
             started: Instant::now(),
@@ -437,7 +437,7 @@ impl Attempt {
     /// Sends the record now and waits until it is written and flushed. Every door calls
     /// this before it answers a refusal (403, 400, NXDOMAIN, a close), so whoever sees the
     /// answer finds the record in the log.
-    pub async fn record(mut self) {
+    pub(crate) async fn record(mut self) {
         if let Some(record) = self.take_record() {
             self.sink.send_and_wait(record).await;
         }
@@ -475,7 +475,7 @@ impl Attempt {
     }
 
     /// Sets `host` from an untrusted raw value (secrets redacted, escaped and cut).
-    pub fn set_raw_host(&mut self, raw: &[u8]) {
+    pub(crate) fn set_raw_host(&mut self, raw: &[u8]) {
         self.host = match self.sink.redactor.find(raw) {
             None => raw_host_for_log(raw),
             Some(_) => {
@@ -485,14 +485,14 @@ impl Attempt {
         };
     }
 
-    pub fn set_outcome(&mut self, decision: Outcome, reason: Reason, rule: Option<&RuleRef>) {
+    pub(crate) fn set_outcome(&mut self, decision: Outcome, reason: Reason, rule: Option<&RuleRef>) {
         self.decision = decision;
         self.reason = reason;
         self.rule = rule.map(ToString::to_string);
     }
 
     /// Records a policy decision: allow → allowed/rule, report-mode → would_block.
-    pub fn set_decision(&mut self, decision: &Decision) {
+    pub(crate) fn set_decision(&mut self, decision: &Decision) {
         self.set_outcome(
             decision.verdict.into(),
             decision.reason,
@@ -502,11 +502,11 @@ impl Attempt {
 
     /// This attempt gets no record: only the DNS responder's answer for the sandbox's own
     /// host name, which reaches nothing (`ProxyConfig::sandbox_hostname`).
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.sent = true;
     }
 
-    pub fn is_refused(&self) -> bool {
+    pub(crate) fn is_refused(&self) -> bool {
         matches!(self.decision, Outcome::Blocked | Outcome::Failed)
     }
 }

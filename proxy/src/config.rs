@@ -14,8 +14,10 @@ use crate::target::HostName;
 /// DNS queries per second per client unless [`ProxyConfig::dns_rate`] says otherwise.
 pub use crate::dns_rate::DEFAULT_DNS_RATE;
 
-/// The proxy's configuration. Build it with [`ProxyConfig::new`] and adjust the public
-/// fields; every bound has a default that suits a sandboxed run.
+/// The proxy's configuration. Build it with [`ProxyConfig::new`] (and a run's handoff with
+/// [`ProxyConfig::merge_handoff`]) and adjust the public fields; every bound has a default
+/// that suits a sandboxed run. `#[non_exhaustive]`: a new setting, with its default, is not
+/// a breaking change.
 #[non_exhaustive]
 pub struct ProxyConfig {
     /// The merged policy every door asks.
@@ -71,6 +73,7 @@ pub struct ProxyConfig {
 
 /// Bounds on everything that happens before a tunnel or request is established. After it,
 /// nothing but the run's own limits: a tunnel lives until either side closes or shutdown.
+/// Start from [`ProxyLimits::default`] and adjust the fields.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ProxyLimits {
@@ -277,15 +280,17 @@ mod tests {
             value: SecretValue::new("own-secret-value".into()),
             placeholder: "own-placeholder-0000".into(),
         });
-        let mut handoff = Handoff::default();
-        handoff.resolve = vec!["handed.test=127.0.0.3".into()];
-        handoff.run_id = Some("run-1".into());
-        handoff.secrets = Secrets([("HANDED".to_owned(), "handed-secret-value".to_owned())].into());
-        handoff.placeholders = [("OWN".to_owned(), "handed-placeholder-00".to_owned())].into();
-        handoff.audit_limit = Some(7);
-        handoff.ca_lifetime_s = Some(60);
-        handoff.sandbox_hostname = Some("sandbox-1a2b".into());
-        handoff.door_ports = vec![8443, 8443];
+        let handoff = Handoff {
+            resolve: vec!["handed.test=127.0.0.3".into()],
+            run_id: Some("run-1".into()),
+            secrets: Secrets([("HANDED".to_owned(), "handed-secret-value".to_owned())].into()),
+            placeholders: [("OWN".to_owned(), "handed-placeholder-00".to_owned())].into(),
+            audit_limit: Some(7),
+            ca_lifetime_s: Some(60),
+            sandbox_hostname: Some("sandbox-1a2b".into()),
+            door_ports: vec![8443, 8443],
+            ..Handoff::default()
+        };
         config.merge_handoff(handoff, placeholders()).unwrap();
 
         let pins: Vec<String> = config
@@ -321,8 +326,10 @@ mod tests {
     fn passed_listeners_take_no_door_ports_from_a_handoff() {
         let mut config = config();
         config.listeners_from = Some("/run/doors.sock".into());
-        let mut handoff = Handoff::default();
-        handoff.door_ports = vec![8443];
+        let handoff = Handoff {
+            door_ports: vec![8443],
+            ..Handoff::default()
+        };
         config.merge_handoff(handoff, placeholders()).unwrap();
         assert!(config.transparent_listen.is_empty());
     }
@@ -338,26 +345,36 @@ mod tests {
             });
             config.merge_handoff(handoff, placeholders()).unwrap_err()
         };
-        let mut handoff = Handoff::default();
-        handoff.audit_limit = Some(0);
+        let handoff = Handoff {
+            audit_limit: Some(0),
+            ..Handoff::default()
+        };
         assert!(matches!(merge(handoff), HandoffError::AuditLimitZero));
-        let mut handoff = Handoff::default();
-        handoff.resolve = vec!["no-address.test".into()];
+        let handoff = Handoff {
+            resolve: vec!["no-address.test".into()],
+            ..Handoff::default()
+        };
         assert!(matches!(merge(handoff), HandoffError::Pin(_)));
-        let mut handoff = Handoff::default();
-        handoff.secrets = Secrets([("KEY".to_owned(), "handed-secret-value".to_owned())].into());
+        let handoff = Handoff {
+            secrets: Secrets([("KEY".to_owned(), "handed-secret-value".to_owned())].into()),
+            ..Handoff::default()
+        };
         assert!(matches!(merge(handoff), HandoffError::SecretTwice(name) if name == "KEY"));
-        let mut handoff = Handoff::default();
-        handoff.sandbox_hostname = Some("not a name".into());
+        let handoff = Handoff {
+            sandbox_hostname: Some("not a name".into()),
+            ..Handoff::default()
+        };
         assert!(matches!(
             merge(handoff),
             HandoffError::SandboxHostname { .. }
         ));
-        let mut handoff = Handoff::default();
-        handoff.upstream_ca = vec![InlineCertificate {
-            file: "ca.pem".into(),
-            pem: "no certificate".into(),
-        }];
+        let handoff = Handoff {
+            upstream_ca: vec![InlineCertificate {
+                file: "ca.pem".into(),
+                pem: "no certificate".into(),
+            }],
+            ..Handoff::default()
+        };
         assert!(matches!(merge(handoff), HandoffError::UpstreamCa(_)));
     }
 }

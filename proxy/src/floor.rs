@@ -31,27 +31,28 @@ pub fn is_private(addr: IpAddr) -> bool {
 /// IPv4 carried in IPv6 included, and a `cidr` allow rule covering an address exempts it
 /// the same way.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Floor {
+pub(crate) struct Floor {
     extra: Vec<ipnet::IpNet>,
 }
 
 impl Floor {
     /// The private ranges and `extra`. An IPv6 range of IPv4-mapped addresses
     /// (`::ffff:a.b.c.d/96+n`) is kept as the IPv4 range it names.
-    pub fn with_extra(extra: impl IntoIterator<Item = ipnet::IpNet>) -> Floor {
+    pub(crate) fn with_extra(extra: impl IntoIterator<Item = ipnet::IpNet>) -> Floor {
         Floor {
             extra: extra.into_iter().map(as_ipv4_if_mapped).collect(),
         }
     }
 
     /// The extra ranges, as given (mapped IPv6 ranges as IPv4).
-    pub fn extra(&self) -> &[ipnet::IpNet] {
+    #[cfg(test)]
+    pub(crate) fn extra(&self) -> &[ipnet::IpNet] {
         &self.extra
     }
 
     /// True when `addr` is behind this floor: private (see [`is_private`]) or in an extra
     /// range, directly or through an IPv4 address it carries.
-    pub fn holds(&self, addr: IpAddr) -> bool {
+    pub(crate) fn holds(&self, addr: IpAddr) -> bool {
         is_private(addr) || self.in_extra(addr)
     }
 
@@ -268,7 +269,7 @@ const IPV4_CARRIERS: &[Ipv4Carrier] = &[
 
 /// IPv4 addresses that addresses of an IPv6 block carry in one form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CarriedIpv4 {
+pub(crate) struct CarriedIpv4 {
     /// The form's name, e.g. `NAT64`.
     pub form: &'static str,
     /// The part of the block in that form.
@@ -281,7 +282,7 @@ pub struct CarriedIpv4 {
 /// judge an IPv6 address by the IPv4 address inside it, refuse of an IPv6 block. Bits of the
 /// IPv4 field that `net` leaves open make the IPv4 block wider (`64:ff9b::/96` carries
 /// `0.0.0.0/0`).
-pub fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
+pub(crate) fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
     IPV4_CARRIERS
         .iter()
         .filter_map(|carrier| {

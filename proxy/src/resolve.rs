@@ -17,7 +17,7 @@ use crate::target::{HostName, Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     #[error("no DNS resolver is configured ({0})")]
     NoResolver(String),
     #[error("{name} did not resolve: {message}")]
@@ -108,7 +108,7 @@ pub enum NameServers {
     None,
 }
 
-pub struct Resolver {
+pub(crate) struct Resolver {
     pins: HashMap<HostName, Vec<IpAddr>>,
     dns: Result<TokioResolver, String>,
     timeout: Duration,
@@ -116,7 +116,7 @@ pub struct Resolver {
 
 impl Resolver {
     /// `timeout` bounds one whole lookup, retries included.
-    pub fn new(
+    pub(crate) fn new(
         pins: Vec<(HostName, IpAddr)>,
         name_servers: &NameServers,
         timeout: Duration,
@@ -169,7 +169,7 @@ impl Resolver {
 
     /// Every address of `name`, pins first. The caller checks each one against the floor
     /// and connects only to checked ones; it never asks again for the same attempt.
-    pub async fn resolve(&self, name: &HostName) -> Result<Vec<IpAddr>, ResolveError> {
+    pub(crate) async fn resolve(&self, name: &HostName) -> Result<Vec<IpAddr>, ResolveError> {
         if let Some(pinned) = self.pins.get(name) {
             return Ok(pinned.clone());
         }

@@ -108,13 +108,13 @@ impl Placeholders {
     }
 
     /// The matcher that also finds the real secrets.
-    pub fn with_secrets(mut self, secrets: Arc<SecretForms>) -> Self {
+    pub(crate) fn with_secrets(mut self, secrets: Arc<SecretForms>) -> Self {
         self.secrets = secrets;
         self
     }
 
     /// The real secrets' forms.
-    pub fn secret_forms(&self) -> &Arc<SecretForms> {
+    pub(crate) fn secret_forms(&self) -> &Arc<SecretForms> {
         &self.secrets
     }
 
