@@ -13,7 +13,8 @@
 //! - [`ProxyConfig`], [`ProxyLimits`] ([`config`]): the typed configuration, built from a
 //!   policy and an address, or from a run's [`handoff`] plus the caller's own settings.
 //! - [`Proxy`], [`BoundProxy`], [`RunningProxy`], [`LocalAddrs`], [`ProxyError`]
-//!   ([`server`]): bind, start, shut down.
+//!   ([`server`]): bind, start, shut down; a bind's credential errors are
+//!   [`server::InspectError`] and [`server::CaError`].
 //! - [`policy`]: the pure policy engine. YAML in, `decide(target, port) -> Decision` out;
 //!   no I/O, no async.
 //! - [`audit`]: the audit record, its destinations and the chain; [`text`] makes untrusted

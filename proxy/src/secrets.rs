@@ -10,9 +10,6 @@ use rustls::pki_types::CertificateDer;
 
 use crate::secret_forms::SecretForms;
 
-pub use crate::ca::CaError;
-pub use crate::inspector::InspectError;
-
 /// A secret's value. Deliberately without `Display`; `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretValue(String);

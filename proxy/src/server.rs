@@ -21,11 +21,14 @@ use crate::policy::Reason;
 use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::{Shutdown, ShutdownTrigger};
 
+pub use crate::ca::CaError;
+pub use crate::inspector::InspectError;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProxyError {
     #[error(transparent)]
-    Credentials(#[from] crate::secrets::InspectError),
+    Credentials(#[from] InspectError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
