@@ -1,7 +1,7 @@
 //! The audit record: one JSON line per attempt (`docs/src/reference/audit-record.md`), written by
 //! a single writer so lines never interleave.
 //!
-//! Doors never format or write records themselves: they fill in an [`Attempt`], which sends
+//! Doors never format or write records themselves: they fill in an `Attempt`, which sends
 //! its record to the [`AuditSink`] when it is dropped — so an attempt cut short by shutdown,
 //! a client hang-up or a panic still leaves exactly one line. The sink forwards records over a
 //! channel to one writer thread (file or stdout), or hands them to the library caller.

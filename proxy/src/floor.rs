@@ -7,8 +7,9 @@
 //! address inside it, so `[::ffff:127.0.0.1]` or `[64:ff9b::a9fe:a9fe]` cannot walk around
 //! the IPv4 list.
 //!
-//! A proxy's [`Floor`] adds the `--floor-extra` ranges: addresses that are public but lead
-//! back to the machine running the sandbox, judged the same way.
+//! A proxy's `Floor` adds its extra ranges
+//! ([`ProxyConfig::floor_extra`](crate::ProxyConfig::floor_extra)): addresses that are
+//! public but lead back to the machine running the sandbox, judged the same way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -73,7 +73,7 @@ pub fn placeholder_from(random: [u8; 16]) -> String {
 }
 
 /// The run's placeholders, for the tripwire: which secret's placeholder (if any) a piece of
-/// request text carries — or its real value, in any of the forms of [`SecretForms`], which
+/// request text carries — or its real value, in any of the forms of `SecretForms`, which
 /// is misuse wherever it goes. Matched in any letter case and through one layer of percent-encoding,
 /// the two changes client libraries make on their own (header and host case, URL-encoding),
 /// so an accident is caught; code that transforms the placeholder on purpose is not, and
