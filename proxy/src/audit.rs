@@ -205,7 +205,7 @@ pub fn raw_host_for_log(raw: &[u8]) -> String {
 
 /// Text for a record's field made safe as [`raw_host_for_log`] does; unchanged (apart from
 /// the cut) when it holds nothing to escape, so escaping twice changes nothing.
-pub fn text_for_log(text: &str) -> String {
+pub(crate) fn text_for_log(text: &str) -> String {
     raw_host_for_log(text.as_bytes())
 }
 

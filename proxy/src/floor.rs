@@ -178,7 +178,7 @@ fn is_private_v6(addr: Ipv6Addr) -> bool {
 /// The IPv4 addresses an IPv6 address carries, if it is one of the forms that reach IPv4
 /// hosts (mapped, compatible, SIIT, NAT64, 6to4, Teredo), e.g. for deny `cidr` rules that
 /// must hold for every spelling of an address.
-pub fn embedded_ipv4_of(addr: Ipv6Addr) -> Option<[Ipv4Addr; 2]> {
+pub(crate) fn embedded_ipv4_of(addr: Ipv6Addr) -> Option<[Ipv4Addr; 2]> {
     embedded_ipv4(u128::from(addr))
 }
 
@@ -313,7 +313,7 @@ pub(crate) fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
 /// True when some address in `net` is behind the floor: used to warn about `cidr` allow
 /// rules that open private ranges. IPv6 blocks that overlap a form carrying IPv4 (mapped,
 /// NAT64, 6to4, Teredo …) count as overlapping, since they can carry private IPv4.
-pub fn overlaps_private(net: ipnet::IpNet) -> bool {
+pub(crate) fn overlaps_private(net: ipnet::IpNet) -> bool {
     match net {
         ipnet::IpNet::V4(net) => {
             let bits = u32::from(net.network());

@@ -58,7 +58,7 @@ pub fn parse_upstream_ca(
 }
 
 /// The upstream TLS client: Mozilla roots + `extra`, HTTP/1.1 by ALPN.
-pub fn client_config(
+pub(crate) fn client_config(
     extra: &[CertificateDer<'static>],
 ) -> Result<Arc<ClientConfig>, UpstreamCaError> {
     let mut roots = RootCertStore::empty();
@@ -76,7 +76,7 @@ pub fn client_config(
 }
 
 /// TLS over an already connected (and gate-checked) TCP stream, verified for `host`.
-pub async fn connect_tls(
+pub(crate) async fn connect_tls(
     config: &Arc<ClientConfig>,
     host: &HostName,
     stream: TcpStream,
