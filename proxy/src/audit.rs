@@ -485,7 +485,12 @@ impl Attempt {
         };
     }
 
-    pub(crate) fn set_outcome(&mut self, decision: Outcome, reason: Reason, rule: Option<&RuleRef>) {
+    pub(crate) fn set_outcome(
+        &mut self,
+        decision: Outcome,
+        reason: Reason,
+        rule: Option<&RuleRef>,
+    ) {
         self.decision = decision;
         self.reason = reason;
         self.rule = rule.map(ToString::to_string);
