@@ -240,7 +240,7 @@ pub struct ProxyArgs {
     /// DNS queries per second per client, every loopback address counting as one client
     /// (bursts of a quarter second's worth); over it the query is answered REFUSED and
     /// counted as dropped, with no record.
-    #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::dns::DEFAULT_DNS_RATE,
+    #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::config::DEFAULT_DNS_RATE,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub dns_rate: u32,
     /// Read the run's configuration (policies, pins, run id) as one JSON line from stdin

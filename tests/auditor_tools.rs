@@ -249,7 +249,7 @@ fn ocsf_export_of_a_plain_http_run_has_the_method_and_the_sandbox_host() {
 async fn plain_http_run(log: &Path) {
     use egress_proxy::audit::AuditDestination;
     use egress_proxy::policy::{Policy, PolicySet};
-    use egress_proxy::resolve::Upstream;
+    use egress_proxy::resolve::NameServers;
     use egress_proxy::target::HostName;
     use egress_proxy::{Proxy, ProxyConfig};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -276,7 +276,7 @@ async fn plain_http_run(log: &Path) {
     let mut config = ProxyConfig::new(PolicySet::from(policy), "127.0.0.1:0".parse().unwrap());
     config.audit = AuditDestination::File(log.to_owned());
     config.run_id = Some("r-plain".into());
-    config.upstream_dns = Upstream::None;
+    config.name_servers = NameServers::None;
     config.pins = vec![(
         HostName::parse("a.test").unwrap(),
         "127.0.0.1".parse().unwrap(),

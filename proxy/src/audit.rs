@@ -1,7 +1,7 @@
 //! The audit record: one JSON line per attempt (`docs/src/reference/audit-record.md`), written by
 //! a single writer so lines never interleave.
 //!
-//! Doors never format or write records themselves: they fill in an [`Attempt`], which sends
+//! Doors never format or write records themselves: they fill in an `Attempt`, which sends
 //! its record to the [`AuditSink`] when it is dropped — so an attempt cut short by shutdown,
 //! a client hang-up or a panic still leaves exactly one line. The sink forwards records over a
 //! channel to one writer thread (file or stdout), or hands them to the library caller.
@@ -39,6 +39,7 @@ pub const MAX_RAW_HOST_BYTES: usize = 256;
 /// How the attempt reached the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Kind {
     Connect,
     Http,
@@ -72,6 +73,7 @@ impl std::fmt::Display for Kind {
 /// What became of the attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Outcome {
     Allowed,
     Blocked,
@@ -203,7 +205,7 @@ pub fn raw_host_for_log(raw: &[u8]) -> String {
 
 /// Text for a record's field made safe as [`raw_host_for_log`] does; unchanged (apart from
 /// the cut) when it holds nothing to escape, so escaping twice changes nothing.
-pub fn text_for_log(text: &str) -> String {
+pub(crate) fn text_for_log(text: &str) -> String {
     raw_host_for_log(text.as_bytes())
 }
 
@@ -217,6 +219,7 @@ fn push_bounded(out: &mut String, piece: &str) -> bool {
 
 /// Where records go.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AuditDestination {
     /// One line per record on the process's stdout (the proxy container's audit stream).
     Stdout,
@@ -296,7 +299,7 @@ impl AuditSink {
     }
 
     /// The sink that keeps the run's real secrets out of records' hosts and paths.
-    pub fn with_redactor(mut self, secrets: Arc<SecretForms>) -> Self {
+    pub(crate) fn with_redactor(mut self, secrets: Arc<SecretForms>) -> Self {
         self.redactor = secrets;
         self
     }
@@ -383,7 +386,7 @@ impl AuditSink {
 
 /// One attempt in progress. Doors and the gate fill it in; dropping it sends its record, so
 /// every attempt ends in exactly one line whichever way it ends.
-pub struct Attempt {
+pub(crate) struct Attempt {
     sink: AuditSink,
     started: Instant,
     started_at: SystemTime,
@@ -410,7 +413,7 @@ pub struct Attempt {
 impl Attempt {
     /// A new attempt; until a door or the gate decides otherwise it reads as a malformed
     /// request, so an attempt abandoned before any decision is never logged as allowed.
-    pub fn new(sink: &AuditSink, kind: Kind, client: Option<SocketAddr>) -> Attempt {
+    pub(crate) fn new(sink: &AuditSink, kind: Kind, client: Option<SocketAddr>) -> Attempt {
         Attempt {
             sink: sink.clone(),
             started: Instant::now(),
@@ -434,7 +437,7 @@ impl Attempt {
     /// Sends the record now and waits until it is written and flushed. Every door calls
     /// this before it answers a refusal (403, 400, NXDOMAIN, a close), so whoever sees the
     /// answer finds the record in the log.
-    pub async fn record(mut self) {
+    pub(crate) async fn record(mut self) {
         if let Some(record) = self.take_record() {
             self.sink.send_and_wait(record).await;
         }
@@ -472,7 +475,7 @@ impl Attempt {
     }
 
     /// Sets `host` from an untrusted raw value (secrets redacted, escaped and cut).
-    pub fn set_raw_host(&mut self, raw: &[u8]) {
+    pub(crate) fn set_raw_host(&mut self, raw: &[u8]) {
         self.host = match self.sink.redactor.find(raw) {
             None => raw_host_for_log(raw),
             Some(_) => {
@@ -482,14 +485,19 @@ impl Attempt {
         };
     }
 
-    pub fn set_outcome(&mut self, decision: Outcome, reason: Reason, rule: Option<&RuleRef>) {
+    pub(crate) fn set_outcome(
+        &mut self,
+        decision: Outcome,
+        reason: Reason,
+        rule: Option<&RuleRef>,
+    ) {
         self.decision = decision;
         self.reason = reason;
         self.rule = rule.map(ToString::to_string);
     }
 
     /// Records a policy decision: allow → allowed/rule, report-mode → would_block.
-    pub fn set_decision(&mut self, decision: &Decision) {
+    pub(crate) fn set_decision(&mut self, decision: &Decision) {
         self.set_outcome(
             decision.verdict.into(),
             decision.reason,
@@ -499,11 +507,11 @@ impl Attempt {
 
     /// This attempt gets no record: only the DNS responder's answer for the sandbox's own
     /// host name, which reaches nothing (`ProxyConfig::sandbox_hostname`).
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.sent = true;
     }
 
-    pub fn is_refused(&self) -> bool {
+    pub(crate) fn is_refused(&self) -> bool {
         matches!(self.decision, Outcome::Blocked | Outcome::Failed)
     }
 }

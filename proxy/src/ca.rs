@@ -21,7 +21,7 @@ use rcgen::{
     NameConstraints,
 };
 use rustls::ServerConfig;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::target::HostName;
 
@@ -29,6 +29,7 @@ use crate::target::HostName;
 const BACKDATE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaError {
     #[error("cannot create the run CA: {0}")]
     Generate(#[from] rcgen::Error),
@@ -39,9 +40,10 @@ pub enum CaError {
 }
 
 /// The CA certificate and a ready TLS server configuration per inspected name.
-pub struct RunCa {
+pub(crate) struct RunCa {
     certificate_pem: String,
-    certificate_der: CertificateDer<'static>,
+    #[cfg(test)]
+    certificate_der: rustls::pki_types::CertificateDer<'static>,
     servers: HashMap<HostName, Arc<ServerConfig>>,
 }
 
@@ -55,7 +57,7 @@ impl std::fmt::Debug for RunCa {
 
 impl RunCa {
     /// A CA for exactly `hosts` (not empty), valid for at most `lifetime` from one minute ago.
-    pub fn new(hosts: &[HostName], lifetime: Duration) -> Result<RunCa, CaError> {
+    pub(crate) fn new(hosts: &[HostName], lifetime: Duration) -> Result<RunCa, CaError> {
         if lifetime <= BACKDATE {
             return Err(CaError::Lifetime);
         }
@@ -97,22 +99,24 @@ impl RunCa {
         drop(issuer);
         Ok(RunCa {
             certificate_pem: ca_cert.pem(),
+            #[cfg(test)]
             certificate_der: ca_cert.der().clone(),
             servers,
         })
     }
 
     /// The CA certificate, PEM: what the sandbox adds to its trust bundle.
-    pub fn certificate_pem(&self) -> &str {
+    pub(crate) fn certificate_pem(&self) -> &str {
         &self.certificate_pem
     }
 
-    pub fn certificate_der(&self) -> &CertificateDer<'static> {
+    #[cfg(test)]
+    pub(crate) fn certificate_der(&self) -> &rustls::pki_types::CertificateDer<'static> {
         &self.certificate_der
     }
 
     /// The TLS server configuration presenting `host`'s leaf, if `host` is inspected.
-    pub fn server_config(&self, host: &HostName) -> Option<Arc<ServerConfig>> {
+    pub(crate) fn server_config(&self, host: &HostName) -> Option<Arc<ServerConfig>> {
         self.servers.get(host).cloned()
     }
 }

@@ -1,15 +1,24 @@
 //! Everything the proxy needs, typed and checked before a port is bound.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::audit::AuditDestination;
+use crate::handoff::{Handoff, HandoffError};
 use crate::policy::PolicySet;
-use crate::resolve::Upstream;
+use crate::resolve::NameServers;
+use crate::secrets::{Secret, SecretValue};
 use crate::target::HostName;
 
-/// The proxy's configuration. Build it with [`ProxyConfig::new`] and adjust the public
-/// fields; every bound has a default that suits a sandboxed run.
+/// DNS queries per second per client unless [`ProxyConfig::dns_rate`] says otherwise.
+pub use crate::dns_rate::DEFAULT_DNS_RATE;
+
+/// The proxy's configuration. Build it with [`ProxyConfig::new`] (and a run's handoff with
+/// [`ProxyConfig::merge_handoff`]) and adjust the public fields; every bound has a default
+/// that suits a sandboxed run. `#[non_exhaustive]`: a new setting, with its default, is not
+/// a breaking change.
+#[non_exhaustive]
 pub struct ProxyConfig {
     /// The merged policy every door asks.
     pub policy: PolicySet,
@@ -22,9 +31,9 @@ pub struct ProxyConfig {
     pub dns_answer: Option<IpAddr>,
     /// Transparent listeners: TLS routed by SNI, HTTP by `Host`.
     pub transparent_listen: Vec<SocketAddr>,
-    /// Raw doors ([`crate::raw`]): any TCP protocol, the target named by the address the
+    /// Raw doors: any TCP protocol, the target named by the address the
     /// connection arrived on (the DNS responder's per-name answer,
-    /// [`crate::name_addresses`]) and the listener's port. With any raw door (bound here or
+    /// `name_addresses`) and the listener's port. With any raw door (bound here or
     /// passed in), the DNS responder answers each allowed name with an address of its own.
     pub raw_listen: Vec<SocketAddr>,
     /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and
@@ -42,11 +51,12 @@ pub struct ProxyConfig {
     /// sandbox is one client, whichever of its loopback addresses it sends from); over it a
     /// query is answered REFUSED, counted as dropped, and gets no record. At least 1.
     pub dns_rate: u32,
-    /// `--resolve NAME=IP` pins; the floor still applies to them.
+    /// Names pinned to addresses ([`crate::resolve::parse_pin`]); the floor still applies
+    /// to them.
     pub pins: Vec<(HostName, IpAddr)>,
     /// Where unpinned names are resolved.
-    pub upstream_dns: Upstream,
-    /// Ranges added to the private-address floor (`--floor-extra`): the engine host's own
+    pub name_servers: NameServers,
+    /// Ranges added to the private-address floor ([`crate::floor::parse_extra`]): the engine host's own
     /// addresses and the egress gateway, which lead back to the machine running the sandbox
     /// although they may be public. Refused as `private_address` unless a `cidr` allow rule
     /// covers them.
@@ -63,7 +73,9 @@ pub struct ProxyConfig {
 
 /// Bounds on everything that happens before a tunnel or request is established. After it,
 /// nothing but the run's own limits: a tunnel lives until either side closes or shutdown.
+/// Start from [`ProxyLimits::default`] and adjust the fields.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ProxyLimits {
     /// A client must send a complete request head within this time, so idle or slow
     /// connections (slowloris) cannot hold connection slots. Also the keep-alive idle time.
@@ -122,6 +134,97 @@ impl Default for ProxyLimits {
 }
 
 impl ProxyConfig {
+    /// Merges a run's [`Handoff`] into this configuration, built from the proxy's own
+    /// settings: the handoff's pins follow the configuration's, its secrets come first
+    /// (with the placeholders it names, `new_placeholder()` for the others), its CAs are
+    /// added, its run id, audit limit, CA lifetime and sandbox host name replace the
+    /// configuration's, and unless the doors are passed in ([`ProxyConfig::listeners_from`])
+    /// each of its `door_ports` becomes a transparent listener at `listen`'s address.
+    ///
+    /// The handoff's `policies` and `allow` are not merged here: the policy is built before
+    /// the configuration ([`ProxyConfig::new`]), so the caller loads them with its own.
+    pub fn merge_handoff(
+        &mut self,
+        handoff: Handoff,
+        mut new_placeholder: impl FnMut() -> String,
+    ) -> Result<(), HandoffError> {
+        for raw in &handoff.resolve {
+            self.pins
+                .push(crate::resolve::parse_pin(raw).map_err(HandoffError::Pin)?);
+        }
+        if let Some(run_id) = handoff.run_id {
+            self.run_id = Some(run_id);
+        }
+        self.merge_credentials(
+            handoff.secrets,
+            handoff.placeholders,
+            handoff.upstream_ca,
+            &mut new_placeholder,
+        )?;
+        if let Some(seconds) = handoff.ca_lifetime_s {
+            self.credentials.ca_lifetime = Duration::from_secs(seconds);
+        }
+        match handoff.audit_limit {
+            Some(0) => return Err(HandoffError::AuditLimitZero),
+            Some(limit) => self.audit_limit = limit,
+            None => {}
+        }
+        if let Some(raw) = handoff.sandbox_hostname {
+            let name = HostName::parse(&raw)
+                .map_err(|error| HandoffError::SandboxHostname { raw, error })?;
+            self.sandbox_hostname = Some(name);
+        }
+        if self.listeners_from.is_none() {
+            for port in handoff.door_ports {
+                let door = SocketAddr::new(self.listen.ip(), port);
+                if !self.transparent_listen.contains(&door) {
+                    self.transparent_listen.push(door);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn merge_credentials(
+        &mut self,
+        handed: crate::handoff::Secrets,
+        mut placeholders: BTreeMap<String, String>,
+        upstream_ca: Vec<crate::handoff::InlineCertificate>,
+        new_placeholder: &mut impl FnMut() -> String,
+    ) -> Result<(), HandoffError> {
+        let own = &mut self.credentials.secrets;
+        let mut secrets = Vec::with_capacity(handed.0.len() + own.len());
+        for (name, value) in handed.0 {
+            if own.iter().any(|secret| secret.name == name) {
+                return Err(HandoffError::SecretTwice(name));
+            }
+            let placeholder = placeholders
+                .remove(&name)
+                .unwrap_or_else(&mut *new_placeholder);
+            secrets.push(Secret {
+                name,
+                value: SecretValue::new(value),
+                placeholder,
+            });
+        }
+        for mut secret in own.drain(..) {
+            if let Some(placeholder) = placeholders.remove(&secret.name) {
+                secret.placeholder = placeholder;
+            }
+            secrets.push(secret);
+        }
+        *own = secrets;
+        for inline in upstream_ca {
+            self.credentials
+                .upstream_ca
+                .extend(crate::upstream_tls::parse_upstream_ca(
+                    &inline.file,
+                    &inline.pem,
+                )?);
+        }
+        Ok(())
+    }
+
     /// A proxy on `listen` with `policy`, audit records on stdout, no DNS responder, no
     /// transparent listeners, the system resolver, default limits.
     pub fn new(policy: PolicySet, listen: SocketAddr) -> Self {
@@ -138,11 +241,140 @@ impl ProxyConfig {
             audit_limit: crate::audit::DEFAULT_AUDIT_LIMIT,
             dns_rate: crate::dns_rate::DEFAULT_DNS_RATE,
             pins: Vec::new(),
-            upstream_dns: Upstream::System,
+            name_servers: NameServers::System,
             floor_extra: Vec::new(),
             limits: ProxyLimits::default(),
             credentials: crate::secrets::CredentialConfig::default(),
             sandbox_hostname: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handoff::{InlineCertificate, Secrets};
+
+    fn config() -> ProxyConfig {
+        let policy = crate::policy::Policy::from_allow_flags(&["a.test".into()]).unwrap();
+        ProxyConfig::new(PolicySet::from(policy), "10.0.0.2:3128".parse().unwrap())
+    }
+
+    fn placeholders() -> impl FnMut() -> String {
+        let mut made = 0;
+        move || {
+            made += 1;
+            format!("fresh-placeholder-{made}")
+        }
+    }
+
+    #[test]
+    fn a_handoff_adds_to_the_configuration_and_replaces_its_run_settings() {
+        let mut config = config();
+        config.pins.push((
+            HostName::parse("own.test").unwrap(),
+            "127.0.0.2".parse().unwrap(),
+        ));
+        config.credentials.secrets.push(Secret {
+            name: "OWN".into(),
+            value: SecretValue::new("own-secret-value".into()),
+            placeholder: "own-placeholder-0000".into(),
+        });
+        let handoff = Handoff {
+            resolve: vec!["handed.test=127.0.0.3".into()],
+            run_id: Some("run-1".into()),
+            secrets: Secrets([("HANDED".to_owned(), "handed-secret-value".to_owned())].into()),
+            placeholders: [("OWN".to_owned(), "handed-placeholder-00".to_owned())].into(),
+            audit_limit: Some(7),
+            ca_lifetime_s: Some(60),
+            sandbox_hostname: Some("sandbox-1a2b".into()),
+            door_ports: vec![8443, 8443],
+            ..Handoff::default()
+        };
+        config.merge_handoff(handoff, placeholders()).unwrap();
+
+        let pins: Vec<String> = config
+            .pins
+            .iter()
+            .map(|(name, _)| name.as_str().to_owned())
+            .collect();
+        assert_eq!(pins, ["own.test", "handed.test"]);
+        assert_eq!(config.run_id.as_deref(), Some("run-1"));
+        let secrets: Vec<(&str, &str)> = config
+            .credentials
+            .secrets
+            .iter()
+            .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                ("HANDED", "fresh-placeholder-1"),
+                ("OWN", "handed-placeholder-00")
+            ]
+        );
+        assert_eq!(config.audit_limit, 7);
+        assert_eq!(config.credentials.ca_lifetime, Duration::from_secs(60));
+        assert_eq!(config.sandbox_hostname.unwrap().as_str(), "sandbox-1a2b");
+        assert_eq!(
+            config.transparent_listen,
+            ["10.0.0.2:8443".parse().unwrap()]
+        );
+    }
+
+    #[test]
+    fn passed_listeners_take_no_door_ports_from_a_handoff() {
+        let mut config = config();
+        config.listeners_from = Some("/run/doors.sock".into());
+        let handoff = Handoff {
+            door_ports: vec![8443],
+            ..Handoff::default()
+        };
+        config.merge_handoff(handoff, placeholders()).unwrap();
+        assert!(config.transparent_listen.is_empty());
+    }
+
+    #[test]
+    fn a_handoff_that_cannot_merge_says_which_field() {
+        let merge = |handoff: Handoff| {
+            let mut config = config();
+            config.credentials.secrets.push(Secret {
+                name: "KEY".into(),
+                value: SecretValue::new("own-secret-value".into()),
+                placeholder: "own-placeholder-0000".into(),
+            });
+            config.merge_handoff(handoff, placeholders()).unwrap_err()
+        };
+        let handoff = Handoff {
+            audit_limit: Some(0),
+            ..Handoff::default()
+        };
+        assert!(matches!(merge(handoff), HandoffError::AuditLimitZero));
+        let handoff = Handoff {
+            resolve: vec!["no-address.test".into()],
+            ..Handoff::default()
+        };
+        assert!(matches!(merge(handoff), HandoffError::Pin(_)));
+        let handoff = Handoff {
+            secrets: Secrets([("KEY".to_owned(), "handed-secret-value".to_owned())].into()),
+            ..Handoff::default()
+        };
+        assert!(matches!(merge(handoff), HandoffError::SecretTwice(name) if name == "KEY"));
+        let handoff = Handoff {
+            sandbox_hostname: Some("not a name".into()),
+            ..Handoff::default()
+        };
+        assert!(matches!(
+            merge(handoff),
+            HandoffError::SandboxHostname { .. }
+        ));
+        let handoff = Handoff {
+            upstream_ca: vec![InlineCertificate {
+                file: "ca.pem".into(),
+                pem: "no certificate".into(),
+            }],
+            ..Handoff::default()
+        };
+        assert!(matches!(merge(handoff), HandoffError::UpstreamCa(_)));
     }
 }

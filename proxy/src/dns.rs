@@ -3,7 +3,7 @@
 //! the sandbox's loopback ([`crate::name_addresses`]), so programs that ignore proxy
 //! variables reach the transparent and raw doors; everything else gets NXDOMAIN, and every query is an audit
 //! record (kind `dns`, port null). A refusal's record is written before the answer goes out.
-//! Queries over the per-client rate ([`RateLimiter`]) are answered REFUSED and only counted.
+//! Queries over the per-client rate ([`crate::dns_rate::RateLimiter`]) are answered REFUSED and only counted.
 // Reads bytes from the sandbox: a malformed input must be an error, never a panic.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -25,8 +25,6 @@ use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 
-pub use crate::dns_rate::{DEFAULT_DNS_RATE, RateLimiter};
-
 /// TTL of our answers: short, so a policy change or a new run is seen quickly.
 const ANSWER_TTL: u32 = 30;
 /// Largest UDP payload we announce in EDNS answers (the usual safe value).
@@ -35,20 +33,20 @@ const EDNS_PAYLOAD: u16 = 1232;
 /// Answers one query message. `None` = drop it (too short to carry an id, or not a query).
 /// The record is queued when this returns; the responders use [`judge`] instead, to write a
 /// refusal's record before they answer.
-pub fn respond(
+pub(crate) fn respond(
     query: &[u8],
     client: SocketAddr,
-    judges: Judges<'_>,
+    context: AnswerContext<'_>,
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> Option<Vec<u8>> {
-    judge(query, client, judges, answer, audit).0
+    judge(query, client, context, answer, audit).0
 }
 
-/// What a name is judged by: the run's policy, and its placeholders for the tripwire (a
+/// What a query is answered from: the run's policy, and its placeholders for the tripwire (a
 /// name carrying one is refused as `credential_misuse`, as at the other doors).
 #[derive(Clone, Copy)]
-pub struct Judges<'a> {
+pub(crate) struct AnswerContext<'a> {
     pub policy: &'a PolicySet,
     pub placeholders: &'a Placeholders,
     /// The sandbox's own host name: answered NOERROR with no records, and not recorded.
@@ -59,22 +57,22 @@ pub struct Judges<'a> {
 }
 
 /// The answer to one query message and the query's attempt, not yet recorded.
-pub fn judge(
+pub(crate) fn judge(
     query: &[u8],
     client: SocketAddr,
-    judges: Judges<'_>,
+    context: AnswerContext<'_>,
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> (Option<Vec<u8>>, Attempt) {
     let mut attempt = Attempt::new(audit, Kind::Dns, Some(client));
-    let reply = answer_message(query, client, judges, answer, &mut attempt);
+    let reply = answer_message(query, client, context, answer, &mut attempt);
     (reply, attempt)
 }
 
 fn answer_message(
     query: &[u8],
     client: SocketAddr,
-    judges: Judges<'_>,
+    context: AnswerContext<'_>,
     answer: Ipv4Addr,
     attempt: &mut Attempt,
 ) -> Option<Vec<u8>> {
@@ -108,7 +106,7 @@ fn answer_message(
         edns.set_max_payload(EDNS_PAYLOAD);
         response.edns = Some(edns);
     }
-    let code = answer_query(&request, &mut response, attempt, judges, answer);
+    let code = answer_query(&request, &mut response, attempt, context, answer);
     response.metadata.response_code = code;
     response.to_vec().ok()
 }
@@ -117,7 +115,7 @@ fn answer_query(
     request: &Message,
     response: &mut Message,
     attempt: &mut Attempt,
-    judges: Judges<'_>,
+    context: AnswerContext<'_>,
     answer: Ipv4Addr,
 ) -> ResponseCode {
     let [query] = request.queries.as_slice() else {
@@ -133,7 +131,7 @@ fn answer_query(
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
         return ResponseCode::NotImp;
     }
-    if judges.placeholders.find([raw.as_slice()], None).is_some() {
+    if context.placeholders.find([raw.as_slice()], None).is_some() {
         attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
         return ResponseCode::NXDomain;
     }
@@ -160,12 +158,12 @@ fn answer_query(
             return ResponseCode::NXDomain;
         }
     };
-    if judges.own_name == Some(&name) {
+    if context.own_name == Some(&name) {
         attempt.forget();
         return ResponseCode::NoError;
     }
     attempt.host = name.to_string();
-    let decision = judges.policy.decide_name(&name);
+    let decision = context.policy.decide_name(&name);
     attempt.set_decision(&decision);
     if decision.verdict == Verdict::Block {
         return ResponseCode::NXDomain;
@@ -174,7 +172,7 @@ fn answer_query(
     // would carry ECH keys included) are empty, since the sandbox has no IPv6 and every
     // connection must come to the proxy.
     if query.query_type() == RecordType::A {
-        let answer = judges
+        let answer = context
             .names
             .and_then(|names| names.address_of(&name))
             .unwrap_or(answer);
@@ -219,13 +217,13 @@ async fn reply_to(
         gate.audit().count_dropped();
         return refused(message);
     }
-    let judges = Judges {
+    let context = AnswerContext {
         policy: gate.policy(),
         placeholders: gate.placeholders(),
         own_name: shared.sandbox_hostname.as_ref(),
         names: shared.names.get(),
     };
-    let (reply, attempt) = judge(message, client, judges, answer, gate.audit());
+    let (reply, attempt) = judge(message, client, context, answer, gate.audit());
     if attempt.is_refused() {
         attempt.record().await;
     }

@@ -27,7 +27,7 @@ pub const DEFAULT_DNS_RATE: u32 = 200;
 const MAX_CLIENTS: usize = 1024;
 
 /// Token buckets per client: `rate` tokens a second, at most `burst` saved up.
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     rate: f64,
     burst: f64,
     clients: Mutex<HashMap<Client, Bucket>>,
@@ -57,7 +57,7 @@ struct Bucket {
 impl RateLimiter {
     /// `rate` queries a second per client (at least 1), with a burst of a quarter second's
     /// worth (at least 1 query): a program's start-up lookups pass, a flood does not.
-    pub fn new(rate: u32) -> RateLimiter {
+    pub(crate) fn new(rate: u32) -> RateLimiter {
         let rate = f64::from(rate.max(1));
         RateLimiter {
             rate,
@@ -67,7 +67,7 @@ impl RateLimiter {
     }
 
     /// Whether a query from `address` may be answered now (and takes a token if so).
-    pub fn allow(&self, address: IpAddr) -> bool {
+    pub(crate) fn allow(&self, address: IpAddr) -> bool {
         self.allow_at(address, Instant::now())
     }
 
@@ -111,7 +111,8 @@ impl RateLimiter {
     }
 
     /// Clients tracked now (for tests: the table stays bounded).
-    pub fn tracked(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> usize {
         self.clients.lock().map(|c| c.len()).unwrap_or(0)
     }
 }

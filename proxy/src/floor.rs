@@ -7,8 +7,9 @@
 //! address inside it, so `[::ffff:127.0.0.1]` or `[64:ff9b::a9fe:a9fe]` cannot walk around
 //! the IPv4 list.
 //!
-//! A proxy's [`Floor`] adds the `--floor-extra` ranges: addresses that are public but lead
-//! back to the machine running the sandbox, judged the same way.
+//! A proxy's `Floor` adds its extra ranges
+//! ([`ProxyConfig::floor_extra`](crate::ProxyConfig::floor_extra)): addresses that are
+//! public but lead back to the machine running the sandbox, judged the same way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -31,27 +32,28 @@ pub fn is_private(addr: IpAddr) -> bool {
 /// IPv4 carried in IPv6 included, and a `cidr` allow rule covering an address exempts it
 /// the same way.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Floor {
+pub(crate) struct Floor {
     extra: Vec<ipnet::IpNet>,
 }
 
 impl Floor {
     /// The private ranges and `extra`. An IPv6 range of IPv4-mapped addresses
     /// (`::ffff:a.b.c.d/96+n`) is kept as the IPv4 range it names.
-    pub fn with_extra(extra: impl IntoIterator<Item = ipnet::IpNet>) -> Floor {
+    pub(crate) fn with_extra(extra: impl IntoIterator<Item = ipnet::IpNet>) -> Floor {
         Floor {
             extra: extra.into_iter().map(as_ipv4_if_mapped).collect(),
         }
     }
 
     /// The extra ranges, as given (mapped IPv6 ranges as IPv4).
-    pub fn extra(&self) -> &[ipnet::IpNet] {
+    #[cfg(test)]
+    pub(crate) fn extra(&self) -> &[ipnet::IpNet] {
         &self.extra
     }
 
     /// True when `addr` is behind this floor: private (see [`is_private`]) or in an extra
     /// range, directly or through an IPv4 address it carries.
-    pub fn holds(&self, addr: IpAddr) -> bool {
+    pub(crate) fn holds(&self, addr: IpAddr) -> bool {
         is_private(addr) || self.in_extra(addr)
     }
 
@@ -82,6 +84,7 @@ pub fn parse_extra(raw: &str) -> Result<ipnet::IpNet, FloorError> {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FloorError {
     #[error("{0:?} is not an IP address or CIDR range (e.g. 203.0.113.7 or 203.0.113.0/24)")]
     BadRange(String),
@@ -175,7 +178,7 @@ fn is_private_v6(addr: Ipv6Addr) -> bool {
 /// The IPv4 addresses an IPv6 address carries, if it is one of the forms that reach IPv4
 /// hosts (mapped, compatible, SIIT, NAT64, 6to4, Teredo), e.g. for deny `cidr` rules that
 /// must hold for every spelling of an address.
-pub fn embedded_ipv4_of(addr: Ipv6Addr) -> Option<[Ipv4Addr; 2]> {
+pub(crate) fn embedded_ipv4_of(addr: Ipv6Addr) -> Option<[Ipv4Addr; 2]> {
     embedded_ipv4(u128::from(addr))
 }
 
@@ -267,7 +270,7 @@ const IPV4_CARRIERS: &[Ipv4Carrier] = &[
 
 /// IPv4 addresses that addresses of an IPv6 block carry in one form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CarriedIpv4 {
+pub(crate) struct CarriedIpv4 {
     /// The form's name, e.g. `NAT64`.
     pub form: &'static str,
     /// The part of the block in that form.
@@ -280,7 +283,7 @@ pub struct CarriedIpv4 {
 /// judge an IPv6 address by the IPv4 address inside it, refuse of an IPv6 block. Bits of the
 /// IPv4 field that `net` leaves open make the IPv4 block wider (`64:ff9b::/96` carries
 /// `0.0.0.0/0`).
-pub fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
+pub(crate) fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
     IPV4_CARRIERS
         .iter()
         .filter_map(|carrier| {
@@ -310,7 +313,7 @@ pub fn ipv4_carried_by(net: ipnet::Ipv6Net) -> Vec<CarriedIpv4> {
 /// True when some address in `net` is behind the floor: used to warn about `cidr` allow
 /// rules that open private ranges. IPv6 blocks that overlap a form carrying IPv4 (mapped,
 /// NAT64, 6to4, Teredo …) count as overlapping, since they can carry private IPv4.
-pub fn overlaps_private(net: ipnet::IpNet) -> bool {
+pub(crate) fn overlaps_private(net: ipnet::IpNet) -> bool {
     match net {
         ipnet::IpNet::V4(net) => {
             let bits = u32::from(net.network());

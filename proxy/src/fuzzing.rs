@@ -2,10 +2,21 @@
 //! over crate-private parsers, so that they exercise exactly the functions the doors run
 //! rather than copies. Not a stable API; hidden from the documentation.
 
+use std::net::{Ipv4Addr, SocketAddr};
+
 use http::Request;
+
+use crate::audit::AuditSink;
+use crate::secrets::Placeholders;
+use crate::target::HostName;
 
 use crate::policy::{HostPattern, Policy, Reason};
 use crate::target::Target;
+
+/// The ClientHello reader the TLS doors run, and its checks.
+pub mod sni {
+    pub use crate::sni::{ClientHello, SniError, check, extension_types, read_client_hello};
+}
 
 /// Which door a request came in on (mirrors the private `http::Door`).
 #[derive(Clone, Copy, Debug)]
@@ -45,4 +56,24 @@ pub fn host_patterns(policy: &Policy) -> Vec<HostPattern> {
             crate::policy::RuleTarget::Cidr(_) => None,
         })
         .collect()
+}
+
+/// The DNS responder's answer to one query message (`None` = dropped), its record queued:
+/// with the run's `policy`, `placeholders` and the sandbox's `own_name`, no raw doors.
+pub fn dns_respond(
+    query: &[u8],
+    client: SocketAddr,
+    policy: &crate::policy::PolicySet,
+    placeholders: &Placeholders,
+    own_name: Option<&HostName>,
+    answer: Ipv4Addr,
+    audit: &AuditSink,
+) -> Option<Vec<u8>> {
+    let context = crate::dns::AnswerContext {
+        policy,
+        placeholders,
+        own_name,
+        names: None,
+    };
+    crate::dns::respond(query, client, context, answer, audit)
 }

@@ -20,7 +20,7 @@ use crate::resolve::Resolver;
 use crate::secrets::Placeholders;
 use crate::target::Target;
 
-pub struct Gate {
+pub(crate) struct Gate {
     policy: PolicySet,
     /// The private ranges plus the proxy's `--floor-extra` ranges.
     floor: Floor,
@@ -33,7 +33,7 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(
+    pub(crate) fn new(
         policy: PolicySet,
         floor: Floor,
         resolver: Resolver,
@@ -51,26 +51,26 @@ impl Gate {
     }
 
     /// The gate with the run's placeholders for its tripwire.
-    pub fn with_placeholders(mut self, placeholders: Placeholders) -> Self {
+    pub(crate) fn with_placeholders(mut self, placeholders: Placeholders) -> Self {
         self.placeholders = placeholders;
         self
     }
 
-    pub fn policy(&self) -> &PolicySet {
+    pub(crate) fn policy(&self) -> &PolicySet {
         &self.policy
     }
 
-    pub fn audit(&self) -> &AuditSink {
+    pub(crate) fn audit(&self) -> &AuditSink {
         &self.audit
     }
 
-    pub fn placeholders(&self) -> &Placeholders {
+    pub(crate) fn placeholders(&self) -> &Placeholders {
         &self.placeholders
     }
 
     /// Marks `attempt` as malformed (`bad_request`) or `unsupported`, logging `raw` as its
     /// host, and returns the refusal to answer with.
-    pub fn refuse_request(
+    pub(crate) fn refuse_request(
         &self,
         attempt: &mut Attempt,
         raw: &[u8],
@@ -98,7 +98,7 @@ impl Gate {
     }
 
     /// The policy's verdict on `target:port`, recorded in `attempt`. No I/O.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         attempt: &mut Attempt,
         target: &Target,
@@ -134,7 +134,7 @@ impl Gate {
     /// Plain (non-TLS) HTTP to a port the policy reserves for TLS is refused as
     /// `sni_mismatch`, exactly like non-TLS bytes in a CONNECT tunnel to that port, so the
     /// doors agree on the TLS-port rule (`tls.ports` with `sni: strict`).
-    pub fn refuse_plain_on_tls_port(
+    pub(crate) fn refuse_plain_on_tls_port(
         &self,
         attempt: &mut Attempt,
         port: u16,
@@ -151,7 +151,7 @@ impl Gate {
 
     /// The whole pipeline for one attempt: decide, resolve once, check every address, and
     /// connect to the first checked address that answers.
-    pub async fn open(
+    pub(crate) async fn open(
         &self,
         attempt: &mut Attempt,
         target: &Target,
@@ -162,7 +162,7 @@ impl Gate {
     }
 
     /// Resolve → floor → connect for a target the policy already let through.
-    pub async fn connect_decided(
+    pub(crate) async fn connect_decided(
         &self,
         attempt: &mut Attempt,
         target: &Target,

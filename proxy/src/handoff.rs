@@ -25,7 +25,8 @@ pub struct InlinePolicy {
 }
 
 /// Everything a run hands its proxy. Every field is optional; what is given here merges
-/// with the proxy's own flags (`-p`, `--allow`, `--resolve`).
+/// with the proxy's own settings ([`crate::ProxyConfig::merge_handoff`]; `policies` and
+/// `allow` load with the proxy's own policies).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -66,7 +67,7 @@ pub struct Handoff {
     /// Ports the run's host rules allow besides the transparent doors' own. A proxy that
     /// binds its doors itself (on a run network) serves a transparent door on each, at the
     /// explicit door's address: TLS routed by SNI, HTTP by `Host`, on any allowed port. With
-    /// passed listeners the sandbox's gate binds raw doors on them instead.
+    /// passed listeners the sandbox's launcher binds raw doors on them instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub door_ports: Vec<u16>,
 }
@@ -100,6 +101,7 @@ impl std::fmt::Debug for Secrets {
 
 /// Why no handoff could be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandoffError {
     #[error("cannot read the run's configuration from stdin: {0}")]
     Read(#[from] io::Error),
@@ -109,6 +111,21 @@ pub enum HandoffError {
     TooLarge,
     #[error("the run's configuration on stdin is not valid: {0}")]
     Invalid(#[from] serde_json::Error),
+    /// One of the handoff's `resolve` pins.
+    #[error("the run's configuration on stdin has resolve {0}")]
+    Pin(crate::resolve::PinError),
+    /// A secret of the handoff that the configuration already has.
+    #[error("the secret {0} is given twice: in the run's configuration on stdin and before it")]
+    SecretTwice(String),
+    #[error(transparent)]
+    UpstreamCa(#[from] crate::upstream_tls::UpstreamCaError),
+    #[error("the run's configuration on stdin has audit_limit 0; at least 1")]
+    AuditLimitZero,
+    #[error("the run's configuration on stdin has sandbox_hostname {raw:?}: {error}")]
+    SandboxHostname {
+        raw: String,
+        error: crate::target::TargetError,
+    },
 }
 
 impl Handoff {

@@ -36,11 +36,12 @@ struct ClientConnection {
     /// This connection's place under the connection limit, passed on to a CONNECT tunnel.
     slot: ConnectionSlot,
     /// The upstream of the previous request, kept for the next request to the same target.
-    upstream: tokio::sync::Mutex<Option<Upstream>>,
+    upstream: tokio::sync::Mutex<Option<UpstreamConnection>>,
     served_any: AtomicBool,
 }
 
-struct Upstream {
+/// An open connection to an upstream, with the target and port it was opened for.
+struct UpstreamConnection {
     target: Target,
     port: u16,
     addr: SocketAddr,
@@ -308,7 +309,7 @@ impl ClientConnection {
             attempt.addr = Some(addr);
             match sender.try_send_request(outgoing).await {
                 Ok(response) => {
-                    *slot = Some(Upstream {
+                    *slot = Some(UpstreamConnection {
                         target: target.clone(),
                         port,
                         addr,
@@ -339,7 +340,7 @@ impl ClientConnection {
             .send_request(outgoing)
             .await
             .map_err(|error| upstream_failure(attempt, &error))?;
-        *slot = Some(Upstream {
+        *slot = Some(UpstreamConnection {
             target: target.clone(),
             port,
             addr,

@@ -35,13 +35,13 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
 use crate::exchange::{Upload, counting_body};
-pub use crate::inspector::{InspectError, Inspector};
+pub(crate) use crate::inspector::Inspector;
 use crate::policy::{Decision, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Shared, client_http1};
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
-use crate::upstream::connect_tls;
+use crate::upstream_tls::connect_tls;
 
 /// A refused request of a plain (not inspected) door that carries a real secret or a run
 /// placeholder.

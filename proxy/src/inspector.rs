@@ -16,10 +16,11 @@ use crate::ca::{CaError, RunCa};
 use crate::policy::{Credential, PolicySet};
 use crate::secret_forms::{MIN_SECRET_BYTES, SecretForms};
 use crate::secrets::{CredentialConfig, MIN_PLACEHOLDER_BYTES, Placeholders, Secret};
-use crate::upstream::{UpstreamCaError, client_config};
+use crate::upstream_tls::{UpstreamCaError, client_config};
 
 /// Why the proxy cannot serve the policy's credentials.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InspectError {
     #[error("the credential for {host} needs the secret {name}, which was not given")]
     MissingSecret { name: String, host: String },
@@ -44,7 +45,7 @@ pub enum InspectError {
 }
 
 /// What the inspect door holds for the whole run.
-pub struct Inspector {
+pub(crate) struct Inspector {
     pub(crate) ca: Option<RunCa>,
     pub(crate) upstream_tls: Arc<ClientConfig>,
     secrets: HashMap<String, Secret>,
@@ -91,7 +92,7 @@ impl Inspector {
     /// Checks the secrets against the policy's credentials (each credential's secret given,
     /// each given secret used) and makes the run CA for the inspected names. None when the
     /// policy inspects nothing and no secret is given.
-    pub fn new(
+    pub(crate) fn new(
         policy: &PolicySet,
         config: CredentialConfig,
     ) -> Result<Option<Inspector>, InspectError> {
@@ -164,12 +165,12 @@ impl Inspector {
     }
 
     /// The run CA's certificate (PEM), for the ready line and the sandbox's trust bundle.
-    pub fn ca_certificate_pem(&self) -> Option<&str> {
+    pub(crate) fn ca_certificate_pem(&self) -> Option<&str> {
         self.ca.as_ref().map(RunCa::certificate_pem)
     }
 
     /// The placeholder of each secret, by name (not secret: the sandbox holds them).
-    pub fn placeholders(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn placeholders(&self) -> impl Iterator<Item = (&str, &str)> {
         self.secrets
             .values()
             .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
@@ -177,12 +178,12 @@ impl Inspector {
 
     /// The tripwire's matcher, which the gate also holds (for the names of CONNECTs and
     /// transparent connections).
-    pub fn placeholder_matcher(&self) -> &Placeholders {
+    pub(crate) fn placeholder_matcher(&self) -> &Placeholders {
         &self.placeholders
     }
 
     /// Every form of the real secrets, which the gate holds too (for names and records).
-    pub fn secret_forms(&self) -> &Arc<SecretForms> {
+    pub(crate) fn secret_forms(&self) -> &Arc<SecretForms> {
         &self.forms
     }
 

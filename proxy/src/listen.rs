@@ -16,11 +16,11 @@ use crate::shutdown::Shutdown;
 
 /// Connections the kernel queues for a listener before the proxy accepts them. Capped by
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
-pub const LISTEN_BACKLOG: u32 = 1024;
+pub(crate) const LISTEN_BACKLOG: u32 = 1024;
 
 /// A listener on `addr` with `SO_REUSEADDR` (as `TcpListener::bind` sets it, so a restarted
 /// proxy can bind at once) and a backlog of [`LISTEN_BACKLOG`].
-pub fn tcp_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+pub(crate) fn tcp_listener(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,

@@ -22,15 +22,15 @@ use crate::target::HostName;
 /// The block names are given addresses from: 127.100.0.0/16, inside the sandbox's own
 /// loopback (the whole of 127.0.0.0/8 reaches it) and apart from 127.0.0.1, where the
 /// explicit proxy and the DNS responder listen.
-pub const NAME_BLOCK: (Ipv4Addr, u8) = (Ipv4Addr::new(127, 100, 0, 0), 16);
+pub(crate) const NAME_BLOCK: (Ipv4Addr, u8) = (Ipv4Addr::new(127, 100, 0, 0), 16);
 
 /// Names one run may be given addresses for. A policy names a few hosts; this bounds what a
 /// program walking a wildcard rule's names (`a.x.com`, `b.x.com`, …) can make the table hold.
-pub const MAX_NAMES: usize = 4096;
+pub(crate) const MAX_NAMES: usize = 4096;
 
 /// Name ↔ address, both ways, for one run.
 #[derive(Debug, Default)]
-pub struct NameAddresses {
+pub(crate) struct NameAddresses {
     table: Mutex<Table>,
 }
 
@@ -41,12 +41,12 @@ struct Table {
 }
 
 impl NameAddresses {
-    pub fn new() -> NameAddresses {
+    pub(crate) fn new() -> NameAddresses {
         NameAddresses::default()
     }
 
     /// The address of `name`, given now if it has none yet; `None` once the table is full.
-    pub fn address_of(&self, name: &HostName) -> Option<Ipv4Addr> {
+    pub(crate) fn address_of(&self, name: &HostName) -> Option<Ipv4Addr> {
         let mut table = self
             .table
             .lock()
@@ -66,7 +66,7 @@ impl NameAddresses {
     }
 
     /// The name `address` was given to, if any.
-    pub fn name_at(&self, address: Ipv4Addr) -> Option<HostName> {
+    pub(crate) fn name_at(&self, address: Ipv4Addr) -> Option<HostName> {
         let table = self
             .table
             .lock()
@@ -75,7 +75,7 @@ impl NameAddresses {
     }
 
     /// Whether `address` is in [`NAME_BLOCK`].
-    pub fn in_block(address: Ipv4Addr) -> bool {
+    pub(crate) fn in_block(address: Ipv4Addr) -> bool {
         let (base, prefix) = NAME_BLOCK;
         let mask = u32::MAX << (32 - u32::from(prefix));
         u32::from(address) & mask == u32::from(base)

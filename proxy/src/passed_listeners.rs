@@ -1,22 +1,22 @@
 //! Listening sockets made inside the sandbox and served by the proxy.
 //!
 //! On a local engine a run's sandbox has no network at all (`--network none`), only its own
-//! loopback. Before its command runs, the sandbox's gate binds the proxy's doors there
+//! loopback. Before its command runs, the sandbox's launcher binds the proxy's doors there
 //! (127.0.0.1:3128, :53 over UDP and TCP, :443, :80, and a raw door per port the run's
-//! rules allow, [`crate::raw`]) and passes the sockets to the proxy
-//! over a Unix socket in a directory both containers mount (`SCM_RIGHTS`). The proxy then
+//! rules allow) and passes the sockets to the proxy over a Unix socket in a directory
+//! both containers mount (`SCM_RIGHTS`). The proxy then
 //! accepts the sandbox's connections on sockets that live in the sandbox's network
 //! namespace, while its own upstream connections leave from its own namespace. No packet
 //! crosses a Docker network between the two, so a run needs no network of its own: the
 //! engine's most expensive objects (a network, an endpoint per container, a connect) are
 //! gone from every run, and the sandbox has no interface to reach anything else through.
 //!
-//! With the doors the gate may pass a watch of the sandbox's closed TCP sockets
-//! ([`crate::refused_ports`]), from which the proxy records the connections its kernel
+//! With the doors the launcher may pass a watch of the sandbox's closed TCP sockets
+//! (`refused_ports`), from which the proxy records the connections its kernel
 //! refused because no door listens on their port.
 //!
 //! The proxy takes exactly one pass, the first connection's, closes and removes its socket,
-//! and only then answers `ok`; the gate waits for that answer before it runs the command.
+//! and only then answers `ok`; the launcher waits for that answer before it runs the command.
 //! So the command never finds a socket to pass descriptors of its own through. Every
 //! descriptor received is checked before it is served: an IPv4 socket of its role's type,
 //! listening where a stream is meant.
@@ -37,7 +37,7 @@ use rustix::net::{
 /// The file name of the proxy's Unix socket in the directory both containers mount.
 pub const SOCKET_NAME: &str = "listeners.sock";
 
-/// The most raw doors (one per port, [`crate::raw`]) one pass carries.
+/// The most raw doors (one per port) one pass carries.
 pub const MAX_RAW_DOORS: usize = 64;
 /// The most descriptors one pass carries: an explicit door, DNS over UDP and TCP, up to
 /// five transparent doors, the raw doors and the closed-socket watch.
@@ -46,13 +46,13 @@ const MAX_PASSED: usize = 9 + MAX_RAW_DOORS;
 const MAX_ROLES_BYTES: usize = 1024;
 /// Connections the kernel queues on a passed stream listener (as [`crate::listen`]).
 const BACKLOG: i32 = crate::listen::LISTEN_BACKLOG as i32;
-/// How long the gate waits for the proxy's answer to its pass, and the proxy for the pass
+/// How long the launcher waits for the proxy's answer to its pass, and the proxy for the pass
 /// once connected.
 const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The proxy's answer to a pass it took.
 const TAKEN: &[u8] = b"ok\n";
 
-/// Where the gate binds each door in the sandbox.
+/// Where the launcher binds each door in the sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DoorAddrs {
     /// The explicit proxy (CONNECT and absolute-form HTTP): what `HTTP_PROXY` names.
@@ -65,7 +65,7 @@ pub struct DoorAddrs {
     /// [`MAX_RAW_DOORS`]).
     pub raw: Vec<SocketAddrV4>,
     /// Whether to pass a watch of the closed TCP sockets of the namespace the doors are
-    /// bound in ([`crate::refused_ports`]).
+    /// bound in (`refused_ports`).
     pub closed_sockets: bool,
 }
 
@@ -82,6 +82,7 @@ pub struct PassedListeners {
 
 /// Why a pass was refused: the proxy then serves no door at all.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PassError {
     #[error("cannot read the passed listeners: {0}")]
     Io(#[from] io::Error),
@@ -133,9 +134,9 @@ impl Role {
 }
 
 impl PassedListeners {
-    /// Binds every door of `addrs` (what the gate does in the sandbox). Stream listeners get
+    /// Binds every door of `addrs` (what the launcher does in the sandbox). Stream listeners get
     /// `SO_REUSEADDR` and the proxy's backlog; every socket is close-on-exec, so the
-    /// command the gate runs next never inherits one. A closed-socket watch the kernel
+    /// command the launcher runs next never inherits one. A closed-socket watch the kernel
     /// cannot give is left out, not an error: the doors work without it, and
     /// [`PassedListeners::closed_sockets`] says so.
     pub fn bind(addrs: &DoorAddrs) -> io::Result<PassedListeners> {

@@ -55,7 +55,7 @@ struct Idle {
 }
 
 impl UpstreamPool {
-    pub fn new(max_idle: usize, idle_timeout: Duration) -> Self {
+    pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> Self {
         UpstreamPool {
             idle: Mutex::new(Kept {
                 by_target: HashMap::new(),
@@ -68,7 +68,7 @@ impl UpstreamPool {
     }
 
     /// An idle, ready connection to `target:port` and the address it is connected to.
-    pub async fn take(
+    pub(crate) async fn take(
         &self,
         target: &Target,
         port: u16,
@@ -99,7 +99,13 @@ impl UpstreamPool {
     }
 
     /// Keeps `sender` for a later request to the same target and port.
-    pub fn put(&self, target: Target, port: u16, addr: SocketAddr, sender: SendRequest<ProxyBody>) {
+    pub(crate) fn put(
+        &self,
+        target: Target,
+        port: u16,
+        addr: SocketAddr,
+        sender: SendRequest<ProxyBody>,
+    ) {
         if sender.is_closed() || self.max_idle == 0 {
             return;
         }

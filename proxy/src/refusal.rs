@@ -16,7 +16,7 @@ use crate::policy::Reason;
 /// Why an attempt went no further, for the client's answer. The attempt itself already
 /// carries the outcome and reason for the audit record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub outcome: Outcome,
     pub reason: Reason,
     /// What the client asked for, as logged.
@@ -41,7 +41,7 @@ impl Refusal {
 
     /// The HTTP status a door answers with: 403 for policy refusals, 400 for malformed or
     /// unsupported requests, 502/504 when an allowed upstream cannot be reached.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self.reason {
             Reason::BadRequest | Reason::Unsupported => 400,
             Reason::Limit => 503,
@@ -56,7 +56,7 @@ impl Refusal {
 }
 
 /// A sentence for the client, per reason.
-pub fn explain(reason: Reason) -> &'static str {
+pub(crate) fn explain(reason: Reason) -> &'static str {
     match reason {
         Reason::Rule => "allowed by a rule",
         Reason::NotAllowed => "the host is not on the allowlist",

@@ -7,7 +7,7 @@
 //! Any other port has no listener: the sandbox's kernel answers the SYN with a reset at
 //! once (`ECONNREFUSED`), and no door ever sees the attempt.
 //!
-//! To record it all the same, the sandbox's gate opens a `NETLINK_SOCK_DIAG` socket in the
+//! To record it all the same, the sandbox's launcher opens a `NETLINK_SOCK_DIAG` socket in the
 //! sandbox's network namespace, subscribed to the kernel's notices of destroyed TCP
 //! sockets (the `SKNLGRP_INET_TCP_DESTROY` group, open to unprivileged sockets), and passes
 //! it with the doors ([`crate::passed_listeners`]). Each notice names a socket's addresses.
@@ -68,8 +68,8 @@ const RECEIVE_BUFFER: usize = 1 << 20;
 const READ_BUFFER: usize = 64 * 1024;
 
 /// Opens the watch: a `NETLINK_SOCK_DIAG` socket in the caller's network namespace,
-/// subscribed to destroyed TCP sockets, close-on-exec. The gate calls this in the sandbox.
-pub fn open_watch() -> io::Result<OwnedFd> {
+/// subscribed to destroyed TCP sockets, close-on-exec. The launcher calls this in the sandbox.
+pub(crate) fn open_watch() -> io::Result<OwnedFd> {
     let socket = rustix::net::socket_with(
         AddressFamily::NETLINK,
         SocketType::RAW,
@@ -83,7 +83,7 @@ pub fn open_watch() -> io::Result<OwnedFd> {
 }
 
 /// Whether `fd` is what [`open_watch`] makes: the proxy checks every passed descriptor.
-pub fn is_watch(fd: &OwnedFd) -> bool {
+pub(crate) fn is_watch(fd: &OwnedFd) -> bool {
     use rustix::net::sockopt;
     sockopt::socket_domain(fd).ok() == Some(AddressFamily::NETLINK)
         && sockopt::socket_type(fd).ok() == Some(SocketType::RAW)

@@ -12,7 +12,7 @@ use crate::splice::{self, PipePool};
 
 /// Bytes moved so far: `up` = client → upstream, `down` = upstream → client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Transferred {
+pub(crate) struct Transferred {
     pub up: u64,
     pub down: u64,
 }
@@ -22,7 +22,7 @@ pub struct Transferred {
 /// short still reports what went through. Uses splice(2) with two pipes from `pipes` (given
 /// back when the tunnel ends, if empty), else a user-space copy with a buffer of the pool's
 /// capacity per direction.
-pub async fn relay(
+pub(crate) async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
     pipes: &PipePool,
@@ -35,7 +35,7 @@ pub async fn relay(
 /// [`relay`], also ended when no byte has moved either way for `idle` (when given): a raw
 /// door's connection holds a place under the proxy's limits, and a program that opens one
 /// and forgets it must not keep that place for the whole run.
-pub async fn relay_bounded(
+pub(crate) async fn relay_bounded(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
     pipes: &PipePool,

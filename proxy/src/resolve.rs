@@ -16,9 +16,8 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use crate::target::{HostName, Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
-    #[error(transparent)]
-    Pin(#[from] PinError),
+#[non_exhaustive]
+pub(crate) enum ResolveError {
     #[error("no DNS resolver is configured ({0})")]
     NoResolver(String),
     #[error("{name} did not resolve: {message}")]
@@ -29,19 +28,23 @@ pub enum ResolveError {
     Timeout(String),
 }
 
-/// Why a `--resolve NAME=IP` pin was refused. `Display` names the flag and quotes the pin.
+/// Why a `NAME=IP` pin ([`ProxyConfig::pins`](crate::ProxyConfig::pins)) was refused.
+/// `Display` starts with the quoted pin, so a front end can name its own source of pins
+/// in front of it (the CLI: `--resolve "a.example": expected NAME=IP`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PinError {
-    #[error("--resolve {0:?}: expected NAME=IP")]
+    #[error("{0:?}: expected NAME=IP")]
     Syntax(String),
-    #[error("--resolve {pin:?}: {error}")]
+    #[error("{pin:?}: {error}")]
     Name { pin: String, error: TargetError },
-    #[error("--resolve {pin:?}: {error}")]
+    #[error("{pin:?}: {error}")]
     Address { pin: String, error: PinAddressError },
 }
 
 /// Why the address of a pin was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PinAddressError {
     #[error("`{0}` is not an IP address")]
     NotAnAddress(String),
@@ -94,17 +97,18 @@ pub fn parse_pin_address(raw: &str) -> Result<IpAddr, PinAddressError> {
 
 /// Where DNS answers come from when a name is not pinned.
 #[derive(Clone, Debug, Default)]
-pub enum Upstream {
+#[non_exhaustive]
+pub enum NameServers {
     /// `/etc/resolv.conf`. When it cannot be read, only pinned names resolve.
     #[default]
     System,
     /// These name servers (UDP then TCP), e.g. a test's own DNS server.
-    Servers(Vec<SocketAddr>),
+    Given(Vec<SocketAddr>),
     /// No DNS at all: only pinned names resolve (tests that must never send a query).
     None,
 }
 
-pub struct Resolver {
+pub(crate) struct Resolver {
     pins: HashMap<HostName, Vec<IpAddr>>,
     dns: Result<TokioResolver, String>,
     timeout: Duration,
@@ -112,7 +116,11 @@ pub struct Resolver {
 
 impl Resolver {
     /// `timeout` bounds one whole lookup, retries included.
-    pub fn new(pins: Vec<(HostName, IpAddr)>, upstream: &Upstream, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        pins: Vec<(HostName, IpAddr)>,
+        name_servers: &NameServers,
+        timeout: Duration,
+    ) -> Self {
         let mut by_name: HashMap<HostName, Vec<IpAddr>> = HashMap::new();
         for (name, ip) in pins {
             let addresses = by_name.entry(name).or_default();
@@ -120,16 +128,16 @@ impl Resolver {
                 addresses.push(ip);
             }
         }
-        let dns = match upstream {
-            Upstream::None => Err("DNS is off; only --resolve names resolve".to_owned()),
-            Upstream::System => TokioResolver::builder_tokio()
+        let dns = match name_servers {
+            NameServers::None => Err("DNS is off; only --resolve names resolve".to_owned()),
+            NameServers::System => TokioResolver::builder_tokio()
                 .map(|mut builder| {
                     builder.options_mut().timeout = timeout;
                     builder.build()
                 })
                 .map_err(|error| error.to_string())
                 .and_then(|built| built.map_err(|error| error.to_string())),
-            Upstream::Servers(servers) => {
+            NameServers::Given(servers) => {
                 let config = ResolverConfig::from_parts(
                     None,
                     vec![],
@@ -161,7 +169,7 @@ impl Resolver {
 
     /// Every address of `name`, pins first. The caller checks each one against the floor
     /// and connects only to checked ones; it never asks again for the same attempt.
-    pub async fn resolve(&self, name: &HostName) -> Result<Vec<IpAddr>, ResolveError> {
+    pub(crate) async fn resolve(&self, name: &HostName) -> Result<Vec<IpAddr>, ResolveError> {
         if let Some(pinned) = self.pins.get(name) {
             return Ok(pinned.clone());
         }
@@ -236,7 +244,7 @@ mod tests {
             assert_eq!(
                 error.to_string(),
                 format!(
-                    "--resolve \"api.test={given}\": `{given}` is a shorthand of {full}; write the address in full"
+                    "\"api.test={given}\": `{given}` is a shorthand of {full}; write the address in full"
                 )
             );
         }
@@ -271,7 +279,7 @@ mod tests {
                 (name.clone(), "127.0.0.2".parse().unwrap()),
                 (name.clone(), "127.0.0.3".parse().unwrap()),
             ],
-            &Upstream::None,
+            &NameServers::None,
             Duration::from_secs(1),
         );
         let addresses = resolver.resolve(&name).await.unwrap();

@@ -47,7 +47,7 @@ struct Form {
 
 /// Every form of every real secret of a run, in one automaton.
 #[derive(Debug, Default)]
-pub struct SecretForms {
+pub(crate) struct SecretForms {
     /// None when the run has no secret.
     automaton: Option<AhoCorasick>,
     /// The same needles in lower case, for searching lower-cased text fast; None when the
@@ -62,7 +62,7 @@ pub struct SecretForms {
 
 impl SecretForms {
     /// The forms of each `(name, value, placeholder)`.
-    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> Self {
+    pub(crate) fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> Self {
         let mut needles: Vec<Vec<u8>> = Vec::new();
         let mut forms = Vec::new();
         let mut names = Vec::new();
@@ -110,24 +110,24 @@ impl SecretForms {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.automaton.is_none()
     }
 
     /// The length of the longest form: a streaming reader holds back one byte less.
-    pub fn longest(&self) -> usize {
+    pub(crate) fn longest(&self) -> usize {
         self.longest
     }
 
     /// The name of a secret found in `text`, in any form.
-    pub fn find(&self, text: &[u8]) -> Option<&str> {
+    pub(crate) fn find(&self, text: &[u8]) -> Option<&str> {
         let found = self.automaton.as_ref()?.find(text)?;
         Some(&self.names[self.forms[found.pattern().as_usize()].secret])
     }
 
     /// `text` with each form of a secret replaced by `«secret:NAME»`: what a record holds
     /// where a secret sat.
-    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+    pub(crate) fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let Some(automaton) = &self.automaton else {
             return Cow::Borrowed(text);
         };
@@ -149,7 +149,7 @@ impl SecretForms {
 
     /// `text` with each form of a secret replaced by the placeholder in that form, and how
     /// many were replaced; None when there was none.
-    pub fn replace_all(&self, text: &[u8]) -> Option<(Vec<u8>, u64)> {
+    pub(crate) fn replace_all(&self, text: &[u8]) -> Option<(Vec<u8>, u64)> {
         let mut out = Vec::new();
         let (consumed, replaced) = self.replace_into(text, text.len(), &mut out);
         if replaced == 0 {

@@ -73,7 +73,7 @@ pub fn placeholder_from(random: [u8; 16]) -> String {
 }
 
 /// The run's placeholders, for the tripwire: which secret's placeholder (if any) a piece of
-/// request text carries — or its real value, in any of the forms of [`SecretForms`], which
+/// request text carries — or its real value, in any of the forms of `SecretForms`, which
 /// is misuse wherever it goes. Matched in any letter case and through one layer of percent-encoding,
 /// the two changes client libraries make on their own (header and host case, URL-encoding),
 /// so an accident is caught; code that transforms the placeholder on purpose is not, and
@@ -105,13 +105,13 @@ impl Placeholders {
     }
 
     /// The matcher that also finds the real secrets.
-    pub fn with_secrets(mut self, secrets: Arc<SecretForms>) -> Self {
+    pub(crate) fn with_secrets(mut self, secrets: Arc<SecretForms>) -> Self {
         self.secrets = secrets;
         self
     }
 
     /// The real secrets' forms.
-    pub fn secret_forms(&self) -> &Arc<SecretForms> {
+    pub(crate) fn secret_forms(&self) -> &Arc<SecretForms> {
         &self.secrets
     }
 

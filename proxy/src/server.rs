@@ -21,10 +21,14 @@ use crate::policy::Reason;
 use crate::shared::{ConnectionSlot, Door, Shared};
 use crate::shutdown::{Shutdown, ShutdownTrigger};
 
+pub use crate::ca::CaError;
+pub use crate::inspector::InspectError;
+
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProxyError {
     #[error(transparent)]
-    Credentials(#[from] crate::inspect::InspectError),
+    Credentials(#[from] InspectError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -36,21 +40,22 @@ pub enum ProxyError {
         source: std::io::Error,
     },
     #[error(
-        "a proxy whose listeners are passed in needs an address to answer DNS with (--dns-answer IPv4)"
+        "a proxy whose listeners are passed in needs an address to answer DNS with (dns_answer, IPv4)"
     )]
     PassedNeedsDnsAnswer,
     #[error("cannot open the audit log: {0}")]
     Audit(std::io::Error),
     #[error(
-        "the DNS responder on {0} needs an address to answer with (--dns-answer IPv4) when it listens on an unspecified or IPv6 address"
+        "the DNS responder on {0} needs an address to answer with (dns_answer, IPv4) when it listens on an unspecified or IPv6 address"
     )]
     DnsAnswer(SocketAddr),
-    #[error("--dns-answer {0} must be an IPv4 address: the sandbox has no IPv6")]
+    #[error("dns_answer {0} must be an IPv4 address: the sandbox has no IPv6")]
     DnsAnswerV6(IpAddr),
 }
 
 /// The addresses actually bound (port 0 resolved).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LocalAddrs {
     pub listen: SocketAddr,
     pub dns: Option<SocketAddr>,
@@ -83,7 +88,7 @@ enum Doors {
         raw: Vec<TcpListener>,
         dns: Option<(UdpSocket, TcpListener)>,
     },
-    /// Passed by the sandbox's gate ([`crate::passed_listeners`]) to this Unix socket, which
+    /// Passed by the sandbox's launcher ([`crate::passed_listeners`]) to this Unix socket, which
     /// takes one pass and is removed.
     Passed { socket: UnixListener, path: PathBuf },
 }

@@ -49,7 +49,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Starts the audit writer and builds the gate from `config`. Fails only when the audit
     /// destination cannot be opened.
-    pub fn new(
+    pub(crate) fn new(
         config: ProxyConfig,
         dns_answer: Option<Ipv4Addr>,
         inspect: Option<crate::inspector::Inspector>,
@@ -73,7 +73,7 @@ impl Shared {
         .with_sandbox_hostname(config.sandbox_hostname.as_ref().map(|name| name.as_str()));
         let resolver = Resolver::new(
             config.pins,
-            &config.upstream_dns,
+            &config.name_servers,
             config.limits.resolve_timeout,
         );
         let gate = Gate::new(
@@ -117,7 +117,7 @@ pub(crate) struct ConnectionSlot {
 }
 
 impl ConnectionSlot {
-    pub fn new(permit: OwnedSemaphorePermit) -> Self {
+    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
         ConnectionSlot {
             _permit: Arc::new(permit),
         }

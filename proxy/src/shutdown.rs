@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 /// A task's view of shutdown. Holding one also keeps `ShutdownTrigger::finished` waiting
 /// for the task.
 #[derive(Clone)]
-pub struct Shutdown {
+pub(crate) struct Shutdown {
     signal: watch::Receiver<bool>,
     _alive: mpsc::Sender<()>,
 }
@@ -32,7 +32,7 @@ impl Shutdown {
     }
 
     /// Resolves once shutdown has begun.
-    pub async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         let _ = self.signal.wait_for(|stopping| *stopping).await;
     }
 }
@@ -45,13 +45,13 @@ pub(crate) struct ShutdownTrigger {
 
 impl ShutdownTrigger {
     /// Tells every [`Shutdown`] holder to stop.
-    pub fn begin(&self) {
+    pub(crate) fn begin(&self) {
         let _ = self.stop.send(true);
     }
 
     /// Waits up to `limit` until every [`Shutdown`] is dropped; false if some task was still
     /// running when the time ran out.
-    pub async fn finished(&mut self, limit: Duration) -> bool {
+    pub(crate) async fn finished(&mut self, limit: Duration) -> bool {
         tokio::time::timeout(limit, self.done.recv()).await.is_ok()
     }
 }

@@ -20,7 +20,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// A kernel pipe that carries one direction of a tunnel.
-pub struct Pipe {
+pub(crate) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
     /// Its capacity: the most one splice moves at once.
@@ -33,7 +33,7 @@ pub struct Pipe {
 impl Pipe {
     /// A non-blocking pipe of about `capacity` bytes (the kernel may round it, or keep its
     /// default of 64 KiB when the request exceeds `/proc/sys/fs/pipe-max-size`).
-    pub fn new(capacity: usize) -> io::Result<Pipe> {
+    pub(crate) fn new(capacity: usize) -> io::Result<Pipe> {
         let (read, write) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
         let capacity = fcntl_setpipe_size(&write, capacity).unwrap_or(64 * 1024);
         Ok(Pipe {
@@ -44,13 +44,8 @@ impl Pipe {
         })
     }
 
-    /// The most one splice moves at once.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// True when every byte spliced in was spliced out again.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.held == 0
     }
 }
@@ -58,7 +53,7 @@ impl Pipe {
 /// Empty pipes of closed tunnels, kept for the next tunnels: a fresh CONNECT then costs no
 /// `pipe2`, `F_SETPIPE_SZ` and `close` calls (eight per tunnel). A pipe that may still hold
 /// bytes (a tunnel cut short mid-chunk) is closed instead of kept.
-pub struct PipePool {
+pub(crate) struct PipePool {
     idle: Mutex<Vec<Pipe>>,
     /// Pipes kept at most; beyond it returned pipes are closed.
     keep: usize,
@@ -68,7 +63,7 @@ pub struct PipePool {
 
 impl PipePool {
     /// A pool that keeps up to `keep` idle pipes and makes new ones of `capacity` bytes.
-    pub fn new(keep: usize, capacity: usize) -> PipePool {
+    pub(crate) fn new(keep: usize, capacity: usize) -> PipePool {
         PipePool {
             idle: Mutex::new(Vec::new()),
             keep,
@@ -77,12 +72,12 @@ impl PipePool {
     }
 
     /// The capacity asked for new pipes (also the user-space copy's buffer size).
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// An empty pipe: a kept one, else a new one.
-    pub fn take(&self) -> io::Result<Pipe> {
+    pub(crate) fn take(&self) -> io::Result<Pipe> {
         let kept = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         match kept {
             Some(pipe) => Ok(pipe),
@@ -91,7 +86,7 @@ impl PipePool {
     }
 
     /// Keeps `pipe` for a later tunnel if it is empty and the pool has room; else closes it.
-    pub fn put(&self, pipe: Pipe) {
+    pub(crate) fn put(&self, pipe: Pipe) {
         if !pipe.is_empty() {
             return;
         }
@@ -103,7 +98,8 @@ impl PipePool {
     }
 
     /// Pipes kept right now.
-    pub fn idle(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn idle(&self) -> usize {
         self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
     }
 }
@@ -113,7 +109,7 @@ const FLAGS: SpliceFlags = SpliceFlags::MOVE.union(SpliceFlags::NONBLOCK);
 /// Moves bytes from `from` to `to` until `from` reaches EOF (then half-closes `to`), adding
 /// each delivered chunk to `count` as it goes. The pipe must be empty on entry; it is empty
 /// again when this returns `Ok`, and [`Pipe::is_empty`] tells after an error or a cancel.
-pub async fn pump(
+pub(crate) async fn pump(
     from: &TcpStream,
     to: &TcpStream,
     pipe: &mut Pipe,

@@ -35,6 +35,7 @@ pub const MAX_LABEL_BYTES: usize = 63;
 
 /// Why a host or authority was refused. `Display` is the user-facing message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TargetError {
     #[error("the host is empty")]
     Empty,

@@ -41,7 +41,7 @@ pub fn visible(text: &str) -> Cow<'_, str> {
 }
 
 /// Writes the visible escape for `c`: `\xNN` below U+0080, `\uNNNN` above.
-pub fn push_escape(out: &mut String, c: char) {
+pub(crate) fn push_escape(out: &mut String, c: char) {
     let code = u32::from(c);
     if code < 0x80 {
         let _ = write!(out, "\\x{code:02x}");

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 /// Why a duration or size was refused. `Display` quotes the value as given.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum UnitError {
     #[error("`{0}` is zero")]
     Zero(String),

@@ -17,7 +17,7 @@ use common::client_hello::client_hello;
 use common::{HANG, Responses, Site, TestProxy, exchange, read_to_close, status};
 use egress_proxy::audit::{AuditDestination, AuditRecord, Kind, Outcome};
 use egress_proxy::policy::Reason;
-use egress_proxy::resolve::Upstream;
+use egress_proxy::resolve::NameServers;
 use egress_proxy::target::HostName;
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
@@ -1028,7 +1028,7 @@ async fn refused_names_are_never_resolved_by_any_door() {
         "version: 1\nallow:\n  - host: site.test\n    ports: [{s}]\n  - host: unpinned.test\n    ports: [{s}]\ndeny:\n  - host: denied.test\n"
     );
     let mut proxy = TestProxy::start_with(&yaml, &[], |config| {
-        config.upstream_dns = Upstream::Servers(vec![dns.addr]);
+        config.name_servers = NameServers::Given(vec![dns.addr]);
         config.limits.resolve_timeout = Duration::from_millis(500);
         config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
         config.transparent_listen = vec![SocketAddr::from(([127, 0, 0, 1], s))];
@@ -1150,7 +1150,7 @@ async fn dns_proxy(yaml: &str, upstream: Option<SocketAddr>) -> (TestProxy, Sock
         config.dns_answer = Some("127.0.0.9".parse().unwrap());
         config.limits.head_timeout = Duration::from_millis(500);
         if let Some(upstream) = upstream {
-            config.upstream_dns = Upstream::Servers(vec![upstream]);
+            config.name_servers = NameServers::Given(vec![upstream]);
         }
     })
     .await;
@@ -1706,7 +1706,7 @@ async fn rebinding_answers_never_lead_to_a_private_address() {
     })
     .await;
     let mut proxy = TestProxy::start_with(&site_policy(s, ""), &[], |config| {
-        config.upstream_dns = Upstream::Servers(vec![dns]);
+        config.name_servers = NameServers::Given(vec![dns]);
         config.limits.resolve_timeout = Duration::from_secs(3);
     })
     .await;

@@ -65,7 +65,8 @@ impl Counts {
             Outcome::Allowed => &mut self.allowed,
             Outcome::Blocked => &mut self.blocked,
             Outcome::WouldBlock => &mut self.would_block,
-            Outcome::Failed => &mut self.failed,
+            // An outcome this version does not know: neither let through nor refused.
+            _ => &mut self.failed,
         }
     }
 
@@ -74,7 +75,7 @@ impl Counts {
             Outcome::Allowed => self.allowed,
             Outcome::Blocked => self.blocked,
             Outcome::WouldBlock => self.would_block,
-            Outcome::Failed => self.failed,
+            _ => self.failed,
         }
     }
 

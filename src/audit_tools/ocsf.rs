@@ -48,20 +48,25 @@ fn attempt_event(attempt: &LoggedAttempt) -> Value {
     let (action_id, action) = match attempt.decision {
         Outcome::Allowed | Outcome::Failed => (1, "Allowed"),
         Outcome::Blocked | Outcome::WouldBlock => (2, "Denied"),
+        // An outcome this version does not know: OCSF's "Unknown".
+        _ => (0, "Unknown"),
     };
     let (disposition_id, disposition) = match attempt.decision {
         Outcome::Allowed | Outcome::Failed => (1, "Allowed"),
         Outcome::Blocked => (2, "Blocked"),
         Outcome::WouldBlock => (17, "Logged"),
+        _ => (0, "Unknown"),
     };
     let (severity_id, severity) = match attempt.decision {
         Outcome::Allowed | Outcome::Failed => (1, "Informational"),
         Outcome::WouldBlock => (2, "Low"),
         Outcome::Blocked => (3, "Medium"),
+        _ => (0, "Unknown"),
     };
     let (status_id, status) = match attempt.decision {
         Outcome::Allowed | Outcome::WouldBlock => (1, "Success"),
         Outcome::Blocked | Outcome::Failed => (2, "Failure"),
+        _ => (0, "Unknown"),
     };
     let mut event = base(
         class_uid,
@@ -131,6 +136,8 @@ fn attempt_event(attempt: &LoggedAttempt) -> Value {
             );
         }
         Kind::Connect | Kind::Tls | Kind::Tcp => {}
+        // A kind this version does not know: only the unmapped fields below.
+        _ => {}
     }
     let mut unmapped = json!({
         "kind": attempt.kind.as_str(),
@@ -154,6 +161,7 @@ fn class_and_activity(attempt: &LoggedAttempt) -> (u32, &'static str, u32, &'sta
                 Outcome::Allowed | Outcome::WouldBlock => (1, "Open"),
                 Outcome::Blocked => (5, "Refuse"),
                 Outcome::Failed => (4, "Fail"),
+                _ => (0, "Unknown"),
             };
             (NETWORK_ACTIVITY, "Network Activity", id, name)
         }
@@ -162,6 +170,7 @@ fn class_and_activity(attempt: &LoggedAttempt) -> (u32, &'static str, u32, &'sta
             (HTTP_ACTIVITY, "HTTP Activity", id, name)
         }
         Kind::Dns => (DNS_ACTIVITY, "DNS Activity", 1, "Query"),
+        _ => (NETWORK_ACTIVITY, "Network Activity", 0, "Unknown"),
     }
 }
 

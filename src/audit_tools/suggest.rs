@@ -188,6 +188,8 @@ fn is_candidate(attempt: &LoggedAttempt) -> bool {
         }
         // Allowed, then the upstream did not answer: still a host the program wanted.
         Outcome::Failed => matches!(attempt.reason.as_str(), "connect_failed" | "timeout"),
+        // An outcome this version does not know: nothing to suggest from it.
+        _ => false,
     }
 }
 

@@ -92,7 +92,8 @@ impl AuditSummary {
             Outcome::Blocked => &mut self.blocked,
             Outcome::WouldBlock => &mut self.would_block,
             Outcome::Allowed => &mut self.allowed,
-            Outcome::Failed => return,
+            // Failures, and outcomes this version does not know, list no host.
+            _ => return,
         };
         by_decision.add_to_group(&attempt.host, attempt.port, &attempt.reason);
     }

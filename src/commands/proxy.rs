@@ -2,7 +2,6 @@
 //! container). Checks everything before binding, prints one readiness line on stdout once
 //! every listener is bound, then serves until SIGTERM or SIGINT.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -11,13 +10,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow, bail};
 use egress_proxy::audit::AuditDestination;
 use egress_proxy::floor;
-use egress_proxy::handoff::{Handoff, InlineCertificate, Secrets};
+use egress_proxy::handoff::{Handoff, HandoffError};
 use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::parse_pin;
-use egress_proxy::secrets::{CredentialConfig, Secret, SecretValue};
-use egress_proxy::target::HostName;
-use egress_proxy::upstream::parse_upstream_ca;
-use egress_proxy::{BoundProxy, ProxyConfig};
+use egress_proxy::secrets::{CredentialConfig, Secret};
+use egress_proxy::upstream_tls::parse_upstream_ca;
+use egress_proxy::{BoundProxy, ProxyConfig, ProxyError};
 
 use crate::cli::ProxyArgs;
 use egress_sandbox::secret_flags::{new_placeholder, read_secret_flag};
@@ -41,7 +39,7 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<Exit
     // shutdown (tunnel records, the end record), not the default action.
     let stop = StopSignals::watch()?;
     let listeners_from = config.listeners_from.clone();
-    let bound = BoundProxy::bind(config).await?;
+    let bound = BoundProxy::bind(config).await.map_err(in_flags)?;
     let addrs = bound.local_addrs();
     let mut ready = match &listeners_from {
         Some(path) => serde_json::json!({
@@ -96,6 +94,23 @@ async fn serve(config: ProxyConfig, ca_cert_out: Option<PathBuf>) -> Result<Exit
     }
 }
 
+/// A bind error as this command's user gave it: the library names the `dns_answer` field,
+/// the command its flag.
+fn in_flags(error: ProxyError) -> anyhow::Error {
+    match error {
+        ProxyError::PassedNeedsDnsAnswer => anyhow!(
+            "a proxy whose listeners are passed in needs an address to answer DNS with (--dns-answer IPv4)"
+        ),
+        ProxyError::DnsAnswer(listen) => anyhow!(
+            "the DNS responder on {listen} needs an address to answer with (--dns-answer IPv4) when it listens on an unspecified or IPv6 address"
+        ),
+        ProxyError::DnsAnswerV6(ip) => {
+            anyhow!("--dns-answer {ip} must be an IPv4 address: the sandbox has no IPv6")
+        }
+        other => other.into(),
+    }
+}
+
 /// SIGTERM and SIGINT, watched from creation on.
 struct StopSignals {
     terminate: tokio::signal::unix::Signal,
@@ -119,32 +134,17 @@ impl StopSignals {
     }
 }
 
-/// Turns the flags into a checked configuration; nothing is bound yet.
+/// Turns the flags and the run's handoff into a checked configuration; nothing is bound
+/// yet. The handoff's policies load with the flags'; the rest it merges
+/// ([`ProxyConfig::merge_handoff`]).
 fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
-    let handoff = if args.config_stdin {
+    let mut handoff = if args.config_stdin {
         Handoff::read_line(std::io::stdin().lock())?
     } else {
         Handoff::default()
     };
-    args.allow.extend(handoff.allow);
-    args.resolve.extend(handoff.resolve);
-    let door_ports = handoff.door_ports;
-    if handoff.run_id.is_some() {
-        args.run_id = handoff.run_id;
-    }
-    let credentials = credential_config(
-        &args,
-        handoff.secrets,
-        handoff.placeholders,
-        handoff.upstream_ca,
-        handoff.ca_lifetime_s,
-    )?;
-    let handoff_hostname = handoff.sandbox_hostname;
-    match handoff.audit_limit {
-        Some(0) => anyhow::bail!("the run's configuration on stdin has audit_limit 0; at least 1"),
-        Some(limit) => args.audit_limit = limit,
-        None => {}
-    }
+    args.allow.append(&mut handoff.allow);
+    let credentials = credential_config(&args)?;
     let inline: Vec<(String, String)> = args
         .policy_yaml
         .iter()
@@ -153,7 +153,11 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
                 .map(|(name, yaml)| (name.to_owned(), yaml.to_owned()))
                 .ok_or_else(|| anyhow!("--policy-yaml needs NAME=YAML"))
         })
-        .chain(handoff.policies.into_iter().map(|p| Ok((p.file, p.yaml))))
+        .chain(
+            std::mem::take(&mut handoff.policies)
+                .into_iter()
+                .map(|p| Ok((p.file, p.yaml))),
+        )
         .collect::<Result<_>>()?;
     let policy = load_policies(&args.policies, &inline, &args.allow)?;
     let listen = match &args.listen {
@@ -164,13 +168,6 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     let mut config = ProxyConfig::new(policy, listen);
     config.listeners_from = args.listeners_from.clone();
     config.credentials = credentials;
-    config.sandbox_hostname = handoff_hostname
-        .map(|raw| {
-            HostName::parse(&raw).map_err(|error| {
-                anyhow!("the run's configuration on stdin has sandbox_hostname {raw:?}: {error}")
-            })
-        })
-        .transpose()?;
     config.dns_listen = args
         .dns_listen
         .as_deref()
@@ -189,14 +186,6 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
         .iter()
         .map(|raw| parse_addr("--transparent-listen", raw))
         .collect::<Result<_>>()?;
-    if config.listeners_from.is_none() {
-        for port in door_ports {
-            let door = SocketAddr::new(listen.ip(), port);
-            if !config.transparent_listen.contains(&door) {
-                config.transparent_listen.push(door);
-            }
-        }
-    }
     config.raw_listen = args
         .raw_listen
         .iter()
@@ -217,61 +206,45 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     config.pins = args
         .resolve
         .iter()
-        .map(|raw| parse_pin(raw))
-        .collect::<Result<_, _>>()?;
+        .map(|raw| parse_pin(raw).map_err(|error| anyhow!("--resolve {error}")))
+        .collect::<Result<_>>()?;
+    config
+        .merge_handoff(handoff, new_placeholder)
+        .map_err(|error| match error {
+            // The handoff's pins and secrets join the flags'; an error names the flag.
+            HandoffError::Pin(error) => anyhow!("--resolve {error}"),
+            HandoffError::SecretTwice(name) => anyhow!("--secret {name} is given twice"),
+            other => other.into(),
+        })?;
     Ok(config)
 }
 
-/// Secrets (`--secret` flags and the handoff's), their placeholders (the handoff's, else
-/// fresh ones), upstream CAs (`--upstream-ca` files and the handoff's PEM text).
-fn credential_config(
-    args: &ProxyArgs,
-    handed: Secrets,
-    mut placeholders: BTreeMap<String, String>,
-    upstream_ca: Vec<InlineCertificate>,
-    ca_lifetime_s: Option<u64>,
-) -> Result<CredentialConfig> {
-    let mut values: Vec<(String, SecretValue)> = handed
-        .0
-        .into_iter()
-        .map(|(name, value)| (name, SecretValue::new(value)))
-        .collect();
+/// Secrets (`--secret` flags, each with a fresh placeholder) and upstream CAs
+/// (`--upstream-ca` files).
+fn credential_config(args: &ProxyArgs) -> Result<CredentialConfig> {
+    let mut secrets: Vec<Secret> = Vec::new();
     for raw in &args.secrets {
         let (name, value) = read_secret_flag(raw)?;
-        if values.iter().any(|(other, _)| *other == name) {
+        if secrets.iter().any(|other| other.name == name) {
             bail!("--secret {name} is given twice");
         }
-        values.push((name, value));
+        secrets.push(Secret {
+            name,
+            value,
+            placeholder: new_placeholder(),
+        });
     }
-    let secrets = values
-        .into_iter()
-        .map(|(name, value)| {
-            let placeholder = placeholders.remove(&name).unwrap_or_else(new_placeholder);
-            Secret {
-                name,
-                value,
-                placeholder,
-            }
-        })
-        .collect();
     let mut certificates = Vec::new();
     for path in &args.upstream_ca {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("--upstream-ca {}: cannot read", path.display()))?;
         certificates.extend(parse_upstream_ca(&path.display().to_string(), &text)?);
     }
-    for inline in upstream_ca {
-        certificates.extend(parse_upstream_ca(&inline.file, &inline.pem)?);
-    }
-    let mut config = CredentialConfig {
+    Ok(CredentialConfig {
         secrets,
         upstream_ca: certificates,
         ..CredentialConfig::default()
-    };
-    if let Some(seconds) = ca_lifetime_s {
-        config.ca_lifetime = std::time::Duration::from_secs(seconds);
-    }
-    Ok(config)
+    })
 }
 
 /// Policies from `-p` files, inline `(file name, YAML)` pairs (`--policy-yaml`, the handoff)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use egress_proxy::handoff::InlineCertificate;
 use egress_proxy::policy::PolicySet;
 use egress_proxy::secrets::{Secret, SecretValue};
-use egress_proxy::upstream::{UpstreamCaError, parse_upstream_ca};
+use egress_proxy::upstream_tls::{UpstreamCaError, parse_upstream_ca};
 
 use crate::secret_flags::new_placeholder;
 

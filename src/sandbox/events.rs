@@ -137,7 +137,8 @@ impl AuditEntry {
     pub fn attempt(&self) -> Option<&AuditRecord> {
         match &self.line {
             AuditLine::Attempt(record) => Some(record),
-            AuditLine::Limit(_) | AuditLine::End(_) => None,
+            // `limit`, `end`, and kinds of line this version does not know.
+            _ => None,
         }
     }
 

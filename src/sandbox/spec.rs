@@ -91,7 +91,8 @@ pub enum SpecError {
         value: String,
         reason: String,
     },
-    #[error(transparent)]
+    /// Shown as the flag that carries pins, in the CLI and the API alike.
+    #[error("--resolve {0}")]
     Pin(Box<PinError>),
     #[error("no command given to run")]
     NoCommand,

@@ -144,6 +144,8 @@ impl AuditTally {
             Outcome::Failed => self.attempts.failed += 1,
             Outcome::Blocked => self.attempts.blocked += 1,
             Outcome::WouldBlock => self.attempts.would_block += 1,
+            // An outcome this version does not know: in no decision's count.
+            _ => {}
         }
         if matches!(decision, Outcome::Blocked | Outcome::WouldBlock) {
             self.add_refusal(host, port, reason);

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use egress_proxy::sni::{self, ClientHello, SniError};
+use egress_proxy::fuzzing::sni::{self, ClientHello, SniError};
 use egress_proxy::target::{HostName, Target};
 use egress_proxy::text::must_escape;
 use libfuzzer_sys::fuzz_target;

@@ -1,4 +1,4 @@
-//! The DNS responder: `dns::respond` on any datagram, against a small policy.
+//! The DNS responder: `fuzzing::dns_respond` on any datagram, against a small policy.
 //!
 //! Properties: every reply parses as a DNS message, carries the query's id and is a
 //! response; only an allowed name gets an answer, and only the proxy's address, never a name
@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 
 use egress_proxy::audit::{AuditDestination, AuditRecord, AuditSink};
-use egress_proxy::dns;
+use egress_proxy::fuzzing::dns_respond;
 use egress_proxy::policy::{Policy, PolicySet, Verdict};
 use egress_proxy::secrets::Placeholders;
 use egress_proxy::target::HostName;
@@ -57,13 +57,15 @@ fn state() -> &'static State {
 fuzz_target!(|data: &[u8]| {
     let state = state();
     let client: SocketAddr = "10.200.0.3:5353".parse().expect("address");
-    let judges = dns::Judges {
-        policy: &state.policy,
-        placeholders: &state.placeholders,
-        own_name: Some(&state.own_name),
-        names: None,
-    };
-    let reply = dns::respond(data, client, judges, ANSWER, &state.audit);
+    let reply = dns_respond(
+        data,
+        client,
+        &state.policy,
+        &state.placeholders,
+        Some(&state.own_name),
+        ANSWER,
+        &state.audit,
+    );
     let request = Message::from_vec(data);
     match reply {
         None => assert!(

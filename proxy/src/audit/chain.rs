@@ -67,6 +67,7 @@ impl Chain {
 /// `kind` of the record written once when the audit limit is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LimitKind {
     Limit,
 }
@@ -74,6 +75,7 @@ pub enum LimitKind {
 /// `kind` of the record that closes a run's chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EndKind {
     End,
 }
@@ -117,6 +119,7 @@ pub struct EndRecord {
 /// One line of an audit log, whichever kind it is. Readers that only want attempts take
 /// [`AuditLine::Attempt`] and skip the rest; unknown extra fields are accepted everywhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AuditLine {
     Attempt(Box<AuditRecord>),
     Limit(LimitRecord),

@@ -24,7 +24,7 @@ fn proxy_socket() -> (
     (dir, path, listener)
 }
 
-/// Sends `line` with `fds` as a pass, as a gate (or a forger) would.
+/// Sends `line` with `fds` as a pass, as a launcher (or a forger) would.
 fn send_raw(path: &Path, line: &str, fds: &[BorrowedFd<'_>]) {
     let stream = std::os::unix::net::UnixStream::connect(path).unwrap();
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_PASSED))];
@@ -39,7 +39,7 @@ fn send_raw(path: &Path, line: &str, fds: &[BorrowedFd<'_>]) {
     .unwrap();
 }
 
-/// What the gate binds arrives whole: each door is the very socket that was bound (the
+/// What the launcher binds arrives whole: each door is the very socket that was bound (the
 /// same address), listening, and a connection made to the passed explicit door is
 /// accepted through it.
 #[tokio::test]
@@ -177,7 +177,7 @@ async fn a_pass_cut_short_is_refused() {
     assert!(matches!(error, PassError::Malformed(_)), "{error}");
 }
 
-/// A gate whose pass is refused hears why (and so fails, rather than run the command with
+/// A launcher whose pass is refused hears why (and so fails, rather than run the command with
 /// no doors).
 #[tokio::test]
 async fn the_sender_hears_a_refusal() {

@@ -7,6 +7,7 @@ use crate::text::visible;
 
 /// How bad a finding is: an error refuses the policy, a warning is reported and accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Severity {
     Error,
     Warning,

@@ -83,7 +83,7 @@ impl HostPattern {
 }
 
 /// `name` ends with `.suffix` (a label boundary), and is not `suffix` itself.
-pub fn is_strict_subdomain(name: &str, suffix: &str) -> bool {
+pub(super) fn is_strict_subdomain(name: &str, suffix: &str) -> bool {
     name.len() > suffix.len() + 1
         && name.ends_with(suffix)
         && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
@@ -108,6 +108,7 @@ pub fn registrable_domain(name: &str) -> Option<&str> {
 
 /// Which list a pattern is in: public-suffix wildcards are refused only where they allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PatternUse {
     Allow,
     Deny,

@@ -57,6 +57,7 @@ pub use within::check_within;
 /// (`docs/src/reference/reasons.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Reason {
     /// Allowed by a rule.
     Rule,
@@ -119,6 +120,7 @@ impl fmt::Display for Reason {
 
 /// The policy's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Verdict {
     Allow,
     Block,
@@ -146,6 +148,7 @@ impl fmt::Display for Verdict {
 
 /// Which list a rule is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RuleList {
     Allow,
     Deny,
@@ -179,6 +182,7 @@ pub struct Decision {
 
 /// `enforce` (default) or `report`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mode {
     #[default]
     Enforce,
@@ -202,6 +206,7 @@ pub struct Limits {
 
 /// How the proxy checks the TLS ClientHello of a `CONNECT` tunnel on a TLS port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SniCheck {
     /// SNI must be present (when the CONNECT host is a name) and equal the CONNECT host;
     /// non-TLS bytes and ECH are refused.

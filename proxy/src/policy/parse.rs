@@ -37,7 +37,7 @@ pub(crate) use ports::parse_port;
 /// Largest policy file accepted: 1 MiB (10,000 rules fit in a third of that).
 pub const MAX_POLICY_BYTES: usize = 1024 * 1024;
 /// Longest policy name: it appears in every audit record.
-pub const MAX_POLICY_NAME_BYTES: usize = 64;
+pub(super) const MAX_POLICY_NAME_BYTES: usize = 64;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

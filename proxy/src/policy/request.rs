@@ -163,6 +163,7 @@ pub(crate) fn parse_path_pattern(raw: &str) -> Result<PathPattern, String> {
 
 /// Why a request path cannot be judged. The door refuses the request as `bad_request`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PathError {
     #[error("the request path must start with `/`")]
     NotAbsolute,

@@ -1,7 +1,7 @@
 /// A minimal but well-formed TLS 1.3 ClientHello record, as a client would send it first on
 /// a tunnel: optional SNI, optional ECH extension (type 0xfe0d), everything rustls's
 /// `Acceptor` needs (null compression, signature_algorithms).
-pub fn client_hello(sni: Option<&str>, ech: bool) -> Vec<u8> {
+pub(crate) fn client_hello(sni: Option<&str>, ech: bool) -> Vec<u8> {
     fn with_u16_len(body: &[u8]) -> Vec<u8> {
         let mut out = (body.len() as u16).to_be_bytes().to_vec();
         out.extend_from_slice(body);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use egress_proxy::audit::{AuditDestination, AuditRecord};
 use egress_proxy::policy::{Policy, PolicySet};
-use egress_proxy::resolve::Upstream;
+use egress_proxy::resolve::NameServers;
 use egress_proxy::target::HostName;
 use egress_proxy::{Proxy, ProxyConfig, RunningProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,7 +46,7 @@ impl TestProxy {
         let (tx, records) = mpsc::unbounded_channel();
         config.audit = AuditDestination::Channel(tx);
         config.run_id = Some("r-test".into());
-        config.upstream_dns = Upstream::None;
+        config.name_servers = NameServers::None;
         config.pins = pins
             .iter()
             .map(|(name, ip)| {

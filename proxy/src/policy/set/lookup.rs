@@ -185,7 +185,12 @@ impl PolicySet {
 
     /// [`PolicySet::check_address`] with `floor` in place of the private ranges alone (the
     /// proxy's floor, with its `--floor-extra` ranges).
-    pub fn check_address_against(&self, floor: &floor::Floor, addr: IpAddr, port: u16) -> Decision {
+    pub(crate) fn check_address_against(
+        &self,
+        floor: &floor::Floor,
+        addr: IpAddr,
+        port: u16,
+    ) -> Decision {
         let addr = canonical(addr);
         if let Some(deny) = find_deny_cidr(&self.index.deny_cidrs, addr, port) {
             return block(Reason::Denied, Some(&deny.rule));

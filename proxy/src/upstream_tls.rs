@@ -15,6 +15,7 @@ use tokio_rustls::client::TlsStream;
 use crate::target::HostName;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpstreamCaError {
     #[error("{name}: no PEM certificate in it")]
     Empty { name: String },
@@ -57,7 +58,7 @@ pub fn parse_upstream_ca(
 }
 
 /// The upstream TLS client: Mozilla roots + `extra`, HTTP/1.1 by ALPN.
-pub fn client_config(
+pub(crate) fn client_config(
     extra: &[CertificateDer<'static>],
 ) -> Result<Arc<ClientConfig>, UpstreamCaError> {
     let mut roots = RootCertStore::empty();
@@ -75,7 +76,7 @@ pub fn client_config(
 }
 
 /// TLS over an already connected (and gate-checked) TCP stream, verified for `host`.
-pub async fn connect_tls(
+pub(crate) async fn connect_tls(
     config: &Arc<ClientConfig>,
     host: &HostName,
     stream: TcpStream,
