@@ -31,7 +31,7 @@ const DNS_PORT: u16 = 53;
 /// (`Wiring::PassedListeners`): the explicit proxy and DNS on 127.0.0.1; the transparent
 /// doors and a raw door per port of `raw_ports` on every loopback address (0.0.0.0: the
 /// sandbox has no other interface), since the DNS responder answers each allowed name with
-/// an address of its own (see the any-port design page of the book).
+/// an address of its own (`docs/src/design/any-port.md`).
 pub fn loopback_doors(raw_ports: &[u16]) -> egress_proxy::passed_listeners::DoorAddrs {
     use std::net::{Ipv4Addr, SocketAddrV4};
     let local = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
