@@ -455,19 +455,7 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
 
     drop(open_echo_tunnel(explicit, port));
     // An A query for the allowed name: answered with --dns-answer.
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut query = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in ["site", "test"] {
-        query.push(label.len() as u8);
-        query.extend_from_slice(label.as_bytes());
-    }
-    query.extend_from_slice(&[0, 0, 1, 0, 1]);
-    udp.send_to(&query, dns).unwrap();
-    let mut answer = [0u8; 512];
-    let n = udp.recv(&mut answer).unwrap();
-    assert_eq!(&answer[..2], &[0x12, 0x34]);
-    assert_eq!(&answer[n - 4..n], &[127, 0, 0, 1], "{:?}", &answer[..n]);
+    assert_eq!(site_test_address(dns), [127, 0, 0, 1]);
 
     let status = proxy.terminate();
     assert!(status.success(), "{status}");
@@ -492,6 +480,23 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
             .any(|r| r["kind"] == "dns" && r["host"] == "site.test" && r["decision"] == "allowed"),
         "{records:?}"
     );
+}
+
+/// Asks the DNS responder at `dns` for `site.test`'s A record; the address it answers.
+fn site_test_address(dns: std::net::SocketAddr) -> [u8; 4] {
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut query = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["site", "test"] {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    udp.send_to(&query, dns).unwrap();
+    let mut answer = [0u8; 512];
+    let n = udp.recv(&mut answer).unwrap();
+    assert_eq!(&answer[..2], &[0x12, 0x34]);
+    answer[n - 4..n].try_into().unwrap()
 }
 
 /// With a closed-socket watch in the pass, a connection to a name's address on a port with
@@ -537,18 +542,8 @@ fn a_port_without_a_door_is_refused_by_the_kernel_and_recorded_by_the_proxy() {
     listeners.send(&socket).unwrap();
     drop(listeners);
 
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut query = vec![0x56, 0x78, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in ["site", "test"] {
-        query.push(label.len() as u8);
-        query.extend_from_slice(label.as_bytes());
-    }
-    query.extend_from_slice(&[0, 0, 1, 0, 1]);
-    udp.send_to(&query, dns).unwrap();
-    let mut answer = [0u8; 512];
-    let n = udp.recv(&mut answer).unwrap();
-    assert_eq!(&answer[n - 4..n], &[127, 100, 0, 1], "{:?}", &answer[..n]);
+    // The name's own address, from the name block.
+    assert_eq!(site_test_address(dns), [127, 100, 0, 1]);
 
     let unused = std::net::TcpListener::bind("127.100.0.1:0").unwrap();
     let no_door = unused.local_addr().unwrap();

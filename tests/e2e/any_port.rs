@@ -86,6 +86,27 @@ fn assert_relayed(records: &[&Value], gateway: std::net::Ipv4Addr, run: &Finishe
     }
 }
 
+/// What [`NODE_CLIENTS`] printed: each client got its site's body, `nope.test` was not found.
+fn assert_node_clients_got(run: &Finished, http_body: &str, https_body: &str) {
+    for (client, body) in [
+        ("http.get", http_body),
+        ("https.get", https_body),
+        ("fetch-http", http_body),
+        ("fetch-https", https_body),
+    ] {
+        assert!(
+            run.stdout.contains(&format!("{client} {body}")),
+            "{client} did not get {body}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        run.stdout.contains("nope.test ENOTFOUND"),
+        "{}",
+        run.describe()
+    );
+}
+
 const NODE_CLIENTS: &str = r#"
 const http = require('http'), https = require('https');
 const get = (client, url) => new Promise((resolve, reject) => {
@@ -150,23 +171,7 @@ fn node_http_https_and_fetch_reach_an_allowed_host_on_other_ports_without_proxy_
         .run(&script);
 
     run.assert_code(0);
-    for (client, body) in [
-        ("http.get", &http.body),
-        ("https.get", &https.body),
-        ("fetch-http", &http.body),
-        ("fetch-https", &https.body),
-    ] {
-        assert!(
-            run.stdout.contains(&format!("{client} {body}")),
-            "{client} did not get {body}\n{}",
-            run.describe()
-        );
-    }
-    assert!(
-        run.stdout.contains("nope.test ENOTFOUND"),
-        "{}",
-        run.describe()
-    );
+    assert_node_clients_got(&run, &http.body, &https.body);
     // No door on that port: the sandbox's kernel refused it, the proxy recorded it.
     assert!(
         run.stdout.contains("no rules port ECONNREFUSED"),
@@ -461,23 +466,7 @@ s.on('close', () => console.log('raw closed'));"
         .run(&script);
 
     run.assert_code(0);
-    for (client, body) in [
-        ("http.get", &http.body),
-        ("https.get", &https.body),
-        ("fetch-http", &http.body),
-        ("fetch-https", &https.body),
-    ] {
-        assert!(
-            run.stdout.contains(&format!("{client} {body}")),
-            "{client} did not get {body}\n{}",
-            run.describe()
-        );
-    }
-    assert!(
-        run.stdout.contains("nope.test ENOTFOUND"),
-        "{}",
-        run.describe()
-    );
+    assert_node_clients_got(&run, &http.body, &https.body);
     assert!(
         https
             .requests()
