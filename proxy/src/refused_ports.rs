@@ -47,7 +47,7 @@ use tokio::io::Interest;
 
 use crate::audit::{Attempt, Kind, Outcome};
 use crate::name_addresses::NameAddresses;
-use crate::policy::Reason;
+use crate::policy::{Reason, Verdict};
 use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::Target;
@@ -271,9 +271,18 @@ fn judge(socket: &ClosedSocket, names: &NameAddresses, shared: &Shared) -> Attem
         }
         Some(name) => {
             // No port is ever 0, so a forgotten port is judged as one no rule allows.
-            if gate.decide(&mut attempt, &Target::Name(name), port).is_ok() {
+            match gate.decide(&mut attempt, &Target::Name(name), port) {
+                // Refused by the policy: its reason stands.
+                Err(_) => {}
                 // Allowed, but past the raw doors' bound: no door was there to carry it.
-                attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
+                Ok(decision) if decision.verdict == Verdict::Allow => {
+                    attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
+                }
+                // Report mode would have let it through, but nothing carried it: blocked,
+                // for the reason enforcing would give.
+                Ok(decision) => {
+                    attempt.set_outcome(Outcome::Blocked, decision.reason, decision.rule.as_ref());
+                }
             }
         }
     }
