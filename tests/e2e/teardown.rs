@@ -10,12 +10,17 @@ use crate::support::{Run, RunningRun, TestNetwork, leftovers, objects_owned_by};
 /// The host directories (resolv.conf, doors, trust bundle) of runs of process `pid`: their
 /// names are neutral; the owner's stamp, which begins with its pid, is in their `owner` file.
 fn host_dirs_of(pid: u32) -> Vec<String> {
-    let entries = std::fs::read_dir(std::env::temp_dir()).expect("the temp directory lists");
+    host_dirs_in(&std::env::temp_dir(), pid)
+}
+
+/// The run directories in `temp_dir` whose owner stamp names `pid`.
+fn host_dirs_in(temp_dir: &std::path::Path, pid: u32) -> Vec<String> {
+    let entries = std::fs::read_dir(temp_dir).expect("the temp directory lists");
     entries
         .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
         .filter(|name| name.starts_with("egress-sandbox-run-"))
         .filter(|name| {
-            std::fs::read_to_string(std::env::temp_dir().join(name).join("owner"))
+            std::fs::read_to_string(temp_dir.join(name).join("owner"))
                 .is_ok_and(|stamp| stamp.starts_with(&format!("{pid}:")))
         })
         .collect()
@@ -24,7 +29,11 @@ fn host_dirs_of(pid: u32) -> Vec<String> {
 /// Starts a run that prints STARTED and then sleeps, waits for STARTED, and returns it
 /// with its run id (read from the labels of the objects it owns, which must exist).
 fn started_run(network: &TestNetwork) -> (RunningRun, String) {
-    let mut running = Run::new(network)
+    started_run_with(Run::new(network))
+}
+
+fn started_run_with(run: Run) -> (RunningRun, String) {
+    let mut running = run
         .timeout("100s")
         .hang_bound(Duration::from_secs(120))
         .spawn(&["sh", "-c", "echo STARTED; exec sleep 1000"]);
@@ -99,10 +108,18 @@ fn sigkill_mid_run_is_torn_down_by_the_watchdog() {
 
 /// With the watchdog killed as well (or the machine down), the objects stay; they carry
 /// their owner's stamp, so `gc` proves the owner dead and removes them.
+///
+/// The run and its `gc` share a temporary directory of their own: a `serve` daemon that
+/// starts meanwhile in another test sweeps the dead owner's leftovers in the usual one, and
+/// would take the directories this `gc` is to remove.
 #[test]
 fn sigkill_of_run_and_its_watchdog_leaves_objects_that_gc_removes() {
     let network = TestNetwork::create();
-    let (running, run_id) = started_run(&network);
+    let temp_dir = tempfile::tempdir().expect("a temporary directory");
+    let (running, run_id) = started_run_with(
+        Run::new(&network).caller_env("TMPDIR", temp_dir.path().to_str().unwrap()),
+    );
+    let host_dirs_of = |pid| host_dirs_in(temp_dir.path(), pid);
     let dirs = host_dirs_of(running.pid);
     assert_eq!(
         dirs.len(),
@@ -129,7 +146,11 @@ fn sigkill_of_run_and_its_watchdog_leaves_objects_that_gc_removes() {
         dirs,
         "the killed run's host directories"
     );
-    let gc = binary().arg("gc").output().expect("run egress-sandbox gc");
+    let gc = binary()
+        .arg("gc")
+        .env("TMPDIR", temp_dir.path())
+        .output()
+        .expect("run egress-sandbox gc");
     assert!(
         gc.status.success(),
         "gc failed ({}): {}",
