@@ -420,19 +420,7 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
     let port = site.port();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join(SOCKET_NAME);
-    let policy = format!(
-        "version: 1\nallow:\n  - host: site.test\n    ports: [{port}]\n  - cidr: 127.0.0.2/32\n    ports: [{port}]\n"
-    );
-    let mut proxy = ProxyProcess::start(&[
-        "--listeners-from",
-        socket.to_str().unwrap(),
-        "--dns-answer",
-        "127.0.0.1",
-        "--policy-yaml",
-        &format!("inline.yaml={policy}"),
-        "--resolve",
-        "site.test=127.0.0.2",
-    ]);
+    let mut proxy = passed_site_proxy(&socket, port);
     let ready = proxy.line();
     assert_eq!(ready["ready"], true);
     assert_eq!(ready["listeners_from"], socket.to_str().unwrap());
@@ -482,6 +470,24 @@ fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
     );
 }
 
+/// A proxy that takes its doors from `socket`, answers DNS with 127.0.0.1 and allows
+/// `site.test` (pinned to 127.0.0.2, where the echo site listens) on `port`.
+fn passed_site_proxy(socket: &std::path::Path, port: u16) -> ProxyProcess {
+    let policy = format!(
+        "version: 1\nallow:\n  - host: site.test\n    ports: [{port}]\n  - cidr: 127.0.0.2/32\n    ports: [{port}]\n"
+    );
+    ProxyProcess::start(&[
+        "--listeners-from",
+        socket.to_str().unwrap(),
+        "--dns-answer",
+        "127.0.0.1",
+        "--policy-yaml",
+        &format!("inline.yaml={policy}"),
+        "--resolve",
+        "site.test=127.0.0.2",
+    ])
+}
+
 /// Asks the DNS responder at `dns` for `site.test`'s A record; the address it answers.
 fn site_test_address(dns: std::net::SocketAddr) -> [u8; 4] {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -512,21 +518,7 @@ fn a_port_without_a_door_is_refused_by_the_kernel_and_recorded_by_the_proxy() {
     let socket = dir.path().join(SOCKET_NAME);
     // A door for the allowed port, on the name block's first address only.
     let door = std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(127, 100, 0, 1), site.port());
-    let policy = format!(
-        "version: 1\nallow:\n  - host: site.test\n    ports: [{}]\n  - cidr: 127.0.0.2/32\n    ports: [{}]\n",
-        site.port(),
-        site.port()
-    );
-    let mut proxy = ProxyProcess::start(&[
-        "--listeners-from",
-        socket.to_str().unwrap(),
-        "--dns-answer",
-        "127.0.0.1",
-        "--policy-yaml",
-        &format!("inline.yaml={policy}"),
-        "--resolve",
-        "site.test=127.0.0.2",
-    ]);
+    let mut proxy = passed_site_proxy(&socket, site.port());
     assert_eq!(proxy.line()["ready"], true);
     let any = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
     let listeners = PassedListeners::bind(&DoorAddrs {

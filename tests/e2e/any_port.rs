@@ -86,6 +86,21 @@ fn assert_relayed(records: &[&Value], gateway: std::net::Ipv4Addr, run: &Finishe
     }
 }
 
+/// The sites [`NODE_CLIENTS`] reaches: plain HTTP on [`HTTP_PORT`], TLS for `api.test` on
+/// [`TLS_PORT`], each with a body of its own.
+fn node_sites(network: &TestNetwork) -> (Upstream, Upstream) {
+    let http = Upstream::http(
+        (network.gateway, HTTP_PORT),
+        &format!("plain-{}", random_hex()),
+    );
+    let https = Upstream::https(
+        (network.gateway, TLS_PORT),
+        &["api.test"],
+        &format!("tls-{}", random_hex()),
+    );
+    (http, https)
+}
+
 /// What [`NODE_CLIENTS`] printed: each client got its site's body, `nope.test` was not found.
 fn assert_node_clients_got(run: &Finished, http_body: &str, https_body: &str) {
     for (client, body) in [
@@ -141,15 +156,7 @@ const get = (client, url) => new Promise((resolve, reject) => {
 #[test]
 fn node_http_https_and_fetch_reach_an_allowed_host_on_other_ports_without_proxy_variables() {
     let network = TestNetwork::create();
-    let http = Upstream::http(
-        (network.gateway, HTTP_PORT),
-        &format!("plain-{}", random_hex()),
-    );
-    let https = Upstream::https(
-        (network.gateway, TLS_PORT),
-        &["api.test"],
-        &format!("tls-{}", random_hex()),
-    );
+    let (http, https) = node_sites(&network);
     let mut script = program(&["env", "NODE_TLS_REJECT_UNAUTHORIZED=0", "node", "-e"]);
     script.extend([
         NODE_CLIENTS.to_string(),
@@ -420,15 +427,7 @@ fn a_warm_slot_of_serve_gets_the_raw_doors_of_its_run() {
 fn under_gvisor_tls_and_http_reach_any_allowed_port_and_raw_protocols_are_refused() {
     crate::gvisor::require_gvisor();
     let network = TestNetwork::create();
-    let http = Upstream::http(
-        (network.gateway, HTTP_PORT),
-        &format!("plain-{}", random_hex()),
-    );
-    let https = Upstream::https(
-        (network.gateway, TLS_PORT),
-        &["api.test"],
-        &format!("tls-{}", random_hex()),
-    );
+    let (http, https) = node_sites(&network);
     let lines = LineServer::bind((network.gateway, 0));
     let line_port = lines.addr.port();
     let raw_client = format!(
