@@ -36,12 +36,14 @@ selector = selectors.DefaultSelector()
 selector.register(listener, selectors.EVENT_READ)
 selector.register(0, selectors.EVENT_READ)
 received = bytearray()
+answered = set()
 answer = b'{"error":"fake daemon"}'
 answer = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(answer), answer)
 def take(connection):
     data = connection.recv(65536)
     if data:
-        if not received:
+        if connection not in answered:
+            answered.add(connection)
             connection.sendall(answer)
         received.extend(data)
     return data
