@@ -27,6 +27,19 @@ export class RequestRefused extends SandboxError {
 /** The run could not be set up (Docker refused), or the stream broke off. */
 export class DaemonError extends SandboxError {}
 
+/**
+ * Nothing was sent: the socket (a link's target), the default socket's directory, or a
+ * link on the way and its directory belong to someone other than the caller or root.
+ */
+export class UntrustedSocket extends SandboxError {
+  /** The path the client was to connect to. */
+  readonly socket: string;
+  /** The uid at fault. */
+  readonly owner: number;
+  /** Its user name, or null where unknown. */
+  readonly ownerName: string | null;
+}
+
 export type Data = string | Uint8Array;
 
 /** A refused attempt, grouped by host, port and reason. */

@@ -7,19 +7,28 @@
 //   console.log(result.exit_code, result.stdout.toString(), result.blocked);
 //
 // Output and audit records stream while the command runs; aborting (`signal`) closes the
-// connection, which cancels the run on the daemon.
+// connection, which cancels the run on the daemon. Before a byte is sent, the socket must be
+// the caller's or root's (see `checkSocket`), else UntrustedSocket.
 
+import fs from "node:fs/promises";
 import http from "node:http";
-import os from "node:os";
 import path from "node:path";
 
 /** `EGRESS_SANDBOX_SERVER`, else the daemon's default path for this user. */
 export function defaultSocket() {
-  if (process.env.EGRESS_SANDBOX_SERVER) return process.env.EGRESS_SANDBOX_SERVER;
-  const uid = process.getuid ? process.getuid() : -1;
+  return process.env.EGRESS_SANDBOX_SERVER || defaultPath();
+}
+
+/**
+ * Where the daemon listens by default: `/run/egress-sandbox/api.sock` for root, else
+ * `$XDG_RUNTIME_DIR/egress-sandbox.sock`, else `$TMPDIR/egress-sandbox-<uid>/api.sock`
+ * (TMPDIR defaulting to /tmp).
+ */
+function defaultPath() {
+  const uid = euid();
   if (uid === 0) return "/run/egress-sandbox/api.sock";
   if (process.env.XDG_RUNTIME_DIR) return path.join(process.env.XDG_RUNTIME_DIR, "egress-sandbox.sock");
-  return path.join(os.tmpdir(), `egress-sandbox-${uid}.sock`);
+  return path.join(process.env.TMPDIR || "/tmp", `egress-sandbox-${uid}`, "api.sock");
 }
 
 /**
@@ -47,6 +56,106 @@ export class RequestRefused extends SandboxError {
 /** The run could not be set up (Docker refused), or the stream broke off. */
 export class DaemonError extends SandboxError {}
 
+/**
+ * The socket, the default socket's directory, or a symbolic link on the way and its
+ * directory belong to someone other than the caller or root: it may be another user's fake
+ * daemon, so nothing was sent. `socket` is the path, `owner` the uid at fault, `ownerName`
+ * its user name (null where unknown).
+ */
+export class UntrustedSocket extends SandboxError {
+  constructor(socket, owner, ownerName, before, after) {
+    const user = ownerName === null ? `uid ${owner}` : `uid ${owner} (${ownerName})`;
+    super(
+      `${before}${user}${after}: it may be another user's fake daemon, so nothing was sent to it; ` +
+        "use a socket of a daemon run by you or by root",
+    );
+    this.socket = socket;
+    this.owner = owner;
+    this.ownerName = ownerName;
+  }
+}
+
+const euid = () => (process.geteuid ? process.geteuid() : -1);
+const trusted = (uid) => uid === 0 || uid === euid();
+
+/** The name /etc/passwd gives `uid`, or null. */
+async function userName(uid) {
+  try {
+    const passwd = await fs.readFile("/etc/passwd", "utf8");
+    for (const line of passwd.split("\n")) {
+      const [name, , id] = line.split(":");
+      if (id !== undefined && Number(id) === uid) return name;
+    }
+  } catch {
+    // No user database to read: the uid alone names the owner.
+  }
+  return null;
+}
+
+async function untrusted(socket, owner, before, after) {
+  return new UntrustedSocket(socket, owner, await userName(owner), before, after);
+}
+
+/** The default socket's directory: the caller's or root's, and nobody else may add to it. */
+async function checkDefaultDirectory(socket) {
+  const directory = path.dirname(path.resolve(socket));
+  let info;
+  try {
+    info = await fs.stat(directory);
+  } catch (error) {
+    if (error.code === "ENOENT") return; // no daemon has made it: connecting fails, naming the socket
+    throw error;
+  }
+  if (!trusted(info.uid)) {
+    throw await untrusted(socket, info.uid, `the default socket's directory ${directory} is owned by `, ", not by you or root");
+  }
+  if (info.mode & 0o022) {
+    const mode = (info.mode & 0o7777).toString(8);
+    throw await untrusted(
+      socket, info.uid, `the default socket's directory ${directory} (owner `,
+      `) can be written by its group or others (mode ${mode})`,
+    );
+  }
+}
+
+/**
+ * Before connecting (Node cannot ask the kernel who answers, SO_PEERCRED): the default
+ * socket's directory must be the caller's or root's and not writable by its group or
+ * others; the socket (a link's target) must be owned by the caller or root; a link must be
+ * the caller's or root's, in a directory the caller or root owns where others cannot replace
+ * it (not writable by them, or sticky). Rejects with UntrustedSocket, or the file system's
+ * error naming the path.
+ */
+async function checkSocket(socket) {
+  if (path.resolve(socket) === path.resolve(defaultPath())) await checkDefaultDirectory(socket);
+  const entry = await fs.lstat(socket);
+  if (entry.isSymbolicLink()) await checkLink(socket, entry);
+  const target = await fs.stat(socket);
+  if (!trusted(target.uid)) {
+    throw await untrusted(socket, target.uid, `${socket} is owned by `, ", not by you or root");
+  }
+}
+
+/** A link to the socket: whoever may replace it between the check and the connect chooses the daemon. */
+async function checkLink(socket, link) {
+  if (!trusted(link.uid)) {
+    throw await untrusted(socket, link.uid, `the link ${socket} is owned by `, ", not by you or root");
+  }
+  const directory = path.dirname(path.resolve(socket));
+  const holder = await fs.stat(directory);
+  if (!trusted(holder.uid)) {
+    throw await untrusted(socket, holder.uid, `the link ${socket} is in ${directory}, owned by `, ", not by you or root");
+  }
+  // In a sticky directory only the link's owner (checked above) may replace it.
+  if (holder.mode & 0o022 && !(holder.mode & 0o1000)) {
+    const mode = (holder.mode & 0o7777).toString(8);
+    throw await untrusted(
+      socket, holder.uid, `the link ${socket} is in ${directory} (owner `,
+      `), which its group or others can write (mode ${mode}): they could replace the link`,
+    );
+  }
+}
+
 /** Seconds → whole milliseconds, rounded up (0.0001 s is 1ms, never "0ms"); a string as is. */
 const duration = (value) => {
   if (value === undefined || value === null || typeof value === "string") return value ?? undefined;
@@ -61,7 +170,8 @@ export class Client {
     this.socket = socket ?? defaultSocket();
   }
 
-  #request(method, urlPath, body, signal) {
+  async #request(method, urlPath, body, signal) {
+    await checkSocket(this.socket);
     return new Promise((resolve, reject) => {
       const request = http.request(
         {

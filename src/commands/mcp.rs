@@ -9,12 +9,12 @@ use anyhow::Context;
 use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::run::{build_spec, refuse, say};
+use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use crate::cli::McpArgs;
 use crate::mcp::{McpServer, RunTemplate};
 use egress_sandbox::run_flags::table;
 use egress_sandbox::sandbox::RunSpec;
-use egress_sandbox::serve::client::Client;
+use egress_sandbox::serve::client::{Client, ClientError};
 use egress_sandbox::serve::{ServeOptions, serve};
 
 /// How long the end waits for calls to say their runs' end to a daemon named with
@@ -77,7 +77,16 @@ async fn serve_mcp(
     // The daemon this server runs through: its own on a private socket, or `--server`'s.
     let (socket, own_daemon, _socket_dir, _watchdog) = match args.flags.values.path(&table::SERVER)
     {
-        Some(socket) => (socket, None, None, None),
+        Some(socket) => {
+            // Calls would be refused one by one; a server that can serve none must not start.
+            if let Err(error @ ClientError::UntrustedSocket { .. }) =
+                Client::new(&socket).check_owner()
+            {
+                say(format_args!("egress-sandbox: error: {error}"));
+                return Ok(ExitCode::from(SETUP_FAILED));
+            }
+            (socket, None, None, None)
+        }
         None => {
             let dir = tempfile::Builder::new()
                 .prefix("egress-sandbox-mcp.")

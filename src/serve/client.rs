@@ -1,6 +1,7 @@
 //! A client of the daemon's API over its Unix socket (what `run --server` uses): one
 //! connection per request, the run's events handed to the caller as they arrive.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
@@ -99,6 +100,17 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{socket} is owned by {owner}, not by you or root: it may be another user's fake \
+         daemon, so nothing was sent to it; use a socket of a daemon run by you or by root"
+    )]
+    UntrustedSocket { socket: PathBuf, owner: User },
+    #[error(
+        "the process answering on {socket} runs as {peer}, not as you or root: it may be \
+         another user's fake daemon, so nothing was sent to it; use a socket of a daemon run \
+         by you or by root"
+    )]
+    UntrustedPeer { socket: PathBuf, peer: User },
     #[error("the egress-sandbox daemon failed: {0}")]
     Http(#[from] hyper::Error),
     #[error("the daemon refused the request ({status}): {}", refusal.error)]
@@ -112,7 +124,50 @@ pub enum ClientError {
     Truncated,
 }
 
-/// The daemon at `socket`.
+/// A user as an error names it: the uid, and the name where `/etc/passwd` has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub name: Option<String>,
+}
+
+impl User {
+    fn of(uid: u32) -> User {
+        User {
+            uid,
+            name: user_name(uid),
+        }
+    }
+}
+
+impl std::fmt::Display for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "uid {} ({name})", self.uid),
+            None => write!(f, "uid {}", self.uid),
+        }
+    }
+}
+
+/// Whether `uid` may serve this process: its own user, or root (who could read the
+/// request anyway).
+fn trusted(uid: u32) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw()
+}
+
+/// The name `/etc/passwd` gives `uid`, if it can be read and has one.
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse() == Ok(uid)).then(|| name.to_string())
+    })
+}
+
+/// The daemon at `socket`. Every request first checks that the socket and the process
+/// answering on it belong to this process's user or to root ([`ClientError::UntrustedSocket`],
+/// [`ClientError::UntrustedPeer`]).
 #[derive(Clone, Debug)]
 pub struct Client {
     socket: PathBuf,
@@ -129,18 +184,51 @@ impl Client {
         &self.socket
     }
 
+    /// Whether the socket file (a link's target) is owned by this process's user or root:
+    /// anyone else may be a fake daemon waiting for a request's secrets.
+    pub fn check_owner(&self) -> Result<(), ClientError> {
+        let metadata = std::fs::metadata(&self.socket).map_err(|source| ClientError::Connect {
+            socket: self.socket.clone(),
+            source,
+        })?;
+        if trusted(metadata.uid()) {
+            Ok(())
+        } else {
+            Err(ClientError::UntrustedSocket {
+                socket: self.socket.clone(),
+                owner: User::of(metadata.uid()),
+            })
+        }
+    }
+
+    /// A connection to the daemon, checked before a byte is written: the file's owner
+    /// first, then the process that accepted (the file may have been swapped in between).
+    async fn connect(&self) -> Result<tokio::net::UnixStream, ClientError> {
+        self.check_owner()?;
+        let connect_error = |source| ClientError::Connect {
+            socket: self.socket.clone(),
+            source,
+        };
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(connect_error)?;
+        let peer = stream.peer_cred().map_err(connect_error)?.uid();
+        if !trusted(peer) {
+            return Err(ClientError::UntrustedPeer {
+                socket: self.socket.clone(),
+                peer: User::of(peer),
+            });
+        }
+        Ok(stream)
+    }
+
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Bytes,
     ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
-        let stream = tokio::net::UnixStream::connect(&self.socket)
-            .await
-            .map_err(|source| ClientError::Connect {
-                socket: self.socket.clone(),
-                source,
-            })?;
+        let stream = self.connect().await?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {

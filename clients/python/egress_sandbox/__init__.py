@@ -10,12 +10,16 @@
 `run` streams the run's events (output, audit records, warnings) while the command runs;
 closing the connection (an exception in `on_output`, a KeyboardInterrupt, a cancelled
 asyncio task) cancels the run on the daemon. `AsyncClient` is the same for asyncio.
+
+Before a byte is sent, the socket must be owned by the caller or root (and the default
+socket's directory too, not writable by others), and so must the process that accepts
+(SO_PEERCRED); else `UntrustedSocket`: another user's fake daemon never gets the secrets.
 """
 
 from ._aio import AsyncClient
 from ._common import (DaemonError, RequestRefused, Result, SandboxError, SandboxWarning,
-                      default_socket)
+                      UntrustedSocket, default_socket)
 from ._sync import Client
 
 __all__ = ["AsyncClient", "Client", "DaemonError", "RequestRefused", "Result", "SandboxError",
-           "SandboxWarning", "default_socket"]
+           "SandboxWarning", "UntrustedSocket", "default_socket"]

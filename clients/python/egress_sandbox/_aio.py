@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Optional
 
 from ._common import (Certificate, Data, Duration, Env, Events, OnOutput, OnStarted, OnWarning,
-                      Policy, Result, default_socket, refusal, request_body)
+                      Policy, Result, check_peer, check_socket, default_socket, refusal,
+                      request_body)
 
 
 class _Response:
@@ -54,10 +55,16 @@ class AsyncClient:
         self.socket = socket or default_socket()
 
     async def _request(self, method: str, path: str, body: Optional[str] = None):
+        check_socket(self.socket)
         try:
             reader, writer = await asyncio.open_unix_connection(self.socket)
         except OSError as error:
             error.filename = self.socket
+            raise
+        try:
+            check_peer(writer.get_extra_info("socket"), self.socket)
+        except BaseException:
+            writer.close()
             raise
         payload = (body or "").encode()
         head = "%s %s HTTP/1.1\r\nHost: egress-sandbox\r\nConnection: close\r\n" % (method, path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import math
 import os
+import socket as _socket
+import struct
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -25,15 +27,21 @@ OnWarning = Callable[[str], Any]
 
 def default_socket() -> str:
     """`EGRESS_SANDBOX_SERVER`, else the daemon's default path for this user."""
-    configured = os.environ.get("EGRESS_SANDBOX_SERVER")
-    if configured:
-        return configured
-    if os.geteuid() == 0:
+    return os.environ.get("EGRESS_SANDBOX_SERVER") or _default_path()
+
+
+def _default_path() -> str:
+    """Where the daemon listens by default: `/run/egress-sandbox/api.sock` for root, else
+    `$XDG_RUNTIME_DIR/egress-sandbox.sock`, else `$TMPDIR/egress-sandbox-<uid>/api.sock`
+    (TMPDIR defaulting to /tmp)."""
+    uid = os.geteuid()
+    if uid == 0:
         return "/run/egress-sandbox/api.sock"
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         return os.path.join(runtime_dir, "egress-sandbox.sock")
-    return "/tmp/egress-sandbox-%d.sock" % os.geteuid()
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", "egress-sandbox-%d" % uid,
+                        "api.sock")
 
 
 class SandboxError(Exception):
@@ -61,6 +69,85 @@ class RequestRefused(SandboxError):
 
 class DaemonError(SandboxError):
     """The run could not be set up (Docker refused), or the stream broke off."""
+
+
+class UntrustedSocket(SandboxError):
+    """The socket, the default socket's directory, or the process answering on the socket
+    belongs to someone other than the caller or root: it may be another user's fake daemon,
+    so nothing was sent. `socket` is the path; `owner` the uid at fault and `owner_name` its
+    user name (None where unknown)."""
+
+    def __init__(self, socket: str, owner: int, before: str, after: str) -> None:
+        """The message is `before`, the owner, `after` and what to do."""
+        self.socket = socket
+        self.owner = owner
+        self.owner_name = _user_name(owner)
+        super().__init__(before + _user(owner, self.owner_name) + after
+                         + ": it may be another user's fake daemon, so nothing was sent to it; "
+                         "use a socket of a daemon run by you or by root")
+
+
+def _user_name(uid: int) -> Optional[str]:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return None
+
+
+def _user(uid: int, name: Optional[str]) -> str:
+    return "uid %d (%s)" % (uid, name) if name else "uid %d" % uid
+
+
+def _trusted(uid: int) -> bool:
+    return uid in (0, os.geteuid())
+
+
+def check_socket(path: str) -> None:
+    """Before connecting: the default socket's directory must be owned by the caller or root
+    and not writable by its group or others (who could put a socket of theirs there); the
+    socket (a link's target) must be owned by the caller or root. Raises UntrustedSocket;
+    OSError naming the path when there is nothing to check."""
+    if os.path.abspath(path) == os.path.abspath(_default_path()):
+        _check_default_directory(path)
+    try:
+        owner = os.stat(path).st_uid
+    except OSError as error:
+        # "[Errno 2] No such file or directory" alone does not say which socket.
+        error.filename = path
+        raise
+    if not _trusted(owner):
+        raise UntrustedSocket(path, owner, path + " is owned by ", ", not by you or root")
+
+
+def _check_default_directory(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        return  # no daemon has made it: connecting fails, naming the socket
+    if not _trusted(info.st_uid):
+        raise UntrustedSocket(path, info.st_uid, "the default socket's directory %s is owned "
+                              "by " % directory, ", not by you or root")
+    if info.st_mode & 0o022:
+        raise UntrustedSocket(path, info.st_uid, "the default socket's directory %s (owner "
+                              % directory, ") can be written by its group or others (mode %o)"
+                              % (info.st_mode & 0o7777))
+
+
+def check_peer(sock: _socket.socket, path: str) -> None:
+    """After connecting, before writing: the process that accepted must run as the caller
+    or root (SO_PEERCRED; where the platform lacks it, the owner check stands alone)."""
+    option = getattr(_socket, "SO_PEERCRED", None)
+    if option is None:
+        return
+    credentials = struct.Struct("iII")  # struct ucred: pid_t, uid_t, gid_t
+    _pid, uid, _gid = credentials.unpack(sock.getsockopt(_socket.SOL_SOCKET, option,
+                                                         credentials.size))
+    if not _trusted(uid):
+        raise UntrustedSocket(path, uid, "the process answering on %s runs as " % path,
+                              ", not as you or root")
 
 
 class SandboxWarning(UserWarning):

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from ._common import (Certificate, Data, Duration, Env, Events, OnOutput, OnStarted, OnWarning,
-                      Policy, RequestRefused, Result, default_socket, refusal, request_body)
+                      Policy, RequestRefused, Result, UntrustedSocket, check_peer, check_socket,
+                      default_socket, refusal, request_body)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -18,15 +19,20 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
+        check_socket(self._path)
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         if self.timeout is not None:
             sock.settimeout(self.timeout)
         try:
             sock.connect(self._path)
+            check_peer(sock, self._path)
         except OSError as error:
             sock.close()
             # "[Errno 2] No such file or directory" alone does not say which socket.
             error.filename = self._path
+            raise
+        except UntrustedSocket:
+            sock.close()
             raise
         self.sock = sock
 
