@@ -179,7 +179,9 @@ impl Gate {
         self.connect_decided(attempt, target, port, &decision).await
     }
 
-    /// Resolve → floor → connect for a target the policy already let through.
+    /// Resolve → floor → connect for a target the policy already let through. Nothing
+    /// connects without its record's place (held by the decision already; checked again so
+    /// that no door can skip it).
     pub(crate) async fn connect_decided(
         &self,
         attempt: &mut Attempt,
@@ -187,6 +189,9 @@ impl Gate {
         port: u16,
         decision: &Decision,
     ) -> Result<TcpStream, Refusal> {
+        if !attempt.hold_record() {
+            return Err(Refusal::of(attempt, String::new()));
+        }
         let addresses = match target {
             Target::Ip(ip) => vec![*ip],
             Target::Name(name) => match self.resolver.resolve(name).await {

@@ -298,7 +298,7 @@ pub const AUDIT_LIMIT: RunFlag = RunFlag {
     value: ValueKind::Count,
     repeatable: false,
     help: Help {
-        run: "Audit records written for the run; past it the proxy only counts attempts (the report and summary say how many were dropped) [default: 100000]",
+        run: "Audit records written for the run; past it the proxy only counts refused attempts (the report and summary say how many were dropped), and --on-audit-limit says what new egress gets [default: 100000]",
         mcp: Some("Audit records written per run [default: 100000]"),
         serve: None,
     },
