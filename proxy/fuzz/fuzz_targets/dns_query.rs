@@ -42,15 +42,14 @@ fn state() -> &'static State {
         let flags = ["allowed.test".to_owned(), "*.wild.test".to_owned()];
         let policy = PolicySet::from(Policy::from_allow_flags(&flags).expect("flags"));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let audit =
-            AuditSink::start(
-                AuditDestination::Channel(tx),
-                None,
-                "fuzz",
-                u64::MAX,
-                OnAuditLimit::Reserve,
-            )
-            .expect("sink");
+        let audit = AuditSink::start(
+            AuditDestination::Channel(tx),
+            None,
+            "fuzz",
+            u64::MAX,
+            OnAuditLimit::Reserve,
+        )
+        .expect("sink");
         State {
             policy,
             placeholders: Placeholders::new([("KEY", PLACEHOLDER)]),
