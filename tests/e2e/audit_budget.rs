@@ -140,38 +140,59 @@ fn under_refuse_the_allowed_request_after_a_spent_budget_never_reaches_the_upstr
     run.assert_nothing_left();
 }
 
-/// The same attack through a warm slot: the slot's proxy started before the request, and
-/// gets the run's limit in the handoff at claim.
+/// The same attack through a warm slot, under each option: the slot's proxy started before
+/// the request, and gets the run's limit and option in the handoff at claim.
 #[test]
-fn through_a_warm_slot_the_allowed_request_is_recorded_too() {
+fn through_a_warm_slot_the_allowed_request_is_recorded_or_refused_as_asked() {
     let network = TestNetwork::create();
     let upstream = Upstream::http((network.gateway, 0), &format!("warm-{}", random_hex()));
     let port = upstream.port();
     let daemon = Daemon::with_pool(1, &network);
-    let request = with_network(
-        &network,
-        json!({
-            "argv": attack_argv(&upstream),
-            "policies": [gateway_policy("budget", network.gateway, &[port], &[("upstream.test", port)])],
-            "resolve": {"upstream.test": network.gateway.to_string()},
-            "audit_limit": 5,
-        }),
-    );
-    let run = post(&daemon, request).unwrap();
+    let request = |on_limit: &str| {
+        with_network(
+            &network,
+            json!({
+                "argv": attack_argv(&upstream),
+                "policies": [gateway_policy("budget", network.gateway, &[port], &[("upstream.test", port)])],
+                "resolve": {"upstream.test": network.gateway.to_string()},
+                "audit_limit": 5,
+                "on_audit_limit": on_limit,
+            }),
+        )
+    };
+
+    let run = post(&daemon, request("reserve")).unwrap();
     let context = format!("{:#?}", run.events);
     assert!(run.stream("stdout").contains("status 200"), "{context}");
     assert_eq!(upstream.requests().len(), 1, "{context}");
-    assert!(
-        daemon
-            .metrics()
-            .contains("egress_sandbox_run_starts_total{path=\"warm\"} 1"),
-        "not served warm: {context}"
-    );
     assert_eq!(
         kinds(run.audit()),
         ["dns", "dns", "dns", "dns", "dns", "limit", "http", "end"],
         "{context}"
     );
     assert_reserve_report(run.report(), &context);
+
+    // The slot's proxy was started with the default, `reserve`: `refuse` comes at claim.
+    daemon.wait_pool_ready(1);
+    let run = post(&daemon, request("refuse")).unwrap();
+    let context = format!("{:#?}", run.events);
+    assert!(run.stream("stdout").contains("status 503"), "{context}");
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "reached under refuse: {context}"
+    );
+    assert_eq!(run.report()["attempts"]["allowed"], 0, "{context}");
+    assert_eq!(
+        run.report()["attempts"]["blocked"],
+        REFUSALS + 1,
+        "{context}"
+    );
+    assert!(
+        daemon
+            .metrics()
+            .contains("egress_sandbox_run_starts_total{path=\"warm\"} 2"),
+        "not both served warm: {context}"
+    );
     daemon.stop();
 }
