@@ -232,11 +232,17 @@ pub struct ProxyArgs {
     /// Run id written into every audit record.
     #[arg(long = "run-id", value_name = "ID")]
     pub run_id: Option<String>,
-    /// Audit records written at most; past it one `limit` record, then attempts are only
-    /// counted (the `end` record's `dropped`).
+    /// Audit records written at most before refusals are only counted; past it one `limit`
+    /// record (the `end` record's `dropped` counts what was not written).
     #[arg(long = "audit-limit", value_name = "N", default_value_t = egress_proxy::audit::DEFAULT_AUDIT_LIMIT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub audit_limit: u64,
+    /// Past --audit-limit: `reserve` writes the records of allowed attempts from a reserve of
+    /// as many again and refuses new egress once that is spent; `refuse` refuses new egress
+    /// at once. Nothing leaves without its record either way.
+    #[arg(long = "on-audit-limit", value_name = "reserve|refuse", default_value_t = egress_proxy::audit::OnAuditLimit::Reserve,
+          value_parser = clap::builder::ValueParser::new(|raw: &str| raw.parse::<egress_proxy::audit::OnAuditLimit>()))]
+    pub on_audit_limit: egress_proxy::audit::OnAuditLimit,
     /// DNS queries per second per client, every loopback address counting as one client
     /// (bursts of a quarter second's worth); over it the query is answered REFUSED and
     /// counted as dropped, with no record.

@@ -158,7 +158,7 @@ mod tests {
     use super::*;
     use crate::sandbox::output::OutputStats;
     use crate::sandbox::tally::tests::record;
-    use egress_proxy::audit::Outcome;
+    use egress_proxy::audit::{DroppedByDecision, Outcome};
     use egress_proxy::policy::Reason;
     use egress_proxy::text::must_escape;
 
@@ -223,7 +223,7 @@ mod tests {
             Outcome::Blocked,
             Reason::PrivateAddress,
         ));
-        tally.add_end(2, 0);
+        tally.add_end(2, 0, DroppedByDecision::default());
         let outcome = outcome(&tally);
         assert_eq!(
             summary_line(&outcome),
@@ -243,7 +243,8 @@ mod tests {
         assert_eq!(report["blocked_more"], 0);
         assert_eq!(
             report["audit"],
-            serde_json::json!({"written": 2, "dropped": 0})
+            serde_json::json!({"written": 2, "dropped": 0, "dropped_by_decision":
+                {"allowed": 0, "blocked": 0, "would_block": 0, "failed": 0}})
         );
     }
 
@@ -297,23 +298,37 @@ mod tests {
             ));
         }
         tally.add_limit();
-        tally.add_end(REPORT_GROUPS as u64 + 8, 1234);
+        tally.add_end(
+            REPORT_GROUPS as u64 + 8,
+            1234,
+            DroppedByDecision {
+                blocked: 1234,
+                ..DroppedByDecision::default()
+            },
+        );
         let outcome = outcome(&tally);
         let line = summary_line(&outcome);
         assert!(
             line.ends_with(&format!(
-                "and {} more (+7 in groups not listed); 1234 audit records dropped",
+                "and {} more (+1241 in groups not listed); 1234 audit records dropped",
                 REPORT_GROUPS - 5
             )),
+            "{line}"
+        );
+        // The dropped refusals are counted with the written ones.
+        assert!(
+            line.contains(&format!("; {} blocked: ", REPORT_GROUPS + 7 + 1234)),
             "{line}"
         );
         let report: serde_json::Value =
             serde_json::from_str(&RunReport::new(&outcome).to_json()).unwrap();
         assert_eq!(report["blocked"].as_array().unwrap().len(), REPORT_GROUPS);
-        assert_eq!(report["blocked_more"], 7);
+        assert_eq!(report["blocked_more"], 7 + 1234);
+        assert_eq!(report["attempts"]["blocked"], REPORT_GROUPS + 7 + 1234);
         assert_eq!(
             report["audit"],
-            serde_json::json!({"written": REPORT_GROUPS + 8, "dropped": 1234})
+            serde_json::json!({"written": REPORT_GROUPS + 8, "dropped": 1234,
+                "dropped_by_decision": {"allowed": 0, "blocked": 1234, "would_block": 0, "failed": 0}})
         );
     }
 

@@ -78,6 +78,8 @@ export interface RunOptions {
   upstreamCa?: Array<string | { file: string; pem: string }> | null;
   runtime?: string | null;
   auditLimit?: number | null;
+  /** Past the audit limit: "reserve" (allowed attempts keep their records) or "refuse". */
+  onAuditLimit?: "reserve" | "refuse" | null;
   onOutput?: (stream: "stdout" | "stderr", data: Buffer) => void;
   onStarted?: (runId: string) => void;
   /** The daemon's warnings about the run; default: `process.emitWarning`. */

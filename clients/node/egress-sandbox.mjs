@@ -217,7 +217,8 @@ export class Client {
    * onStarted(runId), signal (AbortSignal: cancels the run), secrets ({ NAME: value } for the
    * policy's credentials: the proxy holds them, the sandbox gets placeholders), upstreamCa
    * ([PEM text] the proxy trusts for upstream TLS), runtime (the sandbox's OCI runtime, e.g.
-   * "runsc"), auditLimit (records written per run), mounts (["SRC:DST[:rw]"] on the daemon's
+   * "runsc"), auditLimit (records written per run), onAuditLimit
+   * ("reserve" or "refuse": what new egress gets past the audit limit), mounts (["SRC:DST[:rw]"] on the daemon's
    * host), onWarning(text) (the daemon's warnings about the run; default:
    * `process.emitWarning`). `env` is an object or a list of [K, V] pairs, `policies` YAML text
    * or { file, yaml }, `upstreamCa` PEM text or { file, pem }, as the API takes them. A null
@@ -250,6 +251,7 @@ export class Client {
       upstream_ca: options.upstreamCa?.length ? [...options.upstreamCa] : undefined,
       runtime: options.runtime,
       audit_limit: options.auditLimit,
+      on_audit_limit: options.onAuditLimit,
     };
     for (const [key, value] of Object.entries(optional)) if (value != null) request[key] = value;
     const response = await this.#request("POST", "/v1/runs", JSON.stringify(request), options.signal);

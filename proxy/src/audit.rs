@@ -23,11 +23,14 @@ use crate::secret_forms::SecretForms;
 use crate::text::{must_escape, push_escape};
 use writer::WriterMessage;
 
+mod budget;
 mod chain;
 mod writer;
 
+pub use budget::{OnAuditLimit, OnAuditLimitError};
 pub use chain::{
-    AuditLine, Chain, EndKind, EndRecord, LimitKind, LimitRecord, genesis, sha256_hex,
+    AuditLine, Chain, DroppedByDecision, EndKind, EndRecord, LimitKind, LimitRecord, genesis,
+    sha256_hex,
 };
 
 /// The schema version written in every record's `v`.
@@ -244,6 +247,8 @@ pub struct AuditSink {
     /// The writer thread, woken when someone waits for their record.
     writer: std::thread::Thread,
     counts: Arc<Mutex<AuditCounts>>,
+    /// The places left for records; egress takes its own before it acts.
+    budget: Arc<budget::Budget>,
     dropped: Arc<AtomicU64>,
     /// Writes and flushes of the log that failed (a full disk, a reader gone).
     write_errors: Arc<AtomicU64>,
@@ -258,12 +263,14 @@ pub struct AuditSink {
 impl AuditSink {
     /// Opens the destination (a file is opened now, so a bad path fails before any listener
     /// is bound) and starts the single writer thread. After `limit` attempt records, one
-    /// `limit` record is written and later attempts are only counted.
+    /// `limit` record is written and later refusals are only counted; egress then goes as
+    /// `on_limit` says ([`OnAuditLimit`]).
     pub fn start(
         destination: AuditDestination,
         run: Option<String>,
         policy: &str,
         limit: u64,
+        on_limit: OnAuditLimit,
     ) -> io::Result<AuditSink> {
         let (tx, rx) = mpsc::unbounded_channel();
         let output = match destination {
@@ -275,10 +282,13 @@ impl AuditSink {
         };
         let dropped = Arc::new(AtomicU64::new(0));
         let write_errors = Arc::new(AtomicU64::new(0));
+        let budget = Arc::new(budget::Budget::new(limit, on_limit));
         let settings = writer::WriterSettings {
             run: run.clone(),
             policy: policy.to_owned(),
             limit,
+            on_limit,
+            budget: budget.clone(),
             dropped_elsewhere: dropped.clone(),
             write_errors: write_errors.clone(),
         };
@@ -289,6 +299,7 @@ impl AuditSink {
             tx,
             writer: thread.thread().clone(),
             counts: Arc::default(),
+            budget,
             dropped,
             write_errors,
             run: run.map(Arc::from),
@@ -325,22 +336,32 @@ impl AuditSink {
 
     /// Queues the record; it reaches the log within a writer tick (5 ms while records keep
     /// coming, 50 ms after a quiet spell).
-    pub fn send(&self, mut record: AuditRecord) {
+    pub fn send(&self, record: AuditRecord) {
+        self.send_record(record, false);
+    }
+
+    fn send_record(&self, mut record: AuditRecord, held: bool) {
         self.prepare(&mut record);
         // The writer only stops when the process ends; a failed send means it is gone.
         let _ = self.tx.send(WriterMessage::Record {
             record: Box::new(record),
+            held,
             done: None,
         });
     }
 
     /// Sends the record and waits until it is written and flushed (or counted as dropped
     /// past the audit limit): how a refusal is recorded before it is answered.
-    pub async fn send_and_wait(&self, mut record: AuditRecord) {
+    pub async fn send_and_wait(&self, record: AuditRecord) {
+        self.send_and_wait_record(record, false).await;
+    }
+
+    async fn send_and_wait_record(&self, mut record: AuditRecord, held: bool) {
         self.prepare(&mut record);
         let (done, wait) = oneshot::channel();
         let message = WriterMessage::Record {
             record: Box::new(record),
+            held,
             done: Some(done),
         };
         self.wait_for(message, wait).await;
@@ -408,6 +429,9 @@ pub(crate) struct Attempt {
     pub request: Option<RequestFields>,
     /// The record went out already ([`Attempt::record`]); dropping sends nothing more.
     sent: bool,
+    /// The record's place in the budget is taken ([`Attempt::hold_record`]): it is written
+    /// whatever happens.
+    held: bool,
 }
 
 impl Attempt {
@@ -431,7 +455,23 @@ impl Attempt {
             bytes_down: 0,
             request: None,
             sent: false,
+            held: false,
         }
+    }
+
+    /// Takes this attempt's place in the audit budget before it reaches anything, so its
+    /// record is written whatever the sandbox does next. Every door calls it (through the
+    /// gate, the DNS responder and the inspected request's judgement) once the policy let
+    /// the attempt through and before anything leaves. False when no place is left: the
+    /// attempt is then refused (`audit_limit`) and must not go ahead.
+    pub(crate) fn hold_record(&mut self) -> bool {
+        if !self.held {
+            self.held = self.sink.budget.hold_for_egress();
+        }
+        if !self.held {
+            self.set_outcome(Outcome::Blocked, Reason::AuditLimit, None);
+        }
+        self.held
     }
 
     /// Sends the record now and waits until it is written and flushed. Every door calls
@@ -439,7 +479,7 @@ impl Attempt {
     /// answer finds the record in the log.
     pub(crate) async fn record(mut self) {
         if let Some(record) = self.take_record() {
-            self.sink.send_and_wait(record).await;
+            self.sink.send_and_wait_record(record, self.held).await;
         }
     }
 
@@ -521,7 +561,7 @@ impl Drop for Attempt {
     /// its record, queued.
     fn drop(&mut self) {
         if let Some(record) = self.take_record() {
-            self.sink.send(record);
+            self.sink.send_record(record, self.held);
         }
     }
 }
@@ -634,8 +674,14 @@ mod tests {
     #[tokio::test]
     async fn dropped_attempts_are_recorded_and_counted() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let sink =
-            AuditSink::start(AuditDestination::Channel(tx), Some("r-1".into()), "p", 10).unwrap();
+        let sink = AuditSink::start(
+            AuditDestination::Channel(tx),
+            Some("r-1".into()),
+            "p",
+            10,
+            OnAuditLimit::Reserve,
+        )
+        .unwrap();
         {
             let mut attempt = Attempt::new(&sink, Kind::Connect, None);
             attempt.host = "example.com".into();

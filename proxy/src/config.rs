@@ -44,9 +44,12 @@ pub struct ProxyConfig {
     pub audit: AuditDestination,
     /// Written into every audit record's `run`.
     pub run_id: Option<String>,
-    /// Attempt records written per run; past it one `limit` record, then attempts are only
+    /// Attempt records written per run; past it one `limit` record, then refusals are only
     /// counted (the `end` record's `dropped`). At least 1.
     pub audit_limit: u64,
+    /// What new egress gets past `audit_limit`: records from a reserve of its own, or
+    /// refused. Either way nothing leaves without its record.
+    pub on_audit_limit: crate::audit::OnAuditLimit,
     /// DNS queries per second per client, every loopback address being one client (a run's
     /// sandbox is one client, whichever of its loopback addresses it sends from); over it a
     /// query is answered REFUSED, counted as dropped, and gets no record. At least 1.
@@ -169,6 +172,9 @@ impl ProxyConfig {
             Some(limit) => self.audit_limit = limit,
             None => {}
         }
+        if let Some(on_limit) = handoff.on_audit_limit {
+            self.on_audit_limit = on_limit;
+        }
         if let Some(raw) = handoff.sandbox_hostname {
             let name = HostName::parse(&raw)
                 .map_err(|error| HandoffError::SandboxHostname { raw, error })?;
@@ -239,6 +245,7 @@ impl ProxyConfig {
             audit: AuditDestination::Stdout,
             run_id: None,
             audit_limit: crate::audit::DEFAULT_AUDIT_LIMIT,
+            on_audit_limit: crate::audit::OnAuditLimit::default(),
             dns_rate: crate::dns_rate::DEFAULT_DNS_RATE,
             pins: Vec::new(),
             name_servers: NameServers::System,
@@ -286,6 +293,7 @@ mod tests {
             secrets: Secrets([("HANDED".to_owned(), "handed-secret-value".to_owned())].into()),
             placeholders: [("OWN".to_owned(), "handed-placeholder-00".to_owned())].into(),
             audit_limit: Some(7),
+            on_audit_limit: Some(crate::audit::OnAuditLimit::Refuse),
             ca_lifetime_s: Some(60),
             sandbox_hostname: Some("sandbox-1a2b".into()),
             door_ports: vec![8443, 8443],
@@ -314,6 +322,7 @@ mod tests {
             ]
         );
         assert_eq!(config.audit_limit, 7);
+        assert_eq!(config.on_audit_limit, crate::audit::OnAuditLimit::Refuse);
         assert_eq!(config.credentials.ca_lifetime, Duration::from_secs(60));
         assert_eq!(config.sandbox_hostname.unwrap().as_str(), "sandbox-1a2b");
         assert_eq!(

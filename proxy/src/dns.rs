@@ -168,6 +168,10 @@ fn answer_query(
     if decision.verdict == Verdict::Block {
         return ResponseCode::NXDomain;
     }
+    // An answer lets the sandbox connect: not without its record's place in the budget.
+    if !attempt.hold_record() {
+        return ResponseCode::Refused;
+    }
     // Allowed (or report mode): only A gets an answer; AAAA and the rest (HTTPS records that
     // would carry ECH keys included) are empty, since the sandbox has no IPv6 and every
     // connection must come to the proxy.

@@ -97,8 +97,26 @@ impl Gate {
         }
     }
 
-    /// The policy's verdict on `target:port`, recorded in `attempt`. No I/O.
+    /// The policy's verdict on `target:port`, recorded in `attempt`, and for an attempt
+    /// it lets through, the place of its record in the audit budget
+    /// ([`Attempt::hold_record`]): nothing leaves without its record. No I/O.
     pub(crate) fn decide(
+        &self,
+        attempt: &mut Attempt,
+        target: &Target,
+        port: u16,
+    ) -> Result<Decision, Refusal> {
+        let decision = self.verdict(attempt, target, port)?;
+        if !attempt.hold_record() {
+            return Err(Refusal::of(attempt, String::new()));
+        }
+        Ok(decision)
+    }
+
+    /// The policy's verdict on `target:port`, recorded in `attempt`, holding no place for
+    /// its record: for a door that lets nothing through itself (it hands the connection
+    /// on, or only records what the kernel refused). No I/O.
+    pub(crate) fn verdict(
         &self,
         attempt: &mut Attempt,
         target: &Target,
@@ -161,7 +179,9 @@ impl Gate {
         self.connect_decided(attempt, target, port, &decision).await
     }
 
-    /// Resolve → floor → connect for a target the policy already let through.
+    /// Resolve → floor → connect for a target the policy already let through. Nothing
+    /// connects without its record's place (held by the decision already; checked again so
+    /// that no door can skip it).
     pub(crate) async fn connect_decided(
         &self,
         attempt: &mut Attempt,
@@ -169,6 +189,9 @@ impl Gate {
         port: u16,
         decision: &Decision,
     ) -> Result<TcpStream, Refusal> {
+        if !attempt.hold_record() {
+            return Err(Refusal::of(attempt, String::new()));
+        }
         let addresses = match target {
             Target::Ip(ip) => vec![*ip],
             Target::Name(name) => match self.resolver.resolve(name).await {

@@ -60,6 +60,9 @@ pub struct Handoff {
     /// claim. At least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_limit: Option<u64>,
+    /// The run's `--on-audit-limit` (overrides the proxy's flag), for the same reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_audit_limit: Option<crate::audit::OnAuditLimit>,
     /// The sandbox's host name, when its resolv.conf names the proxy: answered without a
     /// record (`ProxyConfig::sandbox_hostname`). Chosen with the sandbox, known at claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,6 +180,7 @@ mod tests {
             }],
             ca_lifetime_s: Some(3630),
             audit_limit: Some(5),
+            on_audit_limit: Some(crate::audit::OnAuditLimit::Refuse),
             sandbox_hostname: Some("sandbox-1a2b3c".into()),
             door_ports: vec![5432, 8443],
         };

@@ -477,6 +477,9 @@ fn judge(
         };
         return Err(Refusal::of(attempt, detail.to_owned()));
     }
+    if !attempt.hold_record() {
+        return Err(Refusal::of(attempt, String::new()));
+    }
     parts.uri = Uri::try_from(path_and_query.as_str()).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
     crate::exchange::strip_hop_by_hop(&mut parts.headers);

@@ -69,7 +69,7 @@ pub(crate) async fn serve(
         return refuse(attempt, stream).await;
     };
     let target = Target::Name(name);
-    let Ok(decision) = gate.decide(&mut attempt, &target, port) else {
+    let Ok(decision) = gate.verdict(&mut attempt, &target, port) else {
         return refuse(attempt, stream).await;
     };
     if shared.inspect.is_some() && gate.policy().inspection(&target, port).is_some() {
@@ -79,6 +79,10 @@ pub(crate) async fn serve(
         drop(attempt);
         return crate::transparent::serve(stream, client, port, shared.clone(), shutdown, slot)
             .await;
+    }
+    // Only now does this door let anything through itself: its record's place first.
+    if !attempt.hold_record() {
+        return refuse(attempt, stream).await;
     }
     // The raw door's own bound, on top of the connection limit this connection already
     // holds a place under.

@@ -44,7 +44,7 @@ impl Refusal {
     pub(crate) fn status(&self) -> u16 {
         match self.reason {
             Reason::BadRequest | Reason::Unsupported => 400,
-            Reason::Limit => 503,
+            Reason::Limit | Reason::AuditLimit => 503,
             Reason::ResolveFailed
             | Reason::ConnectFailed
             | Reason::UpstreamTls
@@ -79,6 +79,9 @@ pub(crate) fn explain(reason: Reason) -> &'static str {
         Reason::UpstreamTls => "the upstream's TLS certificate does not verify",
         Reason::UpstreamEncoding => {
             "the upstream's answer is encoded (compressed), so it cannot be checked for the run's secrets"
+        }
+        Reason::AuditLimit => {
+            "the run's audit records are spent, and nothing leaves without its record"
         }
     }
 }

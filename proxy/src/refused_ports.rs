@@ -278,7 +278,7 @@ fn judge(socket: &ClosedSocket, names: &NameAddresses, shared: &Shared) -> Attem
         }
         Some(name) => {
             // No port is ever 0, so a forgotten port is judged as one no rule allows.
-            match gate.decide(&mut attempt, &Target::Name(name), port) {
+            match gate.verdict(&mut attempt, &Target::Name(name), port) {
                 // Refused by the policy: its reason stands.
                 Err(_) => {}
                 // Allowed, but past the raw doors' bound: no door was there to carry it.

@@ -63,6 +63,7 @@ impl Shared {
             config.run_id,
             config.policy.name(),
             config.audit_limit.max(1),
+            config.on_audit_limit,
         )?
         .with_redactor(
             inspect

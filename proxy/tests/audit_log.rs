@@ -1,14 +1,17 @@
 //! The audit log as a file: a refusal's record is there when its answer arrives; record
 //! text from the sandbox never holds a raw control character; the chain (`seq`, `prev`,
-//! `end`); the audit limit; the DNS rate limit (one for the whole loopback).
+//! `end`); the audit limit, which refusals cannot spend to hide egress; the DNS rate limit
+//! (one for the whole loopback).
 
 mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use common::{HANG, Responses, TestProxy, allow_yaml, status};
-use egress_proxy::audit::{AuditDestination, AuditLine, genesis, sha256_hex};
+use common::{HANG, Responses, Site, TestProxy, allow_yaml, exchange, status};
+use egress_proxy::audit::{
+    AuditDestination, AuditLine, DroppedByDecision, OnAuditLimit, Outcome, genesis, sha256_hex,
+};
 use egress_proxy::text::must_escape;
 use hickory_proto::op::{Message, ResponseCode};
 use tokio::io::AsyncWriteExt;
@@ -262,6 +265,188 @@ async fn past_the_audit_limit_attempts_are_counted_not_written() {
     }
     match AuditLine::parse(lines[4].as_bytes()).unwrap() {
         AuditLine::End(end) => assert_eq!((end.records, end.dropped), (4, 5)),
+        other => panic!("not an end record: {other:?}"),
+    }
+}
+
+/// A proxy writing to `log` that allows `site.test` (pinned to `site`) on the site's port,
+/// with a DNS responder, an audit limit of [`SMALL_LIMIT`] and `on_limit`.
+async fn budget_proxy(log: &Path, site: &Site, on_limit: OnAuditLimit) -> TestProxy {
+    let port = site.port();
+    let yaml = allow_yaml(
+        &[("site.test", port)],
+        &format!("  - cidr: 127.0.0.0/8\n    ports: [{port}]\n"),
+    );
+    let log = log.to_path_buf();
+    TestProxy::start_with(&yaml, &[("site.test", &site.ip())], |config| {
+        config.audit = AuditDestination::File(log);
+        config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.audit_limit = SMALL_LIMIT;
+        config.on_audit_limit = on_limit;
+    })
+    .await
+}
+
+const SMALL_LIMIT: u64 = 5;
+
+/// The attack: refusals are cheap, so the sandbox spends the whole audit budget on blocked
+/// lookups (`refusals` of them, more than the limit).
+async fn spend_the_budget_on_refusals(proxy: &TestProxy, refusals: u16) {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for n in 0..refusals {
+        let label = format!("flood{n}");
+        let answer = ask(
+            &socket,
+            dns_addr(proxy),
+            &query(n, &[label.as_bytes(), b"blocked", b"test"]),
+        )
+        .await;
+        assert_eq!(answer.metadata.response_code, ResponseCode::NXDomain);
+    }
+}
+
+/// A plain request for `site.test` through the proxy, as the program would send it next.
+async fn request_the_site(proxy: &TestProxy, site: &Site) -> String {
+    let port = site.port();
+    let request = format!(
+        "GET http://site.test:{port}/after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    exchange(proxy.addr, request.as_bytes()).await
+}
+
+fn parsed(lines: &[String]) -> Vec<AuditLine> {
+    lines
+        .iter()
+        .map(|line| AuditLine::parse(line.as_bytes()).unwrap())
+        .collect()
+}
+
+/// The attack that spent the budget to hide egress: the refusals fill `--audit-limit`,
+/// then an allowed request goes out. It is still written (from the reserve), after the
+/// `limit` line, and the `end` line counts the dropped refusals by decision.
+#[tokio::test]
+async fn an_allowed_request_past_a_budget_spent_on_refusals_is_still_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let site = Site::http("127.0.0.2", "site").await;
+    let mut proxy = budget_proxy(&log, &site, OnAuditLimit::Reserve).await;
+    spend_the_budget_on_refusals(&proxy, 8).await;
+    let response = request_the_site(&proxy, &site).await;
+    assert_eq!(status(&response), 200, "{response}");
+    assert!(site.received_text().starts_with("GET /after "));
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    let lines = parsed(&lines);
+    assert_eq!(
+        lines.len(),
+        8,
+        "5 refusals, limit, the request, end:\n{lines:#?}"
+    );
+    for line in &lines[..5] {
+        assert!(
+            matches!(line, AuditLine::Attempt(record) if record.decision == Outcome::Blocked),
+            "{line:?}"
+        );
+    }
+    match &lines[5] {
+        AuditLine::Limit(limit) => {
+            assert_eq!(limit.limit, SMALL_LIMIT);
+            assert_eq!(limit.on_audit_limit.as_deref(), Some("reserve"));
+            assert_eq!(limit.reserve, Some(SMALL_LIMIT));
+        }
+        other => panic!("not a limit record: {other:?}"),
+    }
+    match &lines[6] {
+        AuditLine::Attempt(record) => {
+            assert_eq!(record.decision, Outcome::Allowed);
+            assert_eq!(record.host, "site.test");
+            assert_eq!(record.request.as_ref().unwrap().path, "/after");
+        }
+        other => panic!("the allowed request has no record: {other:?}"),
+    }
+    match &lines[7] {
+        AuditLine::End(end) => {
+            assert_eq!((end.records, end.dropped), (7, 3));
+            assert_eq!(
+                end.dropped_by_decision,
+                Some(DroppedByDecision {
+                    blocked: 3,
+                    ..DroppedByDecision::default()
+                })
+            );
+        }
+        other => panic!("not an end record: {other:?}"),
+    }
+}
+
+/// Under `refuse`, the same attack gets the allowed request refused (503, `audit_limit`)
+/// before anything leaves: the upstream never sees a connection, and the refusal is counted
+/// as a dropped `blocked` attempt.
+#[tokio::test]
+async fn under_refuse_egress_past_a_spent_budget_never_reaches_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let canary = Site::canary("127.0.0.3").await;
+    let mut proxy = budget_proxy(&log, &canary, OnAuditLimit::Refuse).await;
+    spend_the_budget_on_refusals(&proxy, 8).await;
+    let response = request_the_site(&proxy, &canary).await;
+    assert_eq!(status(&response), 503, "{response}");
+    assert!(response.contains("audit_limit"), "{response}");
+    assert_eq!(
+        canary.connection_count().await,
+        0,
+        "the upstream was reached"
+    );
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    let lines = parsed(&lines);
+    assert_eq!(lines.len(), 7, "5 refusals, limit, end:\n{lines:#?}");
+    match &lines[5] {
+        AuditLine::Limit(limit) => {
+            assert_eq!(limit.on_audit_limit.as_deref(), Some("refuse"));
+            assert_eq!(limit.reserve, Some(0));
+        }
+        other => panic!("not a limit record: {other:?}"),
+    }
+    match &lines[6] {
+        AuditLine::End(end) => {
+            assert_eq!((end.records, end.dropped), (6, 4));
+            assert_eq!(end.dropped_by_decision.unwrap().blocked, 4);
+        }
+        other => panic!("not an end record: {other:?}"),
+    }
+}
+
+/// Once the reserve is spent too, new egress is refused under `reserve` as well: every
+/// allowed request that went out has its record.
+#[tokio::test]
+async fn past_the_reserve_egress_is_refused_and_every_allowed_request_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let site = Site::http("127.0.0.2", "site").await;
+    let mut proxy = budget_proxy(&log, &site, OnAuditLimit::Reserve).await;
+    spend_the_budget_on_refusals(&proxy, 6).await;
+    let mut served = 0;
+    for _ in 0..SMALL_LIMIT + 2 {
+        match status(&request_the_site(&proxy, &site).await) {
+            200 => served += 1,
+            503 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(served, SMALL_LIMIT, "the reserve's worth went out");
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    let allowed = parsed(&lines)
+        .iter()
+        .filter(|line| matches!(line, AuditLine::Attempt(record) if record.decision == Outcome::Allowed))
+        .count();
+    assert_eq!(allowed as u64, served);
+    match parsed(&lines).last().unwrap() {
+        AuditLine::End(end) => assert_eq!(end.dropped_by_decision.unwrap().blocked, 1 + 2),
         other => panic!("not an end record: {other:?}"),
     }
 }

@@ -12,7 +12,7 @@ use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use egress_proxy::audit::{Kind, Outcome};
+use egress_proxy::audit::{DroppedByDecision, Kind, Outcome};
 use serde::Deserialize;
 
 /// One attempt's record as read back from a log: a CONNECT tunnel, a plain HTTP request, a
@@ -77,6 +77,8 @@ pub struct RunEnd {
     pub records: u64,
     /// Attempts counted but not written (past the limit, DNS over the rate).
     pub dropped: u64,
+    /// `dropped` by decision; `None` in logs from before the field.
+    pub dropped_by_decision: Option<DroppedByDecision>,
     pub seq: Option<u64>,
 }
 
@@ -227,6 +229,7 @@ struct RawLine {
     limit: Option<u64>,
     records: Option<u64>,
     dropped: Option<u64>,
+    dropped_by_decision: Option<DroppedByDecision>,
     method: Option<String>,
     path: Option<String>,
     status: Option<u16>,
@@ -254,6 +257,7 @@ pub fn parse_line(line: &str) -> Result<Entry, String> {
             policy: raw.policy,
             records: raw.records.ok_or("`end` line without `records`")?,
             dropped: raw.dropped.unwrap_or(0),
+            dropped_by_decision: raw.dropped_by_decision,
             seq: raw.seq,
         })),
         other => {

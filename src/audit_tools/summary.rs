@@ -17,13 +17,13 @@ use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::Path;
 
-use egress_proxy::audit::Outcome;
+use egress_proxy::audit::{DroppedByDecision, Outcome};
 use egress_proxy::policy::Reason;
 use egress_proxy::text::visible;
 use serde::Deserialize as _;
 use serde::de::IntoDeserializer as _;
 
-use crate::audit_tools::log::{Entry, LoggedAttempt, parse_line};
+use crate::audit_tools::log::{Entry, LoggedAttempt, RunEnd, parse_line};
 use crate::report::{AuditTally, REPORT_GROUPS};
 
 /// What the logs read so far amount to: feed it every log ([`read`](Self::read)), then
@@ -40,6 +40,8 @@ pub struct AuditSummary {
     allowed: AuditTally,
     /// Attempts the proxies counted but did not write, from every `end` record.
     dropped: u64,
+    /// `dropped` by decision, from the `end` records that say it.
+    dropped_by_decision: DroppedByDecision,
     /// `limit` records: runs that reached their audit limit.
     limits: u64,
     /// Attempt records whose reason this version does not know (from a newer proxy).
@@ -66,7 +68,7 @@ impl AuditSummary {
             // once the audit limit is reached, `end` last with what was dropped.
             match parse(&line) {
                 Ok(Entry::Attempt(attempt)) => self.add(&attempt),
-                Ok(Entry::End(end)) => self.dropped += end.dropped,
+                Ok(Entry::End(end)) => self.add_end(&end),
                 Ok(Entry::Limit(_)) => {
                     self.limits += 1;
                     self.tally.add_limit();
@@ -76,6 +78,19 @@ impl AuditSummary {
             }
         }
         Ok(())
+    }
+
+    /// A run's `end`: what it dropped joins the totals, by decision where it says so.
+    fn add_end(&mut self, end: &RunEnd) {
+        self.dropped += end.dropped;
+        if let Some(by_decision) = end.dropped_by_decision {
+            self.tally.add_dropped(by_decision);
+            let sum = &mut self.dropped_by_decision;
+            sum.allowed += by_decision.allowed;
+            sum.blocked += by_decision.blocked;
+            sum.would_block += by_decision.would_block;
+            sum.failed += by_decision.failed;
+        }
     }
 
     fn add(&mut self, attempt: &LoggedAttempt) {
@@ -124,10 +139,11 @@ impl AuditSummary {
             attempts.failed
         );
         if self.dropped > 0 || self.limits > 0 {
+            let by = self.dropped_by_decision;
             let _ = writeln!(
                 out,
-                "{} attempts dropped, not written ({} runs reached their audit limit)",
-                self.dropped, self.limits
+                "{} attempts dropped, not written ({} allowed, {} blocked, {} would_block, {} failed; {} runs reached their audit limit)",
+                self.dropped, by.allowed, by.blocked, by.would_block, by.failed, self.limits
             );
         }
         let blocked = self.blocked.refusals_at_most(REPORT_GROUPS);
@@ -287,17 +303,17 @@ mod tests {
         let log = [
             RECORD.replace("HOST", "a.test"),
             r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"limit","reason":"audit_limit","limit":1,"seq":1,"prev":"00"}"#.to_string(),
-            r#"{"v":1,"ts":"2026-11-29T18:40:44.123Z","run":"r-1","policy":"p","kind":"end","records":2,"dropped":40,"seq":2,"prev":"00"}"#.to_string(),
+            r#"{"v":1,"ts":"2026-11-29T18:40:44.123Z","run":"r-1","policy":"p","kind":"end","records":2,"dropped":40,"dropped_by_decision":{"allowed":0,"blocked":40,"would_block":0,"failed":0},"seq":2,"prev":"00"}"#.to_string(),
         ]
         .join("\n");
         let (text, warnings) = summarise(&log);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert!(
-            text.starts_with("1 attempts: 0 allowed, 1 blocked"),
+            text.starts_with("41 attempts: 0 allowed, 41 blocked"),
             "{text}"
         );
         assert!(
-            text.contains("40 attempts dropped, not written (1 runs reached their audit limit)"),
+            text.contains("40 attempts dropped, not written (0 allowed, 40 blocked, 0 would_block, 0 failed; 1 runs reached their audit limit)"),
             "{text}"
         );
     }

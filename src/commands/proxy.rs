@@ -197,6 +197,7 @@ fn config_from_args(mut args: ProxyArgs) -> Result<ProxyConfig> {
     };
     config.run_id = args.run_id;
     config.audit_limit = args.audit_limit;
+    config.on_audit_limit = args.on_audit_limit;
     config.dns_rate = args.dns_rate;
     config.floor_extra = args
         .floor_extra

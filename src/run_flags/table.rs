@@ -298,7 +298,7 @@ pub const AUDIT_LIMIT: RunFlag = RunFlag {
     value: ValueKind::Count,
     repeatable: false,
     help: Help {
-        run: "Audit records written for the run; past it the proxy only counts attempts (the report and summary say how many were dropped) [default: 100000]",
+        run: "Audit records written for the run; past it the proxy only counts refused attempts (the report and summary say how many were dropped), and --on-audit-limit says what new egress gets [default: 100000]",
         mcp: Some("Audit records written per run [default: 100000]"),
         serve: None,
     },
@@ -306,6 +306,28 @@ pub const AUDIT_LIMIT: RunFlag = RunFlag {
     apply: Some(|builder, value| match value {
         FlagValue::Count(records) => Ok(builder.audit_limit(*records)),
         other => Err(not_a_number("--audit-limit", other)),
+    }),
+};
+
+pub const ON_AUDIT_LIMIT: RunFlag = RunFlag {
+    long: "on-audit-limit",
+    short: None,
+    value_name: "reserve|refuse",
+    value: ValueKind::Text,
+    repeatable: false,
+    help: Help {
+        run: "Past --audit-limit: `reserve` keeps writing allowed attempts' records from a reserve of as many again and refuses new egress once it is spent; `refuse` refuses new egress at once. Nothing leaves unrecorded either way [default: reserve]",
+        mcp: Some(
+            "Past the audit limit: reserve (allowed attempts keep their records) or refuse (new egress refused) [default: reserve]",
+        ),
+        serve: None,
+    },
+    request: RequestField::Same("on_audit_limit"),
+    apply: Some(|builder, value| {
+        let raw = value.text();
+        raw.parse()
+            .map(|on_limit| builder.on_audit_limit(on_limit))
+            .map_err(|error| super::invalid("--on-audit-limit", &raw, error))
     }),
 };
 
@@ -433,7 +455,7 @@ pub const SERVER: RunFlag = RunFlag {
 };
 
 /// Every run flag, in the order help lists them.
-pub const RUN_FLAGS: [&RunFlag; 21] = [
+pub const RUN_FLAGS: [&RunFlag; 22] = [
     &POLICY,
     &ALLOW,
     &IMAGE,
@@ -448,6 +470,7 @@ pub const RUN_FLAGS: [&RunFlag; 21] = [
     &WORKDIR,
     &AUDIT_LOG,
     &AUDIT_LIMIT,
+    &ON_AUDIT_LIMIT,
     &REPORT,
     &RESOLVE,
     &EGRESS_NETWORK,

@@ -163,7 +163,11 @@ impl Reader {
                     AuditLine::Limit(_) => self.records.tally.add_limit(),
                     AuditLine::End(end) => {
                         self.records.head = Some(sha256_hex(entry.bytes()));
-                        self.records.tally.add_end(end.records, end.dropped);
+                        self.records.tally.add_end(
+                            end.records,
+                            end.dropped,
+                            end.dropped_by_decision.unwrap_or_default(),
+                        );
                     }
                     // A line this version does not know: kept in the log, not counted.
                     _ => {}

@@ -202,6 +202,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .collect();
     handoff.run_id = Some(run_id.to_string());
     handoff.audit_limit = Some(spec.audit_limit());
+    handoff.on_audit_limit = Some(spec.on_audit_limit());
     handoff.door_ports = raw_door_ports(&spec.policy_set);
     let credentials = &spec.credentials;
     handoff.secrets = Secrets(
@@ -488,6 +489,7 @@ pub fn sandbox_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use egress_proxy::audit::OnAuditLimit;
 
     fn spec() -> RunSpec {
         RunSpec::builder(["python3", "-c", "print(1)"])
@@ -698,6 +700,14 @@ mod tests {
         assert_eq!(handoff.audit_limit, Some(100_000));
         let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();
         assert_eq!(proxy_handoff(&spec, "r-1").audit_limit, Some(7));
+        let spec = RunSpec::builder(["true"])
+            .on_audit_limit(OnAuditLimit::Refuse)
+            .build()
+            .unwrap();
+        assert_eq!(
+            proxy_handoff(&spec, "r-1").on_audit_limit,
+            Some(OnAuditLimit::Refuse)
+        );
         assert!(handoff.door_ports.is_empty(), "443 is a transparent door's");
         let spec = RunSpec::builder(["true"])
             .allow("db.example.com:5432")

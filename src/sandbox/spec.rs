@@ -20,6 +20,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use egress_proxy::audit::OnAuditLimit;
 use egress_proxy::policy::{CredentialConflicts, Diagnostic, Policy, PolicyError, PolicySet};
 use egress_proxy::resolve::PinError;
 use egress_proxy::target::HostName;
@@ -129,6 +130,7 @@ pub struct RunSpec {
     pub(crate) resolve: Vec<(HostName, IpAddr)>,
     pub(crate) audit_log: Option<PathBuf>,
     pub(crate) audit_limit: u64,
+    pub(crate) on_audit_limit: OnAuditLimit,
     pub(crate) egress_network: Option<String>,
     pub(crate) runtime: Option<String>,
     pub(crate) subnet_pool: Ipv4Net,
@@ -181,6 +183,11 @@ impl RunSpec {
     pub fn audit_limit(&self) -> u64 {
         self.audit_limit
     }
+
+    /// What new egress gets once the audit limit is reached (`--on-audit-limit`).
+    pub fn on_audit_limit(&self) -> OnAuditLimit {
+        self.on_audit_limit
+    }
 }
 
 /// Collects a run request; [`build`](Self::build) checks it.
@@ -203,6 +210,7 @@ pub struct RunSpecBuilder {
     resolve: Vec<(String, IpAddr)>,
     audit_log: Option<PathBuf>,
     audit_limit: Option<u64>,
+    on_audit_limit: Option<OnAuditLimit>,
     egress_network: Option<String>,
     runtime: Option<String>,
     subnet_pool: Option<Ipv4Net>,
@@ -289,6 +297,12 @@ impl RunSpecBuilder {
     /// [default: [`DEFAULT_AUDIT_LIMIT`]]; at least 1.
     pub fn audit_limit(mut self, records: u64) -> Self {
         self.audit_limit = Some(records);
+        self
+    }
+    /// What new egress gets once the audit limit is reached [default: `reserve`]: its
+    /// records from a reserve of its own, or refused. Nothing leaves unrecorded either way.
+    pub fn on_audit_limit(mut self, on_limit: OnAuditLimit) -> Self {
+        self.on_audit_limit = Some(on_limit);
         self
     }
     pub fn egress_network(mut self, name: impl Into<String>) -> Self {
@@ -518,6 +532,7 @@ impl RunSpecBuilder {
             resolve,
             audit_log: self.audit_log,
             audit_limit,
+            on_audit_limit: self.on_audit_limit.unwrap_or_default(),
             egress_network: self.egress_network,
             runtime,
             subnet_pool,

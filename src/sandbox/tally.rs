@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use egress_proxy::audit::{AuditRecord, Outcome};
+use egress_proxy::audit::{AuditRecord, DroppedByDecision, Outcome};
 use serde::Serialize;
 
 /// How many refusal groups a report lists at most; the rest is counted in `blocked_more`.
@@ -23,7 +23,8 @@ pub const TALLY_GROUPS: usize = 2 * REPORT_GROUPS;
 /// valid names are at most 253), so an old or forged log cannot make one key huge.
 pub const MAX_HOST_BYTES: usize = egress_proxy::audit::MAX_RAW_HOST_BYTES;
 
-/// Attempts by decision.
+/// Attempts by decision: those written and, once the proxy's `end` record came, those it
+/// only counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct AttemptCounts {
@@ -89,8 +90,9 @@ pub struct Refusals {
     /// At most [`REPORT_GROUPS`], sorted by count (most first), then host, port, reason.
     pub groups: Vec<RefusalGroup>,
     /// Refused attempts (blocked and would_block) counted in no listed group: those of
-    /// groups beyond the first [`REPORT_GROUPS`] and of groups the tally set aside.
-    /// `sum(groups.count) + more` is every refused attempt.
+    /// groups beyond the first [`REPORT_GROUPS`], of groups the tally set aside, and those
+    /// the proxy only counted (no record says their host). `sum(groups.count) + more` is
+    /// every refused attempt.
     pub more: u64,
 }
 
@@ -102,6 +104,9 @@ pub struct AuditCounts {
     pub written: u64,
     /// Attempts counted but not written: past `--audit-limit`, DNS over the rate limit.
     pub dropped: u64,
+    /// `dropped` by decision, as the proxy's `end` record says (all 0 when it does not:
+    /// the proxy never wrote it, or a log from before the field).
+    pub dropped_by_decision: DroppedByDecision,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -165,12 +170,27 @@ impl AuditTally {
     }
 
     /// The proxy's `end` record: `records` lines written before it, `dropped` attempts
-    /// counted but not written. It is the authority on both.
-    pub fn add_end(&mut self, records: u64, dropped: u64) {
+    /// counted but not written, `by_decision` the same by decision. It is the authority on
+    /// all three, and the dropped attempts join [`attempts`](Self::attempts).
+    pub fn add_end(&mut self, records: u64, dropped: u64, by_decision: DroppedByDecision) {
+        if self.end.is_some() {
+            return;
+        }
+        self.add_dropped(by_decision);
         self.end = Some(AuditCounts {
             written: records,
             dropped,
+            dropped_by_decision: by_decision,
         });
+    }
+
+    /// Counts attempts a proxy counted but did not write, by decision (an `end` record's
+    /// `dropped_by_decision`), with the written ones.
+    pub fn add_dropped(&mut self, by_decision: DroppedByDecision) {
+        self.attempts.allowed += by_decision.allowed;
+        self.attempts.blocked += by_decision.blocked;
+        self.attempts.would_block += by_decision.would_block;
+        self.attempts.failed += by_decision.failed;
     }
 
     /// From the `end` record; without one (the proxy died first), the lines seen here and
@@ -179,6 +199,7 @@ impl AuditTally {
         self.end.unwrap_or(AuditCounts {
             written: self.lines,
             dropped: 0,
+            dropped_by_decision: DroppedByDecision::default(),
         })
     }
 
@@ -240,9 +261,10 @@ impl AuditTally {
                 count,
             })
             .collect();
+        let dropped = self.audit().dropped_by_decision;
         Refusals {
             groups,
-            more: self.set_aside + unlisted,
+            more: self.set_aside + unlisted + dropped.blocked + dropped.would_block,
         }
     }
 }
@@ -433,18 +455,31 @@ pub(crate) mod tests {
             tally.audit(),
             AuditCounts {
                 written: 2,
-                dropped: 0
+                dropped: 0,
+                dropped_by_decision: DroppedByDecision::default(),
             }
         );
         assert!(!tally.ended());
-        tally.add_end(2, 41);
+        let by_decision = DroppedByDecision {
+            blocked: 40,
+            would_block: 1,
+            ..DroppedByDecision::default()
+        };
+        tally.add_end(2, 41, by_decision);
         assert_eq!(
             tally.audit(),
             AuditCounts {
                 written: 2,
-                dropped: 41
+                dropped: 41,
+                dropped_by_decision: by_decision,
             }
         );
+        // The dropped attempts count with the written one, and as refusals in no group.
+        assert_eq!(
+            (tally.attempts.blocked, tally.attempts.would_block),
+            (41, 1)
+        );
+        assert_eq!(tally.refusals().more, 41);
     }
 
     #[test]

@@ -116,6 +116,9 @@ pub struct RunRequest {
     /// Audit records written before the rest are only counted, as `--audit-limit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_limit: Option<u64>,
+    /// `reserve` or `refuse`, as `--on-audit-limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_audit_limit: Option<String>,
 }
 
 /// One `upstream_ca` entry.
@@ -505,6 +508,17 @@ mod tests {
             .unwrap();
         assert_eq!(checked.spec.runtime.as_deref(), Some("runsc"));
         assert_eq!(checked.spec.audit_limit(), 5);
+        let checked = check(r#"{"argv":["true"],"on_audit_limit":"refuse"}"#)
+            .ok()
+            .unwrap();
+        assert_eq!(
+            checked.spec.on_audit_limit(),
+            egress_proxy::audit::OnAuditLimit::Refuse
+        );
+        let refused = check(r#"{"argv":["true"],"on_audit_limit":"never"}"#)
+            .err()
+            .unwrap();
+        assert_eq!(refused.field, "on_audit_limit");
         assert_eq!(
             check(r#"{"argv":["true"],"audit_limit":0}"#)
                 .err()

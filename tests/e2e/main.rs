@@ -16,6 +16,7 @@
 mod support;
 
 mod any_port;
+mod audit_budget;
 mod audit_chain;
 mod audit_summary;
 mod concurrency;

@@ -62,7 +62,8 @@ print("answered all", flush=True)
 "#;
 
 /// `run --audit-limit N` reaches the proxy: N attempt records and the `limit` record are
-/// written, the rest counted; the report and the summary line say how many were dropped.
+/// written, the rest counted; the report counts every attempt, and it and the summary line
+/// say how many were dropped, by decision.
 #[test]
 fn the_audit_limit_reaches_the_proxy_and_the_report_counts_what_was_dropped() {
     let network = TestNetwork::create();
@@ -75,13 +76,15 @@ fn the_audit_limit_reaches_the_proxy_and_the_report_counts_what_was_dropped() {
     let report = run.report();
     assert_eq!(
         report["audit"],
-        serde_json::json!({"written": 4, "dropped": 7}),
+        serde_json::json!({"written": 4, "dropped": 7, "dropped_by_decision":
+            {"allowed": 0, "blocked": 7, "would_block": 0, "failed": 0}}),
         "{context}"
     );
-    assert_eq!(report["attempts"]["blocked"], 3, "{context}");
+    assert_eq!(report["attempts"]["blocked"], 10, "{context}");
+    assert_eq!(report["blocked_more"], 7, "{context}");
     assert!(
         run.summary_line()
-            .ends_with("; 3 blocked: q0.test not_allowed, q1.test not_allowed, q2.test not_allowed; 7 audit records dropped"),
+            .ends_with("; 10 blocked: q0.test not_allowed, q1.test not_allowed, q2.test not_allowed (+7 in groups not listed); 7 audit records dropped"),
         "{context}"
     );
     let kinds: Vec<&str> = run

@@ -114,6 +114,7 @@ class AsyncClient:
                   secrets: Optional[Mapping[str, str]] = None,
                   upstream_ca: Optional[Sequence[Certificate]] = None,
                   runtime: Optional[str] = None, audit_limit: Optional[int] = None,
+                  on_audit_limit: Optional[str] = None,
                   mounts: Optional[Sequence[str]] = None,
                   on_warning: Optional[OnWarning] = None) -> Result:
         """As `Client.run`. The callbacks are called from the event loop's thread."""
@@ -122,7 +123,8 @@ class AsyncClient:
             policies=policies, memory=memory, cpus=cpus, pids=pids, tmp=tmp,
             output_limit=output_limit, workdir=workdir, image=image, resolve=resolve,
             egress_network=egress_network, secrets=secrets, upstream_ca=upstream_ca,
-            runtime=runtime, audit_limit=audit_limit, mounts=mounts)
+            runtime=runtime, audit_limit=audit_limit, on_audit_limit=on_audit_limit,
+            mounts=mounts)
         writer, response = await self._request("POST", "/v1/runs", json.dumps(request))
         try:
             if response.status != 200:

@@ -227,6 +227,7 @@ def request_body(argv: Sequence[str], **options: Any) -> dict[str, Any]:
         "upstream_ca": list(options["upstream_ca"]) if options.get("upstream_ca") else None,
         "runtime": options.get("runtime"),
         "audit_limit": options.get("audit_limit"),
+        "on_audit_limit": options.get("on_audit_limit"),
     }
     request: dict[str, Any] = {"argv": list(argv)}
     request.update({key: value for key, value in optional.items() if value is not None})

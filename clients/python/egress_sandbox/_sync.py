@@ -78,7 +78,8 @@ class Client:
             egress_network: Optional[str] = None, on_started: Optional[OnStarted] = None,
             secrets: Optional[Mapping[str, str]] = None,
             upstream_ca: Optional[Sequence[Certificate]] = None, runtime: Optional[str] = None,
-            audit_limit: Optional[int] = None, mounts: Optional[Sequence[str]] = None,
+            audit_limit: Optional[int] = None, on_audit_limit: Optional[str] = None,
+            mounts: Optional[Sequence[str]] = None,
             on_warning: Optional[OnWarning] = None) -> Result:
         """Runs `argv` in a sandbox and returns its Result.
 
@@ -91,7 +92,8 @@ class Client:
         secrets: {NAME: value} for the policy's credentials (the proxy holds them, the
         sandbox gets placeholders); upstream_ca: [PEM text or {"file", "pem"}] the proxy
         trusts for upstream TLS; runtime: the sandbox's OCI runtime (e.g. "runsc");
-        audit_limit: records written per run; mounts: ["SRC:DST[:rw]"] on the daemon's host.
+        audit_limit: records written per run; on_audit_limit: "reserve" (allowed attempts
+        keep their records past the limit) or "refuse" (new egress is refused); mounts: ["SRC:DST[:rw]"] on the daemon's host.
 
         Raises RequestRefused (nothing was created) or DaemonError; both carry `error`,
         `field`, `status` and `diagnostics`."""
@@ -100,7 +102,8 @@ class Client:
             policies=policies, memory=memory, cpus=cpus, pids=pids, tmp=tmp,
             output_limit=output_limit, workdir=workdir, image=image, resolve=resolve,
             egress_network=egress_network, secrets=secrets, upstream_ca=upstream_ca,
-            runtime=runtime, audit_limit=audit_limit, mounts=mounts)
+            runtime=runtime, audit_limit=audit_limit, on_audit_limit=on_audit_limit,
+            mounts=mounts)
         connection, response = self._request("POST", "/v1/runs", json.dumps(request))
         try:
             if response.status != 200:

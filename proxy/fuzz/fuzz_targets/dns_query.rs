@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 
-use egress_proxy::audit::{AuditDestination, AuditRecord, AuditSink};
+use egress_proxy::audit::{AuditDestination, AuditRecord, AuditSink, OnAuditLimit};
 use egress_proxy::fuzzing::dns_respond;
 use egress_proxy::policy::{Policy, PolicySet, Verdict};
 use egress_proxy::secrets::Placeholders;
@@ -42,8 +42,14 @@ fn state() -> &'static State {
         let flags = ["allowed.test".to_owned(), "*.wild.test".to_owned()];
         let policy = PolicySet::from(Policy::from_allow_flags(&flags).expect("flags"));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let audit =
-            AuditSink::start(AuditDestination::Channel(tx), None, "fuzz", u64::MAX).expect("sink");
+        let audit = AuditSink::start(
+            AuditDestination::Channel(tx),
+            None,
+            "fuzz",
+            u64::MAX,
+            OnAuditLimit::Reserve,
+        )
+        .expect("sink");
         State {
             policy,
             placeholders: Placeholders::new([("KEY", PLACEHOLDER)]),

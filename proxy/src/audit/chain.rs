@@ -80,8 +80,9 @@ pub enum EndKind {
     End,
 }
 
-/// Written once, when `--audit-limit` records have been written: after it attempts are
-/// counted (the end record's `dropped`), not written.
+/// Written once, when the first attempt past `--audit-limit` arrives: after it refusals are
+/// counted (the end record's `dropped`), not written, and only attempts that held their
+/// place before they acted (egress, from the reserve) are written.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimitRecord {
     pub v: u32,
@@ -92,6 +93,14 @@ pub struct LimitRecord {
     /// Always `audit_limit`.
     pub reason: String,
     pub limit: u64,
+    /// What new egress gets past the limit (`--on-audit-limit`): `reserve` or `refuse`.
+    /// Absent in logs of proxies before the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_audit_limit: Option<String>,
+    /// Records egress may still take past the limit: `limit` under `reserve`, 0 under
+    /// `refuse`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,10 +119,43 @@ pub struct EndRecord {
     pub records: u64,
     /// Attempts counted but not written: past the audit limit, DNS queries over the rate.
     pub dropped: u64,
+    /// `dropped` by decision. Absent in logs of proxies before the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_by_decision: Option<DroppedByDecision>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev: Option<String>,
+}
+
+/// Attempts counted but not written, by the decision they got. Only refusals are ever
+/// dropped (an attempt that reaches anything holds its record's place first), so
+/// `allowed`, `would_block` and `failed` stay 0; they are written all the same, so that a
+/// reader adds the four to the written attempts of each decision and needs no rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DroppedByDecision {
+    pub allowed: u64,
+    pub blocked: u64,
+    pub would_block: u64,
+    pub failed: u64,
+}
+
+impl DroppedByDecision {
+    /// Counts one attempt of `decision`.
+    pub fn add(&mut self, decision: super::Outcome) {
+        use super::Outcome;
+        match decision {
+            Outcome::Allowed => self.allowed += 1,
+            Outcome::Blocked => self.blocked += 1,
+            Outcome::WouldBlock => self.would_block += 1,
+            Outcome::Failed => self.failed += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.allowed + self.blocked + self.would_block + self.failed
+    }
 }
 
 /// One line of an audit log, whichever kind it is. Readers that only want attempts take

@@ -1,6 +1,9 @@
 //! The single audit writer: one blocking thread that seals every line into the run's chain,
 //! applies the audit limit, writes, flushes, and answers those waiting for their record.
 //!
+//! A record that holds its place in the budget (egress, see [`super::budget`]) is always
+//! written; any other takes a place here or is only counted, by decision, for `end`.
+//!
 //! Ordinary records (allowed attempts, tunnels at their end) are queued and the thread
 //! drains the queue every [`WRITER_TICK`] while records keep coming, and every
 //! [`WRITER_IDLE_TICK`] once a drain found nothing, so sending one never wakes a thread: on
@@ -16,7 +19,8 @@ use std::time::SystemTime;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::chain::{Chain, EndKind, EndRecord, LimitKind, LimitRecord};
+use super::budget::{Budget, OnAuditLimit, reserve_for};
+use super::chain::{Chain, DroppedByDecision, EndKind, EndRecord, LimitKind, LimitRecord};
 use super::{AUDIT_VERSION, AuditRecord, timestamp};
 
 /// How often the writer drains the queue while records keep coming.
@@ -32,8 +36,10 @@ const WRITER_IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(5
 
 pub(super) enum WriterMessage {
     /// A record; `done` is answered once it is written and flushed (or counted as dropped).
+    /// `held`: its place in the budget was taken before the attempt acted.
     Record {
         record: Box<AuditRecord>,
+        held: bool,
         done: Option<oneshot::Sender<()>>,
     },
     /// Everything sent before this is written and flushed when the sender is answered.
@@ -54,8 +60,11 @@ pub(super) enum Output {
 pub(super) struct WriterSettings {
     pub run: Option<String>,
     pub policy: String,
-    /// Attempt records written before the rest are only counted.
+    /// Attempt records written before refusals are only counted (`--audit-limit`).
     pub limit: u64,
+    pub on_limit: OnAuditLimit,
+    /// The places left, shared with the doors that hold theirs before they act.
+    pub budget: Arc<Budget>,
     /// Attempts dropped elsewhere (DNS queries over the rate), reported in `end`.
     pub dropped_elsewhere: Arc<AtomicU64>,
     /// Failed writes and flushes, for the proxy's exit status.
@@ -67,7 +76,8 @@ struct Writer {
     settings: WriterSettings,
     chain: Chain,
     written: u64,
-    dropped: u64,
+    dropped: DroppedByDecision,
+    limit_written: bool,
     ended: bool,
 }
 
@@ -86,7 +96,8 @@ pub(super) fn run(
         chain: Chain::new(settings.run.as_deref()),
         settings,
         written: 0,
-        dropped: 0,
+        dropped: DroppedByDecision::default(),
+        limit_written: false,
         ended: false,
     };
     let mut waiting = Vec::new();
@@ -94,8 +105,8 @@ pub(super) fn run(
         let mut wrote = false;
         let closed = loop {
             match rx.try_recv() {
-                Ok(WriterMessage::Record { record, done }) => {
-                    writer.attempt(*record);
+                Ok(WriterMessage::Record { record, held, done }) => {
+                    writer.attempt(*record, held);
                     wrote = true;
                     waiting.extend(done);
                 }
@@ -124,17 +135,19 @@ pub(super) fn run(
 }
 
 impl Writer {
-    fn attempt(&mut self, record: AuditRecord) {
+    fn attempt(&mut self, record: AuditRecord, held: bool) {
         if self.ended {
             tracing::warn!("an audit record arrived after the end record; not written");
             return;
         }
-        if self.written >= self.settings.limit {
-            if self.dropped == 0 {
-                self.limit_reached();
-            }
-            self.dropped += 1;
+        if !held && !self.settings.budget.take_shared() {
+            self.limit_reached();
+            self.dropped.add(record.decision);
             return;
+        }
+        // Past the limit only held records come; the `limit` line goes before the first.
+        if self.written == self.settings.limit {
+            self.limit_reached();
         }
         self.written += 1;
         match &mut self.output {
@@ -150,6 +163,10 @@ impl Writer {
 
     /// The one `limit` record, written when the first attempt past the limit arrives.
     fn limit_reached(&mut self) {
+        if std::mem::replace(&mut self.limit_written, true) {
+            return;
+        }
+        let reserve = reserve_for(self.settings.limit, self.settings.on_limit);
         let record = LimitRecord {
             v: AUDIT_VERSION,
             ts: timestamp(SystemTime::now()),
@@ -158,12 +175,16 @@ impl Writer {
             kind: LimitKind::Limit,
             reason: "audit_limit".to_owned(),
             limit: self.settings.limit,
+            on_audit_limit: Some(self.settings.on_limit.as_str().to_owned()),
+            reserve: Some(reserve),
             seq: None,
             prev: None,
         };
         tracing::warn!(
             limit = self.settings.limit,
-            "audit limit reached: further attempts are counted, not written"
+            reserve,
+            "audit limit reached: further refusals are counted, not written; egress is \
+             written from the reserve, and refused once none is left"
         );
         self.emit(serde_json::to_string(&record).expect("a limit record always serialises"));
     }
@@ -173,6 +194,9 @@ impl Writer {
             return;
         }
         self.ended = true;
+        let mut dropped = self.dropped;
+        // Queries over the DNS rate are answered REFUSED: refusals.
+        dropped.blocked += self.settings.dropped_elsewhere.load(Ordering::Relaxed);
         let record = EndRecord {
             v: AUDIT_VERSION,
             ts: timestamp(SystemTime::now()),
@@ -180,7 +204,8 @@ impl Writer {
             policy: Some(self.settings.policy.clone()),
             kind: EndKind::End,
             records: self.chain.len(),
-            dropped: self.dropped + self.settings.dropped_elsewhere.load(Ordering::Relaxed),
+            dropped: dropped.total(),
+            dropped_by_decision: Some(dropped),
             seq: None,
             prev: None,
         };

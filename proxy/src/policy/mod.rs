@@ -85,6 +85,9 @@ pub enum Reason {
     /// An inspected upstream answered in an encoding the proxy cannot scrub of the run's
     /// secrets (compressed although `identity` was asked for).
     UpstreamEncoding,
+    /// The run's audit budget is spent: the attempt would have gone ahead, but its record
+    /// could not be written, so it was refused (`--on-audit-limit`).
+    AuditLimit,
 }
 
 impl Reason {
@@ -108,6 +111,7 @@ impl Reason {
             Reason::CredentialMisuse => "credential_misuse",
             Reason::UpstreamTls => "upstream_tls",
             Reason::UpstreamEncoding => "upstream_encoding",
+            Reason::AuditLimit => "audit_limit",
         }
     }
 }
