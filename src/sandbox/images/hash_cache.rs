@@ -84,6 +84,15 @@ pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile
     Ok(HashedFile { bytes, sha256 })
 }
 
+/// The sha256 of the file at `path` as it is now: the remembered one while the file is
+/// unchanged (a `stat`), else read, hashed and remembered.
+pub fn current_sha256(cache_dir: &Path, path: &Path) -> io::Result<String> {
+    match cached_sha256(cache_dir, path)? {
+        Some(sha256) => Ok(sha256),
+        None => Ok(read_and_remember(cache_dir, path)?.sha256),
+    }
+}
+
 /// A missing or unreadable cache is an empty cache, never an error.
 fn read_entries(cache_file: &Path) -> Vec<Entry> {
     fs::read(cache_file)
@@ -180,6 +189,28 @@ mod tests {
         assert_eq!(
             cached_sha256(&cache, &binary).unwrap().as_deref(),
             Some(SHA256_HELLO)
+        );
+    }
+
+    #[test]
+    fn the_current_hash_follows_a_write_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("bin");
+        let cache = dir.path().join("cache");
+        fs::write(&binary, "hello").unwrap();
+        assert_eq!(current_sha256(&cache, &binary).unwrap(), SHA256_HELLO);
+        assert_eq!(current_sha256(&cache, &binary).unwrap(), SHA256_HELLO);
+        fs::write(&binary, "world").unwrap();
+        // The mtime forced to differ even on coarse clocks.
+        File::options()
+            .write(true)
+            .open(&binary)
+            .unwrap()
+            .set_modified(SystemTime::now() + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(
+            current_sha256(&cache, &binary).unwrap(),
+            sha256_hex(b"world")
         );
     }
 
