@@ -283,7 +283,14 @@ pub(crate) fn private_cache_dir() -> Result<PathBuf, ImageError> {
 /// in the private cache directory from when it was hashed if the file is unchanged since
 /// (same size, mtime and ctime; no write leaves the ctime as it was).
 pub(crate) fn content_sha256(path: &Path) -> Result<String, ImageError> {
-    hash_cache::current_sha256(&private_cache_dir()?, path)
+    // One at a time: a daemon's concurrent runs would each hash the same file when it is
+    // not remembered yet; after the first, the others find its hash.
+    static HASHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let cache = private_cache_dir()?;
+    let _one = HASHING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    hash_cache::current_sha256(&cache, path)
         .map_err(ImageError::io(format!("cannot read {}", path.display())))
 }
 

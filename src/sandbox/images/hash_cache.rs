@@ -70,7 +70,8 @@ pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile
     if FileIdentity::of(path)? == identity {
         let cache_file = cache_dir.join(CACHE_FILE);
         let mut entries = read_entries(&cache_file);
-        entries.retain(|e| e.identity.path != identity.path);
+        // Entries of files gone (a stopped daemon's kept binary) would push live ones out.
+        entries.retain(|e| e.identity.path != identity.path && e.identity.path.exists());
         entries.push(Entry {
             identity,
             sha256: sha256.clone(),
@@ -103,11 +104,15 @@ fn read_entries(cache_file: &Path) -> Vec<Entry> {
 
 fn write_entries(cache_dir: &Path, cache_file: &Path, entries: &[Entry]) -> io::Result<()> {
     fs::create_dir_all(cache_dir)?;
-    let temp = cache_dir.join(format!("{CACHE_FILE}.{}.tmp", std::process::id()));
-    fs::write(&temp, serde_json::to_vec_pretty(entries)?)?;
-    fs::rename(&temp, cache_file).inspect_err(|_| {
-        let _ = fs::remove_file(&temp);
-    })
+    // A name of its own: threads of one process (a daemon's runs) write at the same time.
+    let mut temp = tempfile::Builder::new()
+        .prefix(&format!("{CACHE_FILE}."))
+        .suffix(".tmp")
+        .tempfile_in(cache_dir)?;
+    io::Write::write_all(&mut temp, &serde_json::to_vec_pretty(entries)?)?;
+    temp.persist(cache_file)
+        .map(drop)
+        .map_err(|error| error.error)
 }
 
 #[cfg(test)]
@@ -230,5 +235,23 @@ mod tests {
             read_and_remember(&cache, &binary).unwrap();
         }
         assert_eq!(read_entries(&cache.join(CACHE_FILE)).len(), MAX_ENTRIES);
+    }
+
+    #[test]
+    fn entries_of_files_gone_are_dropped_and_no_temporary_file_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let gone = dir.path().join("gone");
+        let kept = dir.path().join("kept");
+        fs::write(&gone, "gone").unwrap();
+        fs::write(&kept, "kept").unwrap();
+        read_and_remember(&cache, &gone).unwrap();
+        fs::remove_file(&gone).unwrap();
+        read_and_remember(&cache, &kept).unwrap();
+        let entries = read_entries(&cache.join(CACHE_FILE));
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].identity.path, fs::canonicalize(&kept).unwrap());
+        let names: Vec<_> = fs::read_dir(&cache).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 }
