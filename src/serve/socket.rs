@@ -186,6 +186,24 @@ mod tests {
         assert_eq!(leftovers.len(), 1, "the staging directory was left behind");
     }
 
+    /// A directory the daemon makes is 0700, or 0710 for the socket's group, whose members
+    /// must pass it to reach the socket.
+    #[tokio::test]
+    async fn a_missing_directory_is_made_private_or_passable_by_the_group() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("own");
+        bind(&own.join("api.sock"), None).await.unwrap().close();
+        assert_eq!(std::fs::metadata(&own).unwrap().mode() & 0o7777, 0o700);
+        let shared = dir.path().join("shared");
+        bind(&shared.join("api.sock"), Some("0"))
+            .await
+            .unwrap()
+            .close();
+        let meta = std::fs::metadata(&shared).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o710, 0));
+    }
+
     #[tokio::test]
     async fn closing_removes_only_the_socket_it_bound() {
         let dir = tempfile::tempdir().unwrap();
