@@ -127,6 +127,29 @@ fn a_launcher_planted_at_the_private_path_refuses_the_run() {
     assert_refused_naming(code(&output), &stderr(&output), &planted, "0755");
 }
 
+/// A place in the user's own directory whose file is not the binary its name says (written
+/// by the user, or corrupted): checked by content before the sandbox mounts it, refused.
+#[test]
+fn a_launcher_place_whose_content_is_not_its_id_is_never_run() {
+    let tmp = shared_tmp();
+    let own = user_dir(tmp.path());
+    let place = own.join(format!("egress-sandbox-launcher-{}", content_id()));
+    std::fs::create_dir_all(&place).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let launcher = place.join("egress-sandbox");
+    std::fs::write(&launcher, format!("#!/bin/sh\necho {PLANTED_MARKER}\n")).unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = run_in(tmp.path(), &["--", "echo", "the-real-command"]);
+    let err = stderr(&output);
+    assert!(!stdout(&output).contains(PLANTED_MARKER), "the place ran");
+    assert_eq!(code(&output), 125, "{err}");
+    let changed = format!(
+        "{} changed after egress-sandbox checked it",
+        launcher.display()
+    );
+    assert!(err.contains(&changed), "{err}");
+}
+
 /// A daemon stopped at start, or killed if it serves (then the test fails).
 struct DaemonStart {
     code: i32,

@@ -92,8 +92,8 @@ pub enum ImageError {
     Place(#[from] PlaceError),
     #[error(
         "{} changed after egress-sandbox checked it (its sha256 is now {found}, not {expected}), \
-         so nothing is run or imaged from it; restart egress-sandbox (a daemon keeps its binary \
-         as it was at its start)",
+         so nothing is run or imaged from it: remove it if it is a launcher's place (the next \
+         run makes it again); restart the daemon if it is the binary a daemon kept",
         path.display()
     )]
     BinaryChanged {
