@@ -67,7 +67,9 @@ pub struct WatchdogArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The API socket [default: /run/egress-sandbox/api.sock as root, else
-    /// $XDG_RUNTIME_DIR/egress-sandbox.sock]. Access to it is access to the Docker host.
+    /// $XDG_RUNTIME_DIR/egress-sandbox.sock, else $TMPDIR/egress-sandbox-<uid>/api.sock]. Its
+    /// directory must be yours and writable by no one else (a missing one is made 0700).
+    /// Access to the socket is access to the Docker host.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Make the socket 0660 for GROUP (name or number) instead of 0600.

@@ -188,3 +188,43 @@ fn gc_keeps_a_live_run_whose_owner_proc_hides() {
         "gc left a dead owner's run: {left_dead:?}"
     );
 }
+
+/// A directory named as a run's in the temporary directory, stamped with a dead owner, but
+/// made by another user (uid 65534): not this user's run, so `gc` leaves it; this user's
+/// own goes.
+#[test]
+fn gc_removes_only_the_run_directories_of_its_own_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let dead_owner = format!("4294967294:1:{}", host_identity());
+    let theirs = tmp.path().join("egress-sandbox-run-Theirs");
+    let planted = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .args([
+            "sh",
+            "-euc",
+            "mkdir \"$1\"; printf %s \"$2\" > \"$1/owner\"",
+            "sh",
+        ])
+        .arg(&theirs)
+        .arg(&dead_owner)
+        .status()
+        .unwrap();
+    assert!(planted.success());
+    let ours = tmp.path().join("egress-sandbox-run-Ours");
+    std::fs::create_dir(&ours).unwrap();
+    std::fs::write(ours.join("owner"), &dead_owner).unwrap();
+
+    let output = binary()
+        .env("TMPDIR", tmp.path())
+        .arg("gc")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        theirs.join("owner").exists(),
+        "gc removed another user's directory"
+    );
+    assert!(!ours.exists(), "gc left its own user's dead run directory");
+}

@@ -18,6 +18,7 @@ use egress_sandbox::sandbox::EGRESS_NETWORK;
 use egress_sandbox::sandbox::docker::{Engine, EngineFacts};
 use egress_sandbox::sandbox::images::{self, BASE_IMAGE};
 use egress_sandbox::sandbox::labels::{Owner, RunNames};
+use egress_sandbox::sandbox::private_dir;
 use egress_sandbox::sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
 
 /// How a check came out.
@@ -201,18 +202,35 @@ fn cgroup_check(facts: &EngineFacts) -> Check {
 
 /// Runs keep their resolv.conf, doors and trust bundle in private directories under the
 /// temp directory, which the engine mounts: it must be writable and on the engine's host.
+/// The launcher's places are in the user's own directory there, which no one else may own
+/// or write.
 fn temp_dir_check() -> Check {
     let temp = std::env::temp_dir();
-    match tempfile::Builder::new()
+    if let Err(error) = tempfile::Builder::new()
         .prefix("egress-sandbox-doctor-")
         .tempdir()
     {
-        Ok(_dir) => Check::ok("temp directory", format!("{} is writable", temp.display())),
-        Err(error) => Check::not_ok(
+        return Check::not_ok(
             Status::Fail,
             "temp directory",
             format!("cannot create a directory in {}: {error}", temp.display()),
             "set TMPDIR to a writable directory on this host",
+        );
+    }
+    match private_dir::ensure(&private_dir::user_temp_dir()) {
+        Ok(own) => Check::ok(
+            "temp directory",
+            format!(
+                "{} is writable; {} is private",
+                temp.display(),
+                own.display()
+            ),
+        ),
+        Err(error) => Check::not_ok(
+            Status::Fail,
+            "temp directory",
+            error.to_string(),
+            "remove it if another user made it, or set TMPDIR to a directory of your own",
         ),
     }
 }

@@ -80,6 +80,9 @@ struct Inner {
     /// The private link (or copy) of the binary [`Sandbox::keep_binary`] made; removed with
     /// the last clone of the handle.
     kept_binary: Option<Arc<tempfile::TempDir>>,
+    /// The sha256 of the kept binary as it was kept: what it must still hold when an image
+    /// is made from it.
+    kept_sha256: Option<String>,
     /// The proxy image once made or found: later runs use it as long as it exists, without
     /// reading the binary again (which may since have been replaced on disk).
     proxy_image: Arc<Mutex<Option<String>>>,
@@ -132,6 +135,7 @@ impl Sandbox {
                 owner,
                 progress: None,
                 kept_binary: None,
+                kept_sha256: None,
                 proxy_image: Arc::default(),
                 image_bundles: Arc::default(),
             }),
@@ -154,15 +158,22 @@ impl Sandbox {
     /// then use (the launcher through a link named by the binary's content, so no sandbox sees
     /// this path). Replacing or deleting the binary on disk (an upgrade, a rebuild) changes
     /// nothing for this handle. Removed when the last clone of the handle is dropped.
+    ///
+    /// Its sha256 is taken now; a kept binary whose content differs later (written to in
+    /// place) is refused ([`ImageError::BinaryChanged`]) before an image is made from it.
     pub fn keep_binary(self) -> Result<Sandbox, RunError> {
         let mut inner = Arc::unwrap_or_clone(self.inner);
-        let (dir, kept) = keep(&inner.proxy_binary).map_err(|source| RunError::ProxyBinary {
-            path: inner.proxy_binary.clone(),
-            source,
-        })?;
-        tracing::debug!(kept = %kept.display(), "proxy binary kept");
+        let cache = images::private_cache_dir()?;
+        let (dir, kept) =
+            keep(&cache, &inner.proxy_binary).map_err(|source| RunError::ProxyBinary {
+                path: inner.proxy_binary.clone(),
+                source,
+            })?;
+        let sha256 = images::content_sha256(&kept)?;
+        tracing::debug!(kept = %kept.display(), %sha256, "proxy binary kept");
         inner.proxy_binary = kept;
         inner.kept_binary = Some(Arc::new(dir));
+        inner.kept_sha256 = Some(sha256);
         // An image found for the old path stays right: it holds the same bytes.
         Ok(Sandbox {
             inner: Arc::new(inner),
@@ -192,7 +203,12 @@ impl Sandbox {
         {
             return Ok(tag);
         }
-        let tag = images::ensure_proxy_image(self.engine(), self.proxy_binary()).await?;
+        let tag = match &self.inner.kept_sha256 {
+            Some(sha256) => {
+                images::ensure_proxy_image_of(self.engine(), self.proxy_binary(), sha256).await?
+            }
+            None => images::ensure_proxy_image(self.engine(), self.proxy_binary()).await?,
+        };
         *self.kept_proxy_image() = Some(tag.clone());
         Ok(tag)
     }
@@ -257,20 +273,16 @@ fn resolve_binary(given: &Path) -> Result<PathBuf, RunError> {
 /// Directories of kept binaries under the cache directory: `kept-binary-<pid>-<random>`.
 const KEPT_PREFIX: &str = "kept-binary-";
 
-/// Links (else copies) `binary` into a new private directory under the cache directory,
-/// after removing the directories of processes that are gone (a killed daemon's).
-fn keep(binary: &Path) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
-    let cache = images::cache_dir();
-    std::fs::create_dir_all(&cache)?;
-    remove_kept_of_gone_processes(&cache);
+/// Links (else copies) `binary` into a new private directory under `cache` (the private
+/// cache directory), after removing the directories of processes that are gone (a killed
+/// daemon's).
+fn keep(cache: &Path, binary: &Path) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
+    remove_kept_of_gone_processes(cache);
     let dir = tempfile::Builder::new()
         .prefix(&format!("{KEPT_PREFIX}{}-", std::process::id()))
-        .tempdir_in(&cache)?;
+        .tempdir_in(cache)?;
     let kept = dir.path().join("egress-sandbox");
-    if let Err(error) = std::fs::hard_link(binary, &kept) {
-        tracing::debug!(%error, "cannot link the proxy binary; copying it");
-        std::fs::copy(binary, &kept)?;
-    }
+    super::launcher_binary::link_or_copy(binary, &kept)?;
     Ok((dir, kept))
 }
 

@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use super::labels::{Owner, OwnerLabel};
+use super::private_dir;
 
 /// Every directory of a run is named this, then random characters.
 const PREFIX: &str = "egress-sandbox-run-";
@@ -22,17 +23,29 @@ const OWNER_FILE: &str = "owner";
 
 /// A new directory for a run of `owner` (mode 0700), in the temporary directory. Mount
 /// only what is put inside it.
+///
+/// Made with a random name that must not exist yet, so it is this process's own; the
+/// temporary directory is checked first ([`private_dir::check_path`]): one that others
+/// can write without it being sticky would let them move the run's directory away.
 pub(crate) fn create(owner: &Owner) -> std::io::Result<tempfile::TempDir> {
     use std::os::unix::fs::PermissionsExt;
+    private_dir::check_path(&std::env::temp_dir()).map_err(std::io::Error::other)?;
     let dir = tempfile::Builder::new().prefix(PREFIX).tempdir()?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
     std::fs::write(dir.path().join(OWNER_FILE), owner.to_string())?;
     Ok(dir)
 }
 
-/// Run directories in `parent` (the temporary directory), each with the owner its stamp
-/// names ([`OwnerLabel::Unreadable`] when the stamp is not there yet or not ours to read).
+/// This user's run directories in `parent` (the temporary directory), each with the owner
+/// its stamp names ([`OwnerLabel::Unreadable`] when the stamp is not there yet or not ours
+/// to read). Another user's directory of the same name is never one: its stamp could name
+/// any owner.
 pub(crate) fn find(parent: &Path) -> Vec<(PathBuf, OwnerLabel)> {
+    find_of(parent, private_dir::current_uid())
+}
+
+fn find_of(parent: &Path, uid: u32) -> Vec<(PathBuf, OwnerLabel)> {
+    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(parent) else {
         return Vec::new();
     };
@@ -43,7 +56,10 @@ pub(crate) fn find(parent: &Path) -> Vec<(PathBuf, OwnerLabel)> {
                 .file_name()
                 .to_str()
                 .is_some_and(|name| name.starts_with(PREFIX))
-                && entry.file_type().is_ok_and(|kind| kind.is_dir())
+                // Not followed if a link: only a directory itself is one.
+                && entry
+                    .metadata()
+                    .is_ok_and(|meta| meta.is_dir() && meta.uid() == uid)
         })
         .map(|entry| {
             let owner = std::fs::read_to_string(entry.path().join(OWNER_FILE))
@@ -89,6 +105,10 @@ mod tests {
         }
         let unstamped = parent.path().join("egress-sandbox-run-Unstamped");
         std::fs::create_dir(&unstamped).unwrap();
+        assert!(
+            find_of(parent.path(), 4_000_000_001).is_empty(),
+            "another user's directories are not this user's runs"
+        );
         let mut found = find(parent.path());
         found.sort_by(|a, b| a.0.cmp(&b.0));
         let mut expected = vec![

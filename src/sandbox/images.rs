@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use bollard::Docker;
 
 use super::docker::{DockerError, Engine};
+use super::private_dir::{self, PlaceError};
 
 pub use base::{BASE_IMAGE, MIRROR_ENV};
 pub use elf::{ElfLinkage, elf_linkage};
@@ -87,6 +88,19 @@ pub enum ImageError {
         "a Docker API request failed (is the Docker daemon running, and DOCKER_HOST right if set?)"
     )]
     Docker(#[source] DockerError),
+    #[error(transparent)]
+    Place(#[from] PlaceError),
+    #[error(
+        "{} changed after egress-sandbox checked it (its sha256 is now {found}, not {expected}), \
+         so nothing is run or imaged from it: remove it if it is a launcher's place (the next \
+         run makes it again); restart the daemon if it is the binary a daemon kept",
+        path.display()
+    )]
+    BinaryChanged {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
     #[error("{context}")]
     Io {
         context: String,
@@ -155,7 +169,23 @@ impl ImageError {
 /// The proxy image for `binary` (a static egress-sandbox binary); returns its tag,
 /// `egress-sandbox-proxy:<first 16 hex of sha256>`. Builds it when missing.
 pub async fn ensure_proxy_image(engine: &Engine, binary: &Path) -> Result<String, ImageError> {
-    proxy::ensure(engine.docker(), &cache_dir(), binary).await
+    proxy::ensure(engine.docker(), &private_cache_dir()?, binary, None).await
+}
+
+/// As [`ensure_proxy_image`], for a binary whose sha256 must be `expected` (a kept binary):
+/// [`ImageError::BinaryChanged`] if it is not, before any image is made from it.
+pub(crate) async fn ensure_proxy_image_of(
+    engine: &Engine,
+    binary: &Path,
+    expected: &str,
+) -> Result<String, ImageError> {
+    proxy::ensure(
+        engine.docker(),
+        &private_cache_dir()?,
+        binary,
+        Some(expected),
+    )
+    .await
 }
 
 /// For a caller that keeps the tag [`ensure_proxy_image`] gave: whether that image still
@@ -164,7 +194,7 @@ pub async fn hand_out_proxy_image(engine: &Engine, tag: &str) -> Result<bool, Im
     if !image_exists(engine.docker(), tag).await? {
         return Ok(false);
     }
-    handed_out::stamp(&cache_dir(), tag);
+    handed_out::stamp(&private_cache_dir()?, tag);
     Ok(true)
 }
 
@@ -181,7 +211,7 @@ pub async fn ensure_base_image_with(
     progress: impl Fn(&Progress) + Send + Sync + 'static,
 ) -> Result<String, ImageError> {
     let progress: base::Report = std::sync::Arc::new(move |step: Progress| progress(&step));
-    base::ensure(engine.docker(), &cache_dir(), progress).await
+    base::ensure(engine.docker(), &private_cache_dir()?, progress).await
 }
 
 /// For `--image`: Ok if `image` exists in the local engine, [`ImageError::Missing`] otherwise.
@@ -214,11 +244,20 @@ pub async fn require_local_image(engine: &Engine, image: &str) -> Result<(), Ima
 /// Never fails (images in use are kept); returns how many were removed. For `gc`; image
 /// builds also run it.
 pub async fn sweep_images(engine: &Engine) -> usize {
-    sweep::remove_leftover_images(engine.docker(), &cache_dir(), None).await
+    match private_cache_dir() {
+        Ok(cache) => sweep::remove_leftover_images(engine.docker(), &cache, None).await,
+        // Its stamps say which images to keep: not read from a place others control.
+        Err(error) => {
+            tracing::warn!(%error, "images not swept");
+            0
+        }
+    }
 }
 
-/// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else a directory under
-/// the system temp dir. Created on first write, not here.
+/// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else `cache` in the
+/// running user's private temporary directory (`$TMPDIR/egress-sandbox-<uid>/cache`: a root
+/// service without `HOME` has a private place too). Created and checked on use
+/// ([`private_cache_dir`]), not here.
 pub fn cache_dir() -> PathBuf {
     let from_env = |name: &str| {
         std::env::var_os(name)
@@ -230,8 +269,29 @@ pub fn cache_dir() -> PathBuf {
     } else if let Some(home) = from_env("HOME") {
         home.join(".cache").join("egress-sandbox")
     } else {
-        std::env::temp_dir().join("egress-sandbox-cache")
+        private_dir::user_temp_dir().join("cache")
     }
+}
+
+/// [`cache_dir`], created mode 0700 if missing, once no other user can change it: the
+/// hashes, locks, build log and kept binaries in it are trusted.
+pub(crate) fn private_cache_dir() -> Result<PathBuf, ImageError> {
+    Ok(private_dir::ensure(&cache_dir())?)
+}
+
+/// The sha256 (hex) of the file at `path` as it is now, by content: hashed, or remembered
+/// in the private cache directory from when it was hashed if the file is unchanged since
+/// (same size, mtime and ctime; no write leaves the ctime as it was).
+pub(crate) fn content_sha256(path: &Path) -> Result<String, ImageError> {
+    // One at a time: a daemon's concurrent runs would each hash the same file when it is
+    // not remembered yet; after the first, the others find its hash.
+    static HASHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let cache = private_cache_dir()?;
+    let _one = HASHING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    hash_cache::current_sha256(&cache, path)
+        .map_err(ImageError::io(format!("cannot read {}", path.display())))
 }
 
 async fn image_exists(docker: &Docker, image: &str) -> Result<bool, ImageError> {

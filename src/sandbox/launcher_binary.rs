@@ -2,16 +2,28 @@
 //!
 //! The sandbox's `/proc/self/mountinfo` shows a bind mount's source path. The proxy binary
 //! itself lives in a checkout, a home directory or the kept copy of a daemon (named by its
-//! pid), so the sandbox mounts a link to it instead, named by its content:
-//! `<temp dir>/egress-sandbox-launcher-<content id>/egress-sandbox` (a hard link, else a copy).
-//! Runs of the same binary share it, whichever process starts them.
+//! pid), so the sandbox mounts a link to it instead, named by its content, in the running
+//! user's private temporary directory ([`private_dir`]):
+//! `$TMPDIR/egress-sandbox-<uid>/egress-sandbox-launcher-<content id>/egress-sandbox` (a
+//! hard link, else a copy). Runs of the same binary share it, whichever process of the user
+//! starts them. The sandbox sees the uid in that path, nothing more.
+//!
+//! The content id is public (the proxy image's tag), so the place must be where no other
+//! user can put a file: a private directory, and the file's content is checked against the
+//! content id each time a run takes it (by its remembered hash while the file is unchanged).
 //!
 //! A place is touched each time a run takes it; places of other binaries not taken for an
-//! hour are removed when a new one is made (a link keeps an old build's bytes on disk). A running sandbox keeps its mount even when the
-//! path goes, and a run whose place went is given a new one: taking it checks it is there.
+//! hour are removed when a new one is made (a link keeps an old build's bytes on disk). A
+//! running sandbox keeps its mount even when the path goes, and a run whose place went is
+//! given a new one: taking it checks it is there.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
+
+use super::images::{self, ImageError};
+use super::outcome::RunError;
+use super::private_dir;
 
 /// Every place starts with this, then the content id.
 const PREFIX: &str = "egress-sandbox-launcher-";
@@ -23,10 +35,39 @@ const FILE_NAME: &str = "egress-sandbox";
 /// Places not taken for this long are removed when another is made.
 const UNUSED_FOR: Duration = Duration::from_secs(3600);
 
-/// The path a sandbox mounts for `binary`, whose content id is `content_id` (hex), made
-/// if missing.
-pub(crate) fn place(binary: &Path, content_id: &str) -> std::io::Result<PathBuf> {
-    place_in(&std::env::temp_dir(), binary, content_id)
+/// The path a sandbox mounts for `binary`, whose content id is `content_id` (the first hex
+/// digits of its sha256), made if missing; its content checked against the id.
+pub(crate) fn place(binary: &Path, content_id: &str) -> Result<PathBuf, RunError> {
+    let parent = private_dir::ensure(&private_dir::user_temp_dir())?;
+    if !parent.join(format!("{PREFIX}{content_id}")).exists() {
+        remove_unused_shared(&std::env::temp_dir());
+    }
+    let path = place_in(&parent, binary, content_id).map_err(RunError::LauncherBinary)?;
+    let found = images::content_sha256(&path)?;
+    if !found.starts_with(content_id) {
+        return Err(ImageError::BinaryChanged {
+            path,
+            expected: format!("{content_id}…"),
+            found,
+        }
+        .into());
+    }
+    Ok(path)
+}
+
+/// Links `binary` to `to`, or copies it when it cannot be linked or its file could be
+/// written by another user (a link is the same file: the link would change with it).
+pub(crate) fn link_or_copy(binary: &Path, to: &Path) -> std::io::Result<()> {
+    let meta = std::fs::metadata(binary)?;
+    let owner_only =
+        [private_dir::current_uid(), 0].contains(&meta.uid()) && meta.mode() & 0o022 == 0;
+    if owner_only {
+        match std::fs::hard_link(binary, to) {
+            Ok(()) => return Ok(()),
+            Err(error) => tracing::debug!(%error, "cannot link the binary; copying it"),
+        }
+    }
+    std::fs::copy(binary, to).map(drop)
 }
 
 fn place_in(parent: &Path, binary: &Path, content_id: &str) -> std::io::Result<PathBuf> {
@@ -47,10 +88,7 @@ fn place_in(parent: &Path, binary: &Path, content_id: &str) -> std::io::Result<P
         .prefix(&format!("{PREFIX}staging-"))
         .tempdir_in(parent)?;
     let staged = staging.path().join(FILE_NAME);
-    if let Err(error) = std::fs::hard_link(binary, &staged) {
-        tracing::debug!(%error, "cannot link the launcher binary; copying it");
-        std::fs::copy(binary, &staged)?;
-    }
+    link_or_copy(binary, &staged)?;
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))?;
@@ -69,6 +107,17 @@ fn place_in(parent: &Path, binary: &Path, content_id: &str) -> std::io::Result<P
 
 /// Removes places (and staging leftovers) not taken for [`UNUSED_FOR`].
 fn remove_unused(parent: &Path) {
+    remove_unused_where(parent, |_| true);
+}
+
+/// Removes this user's places left in the shared temporary directory, where they were
+/// made before they had a private directory, once unused; never another user's.
+fn remove_unused_shared(temp_dir: &Path) {
+    let uid = private_dir::current_uid();
+    remove_unused_where(temp_dir, |meta| meta.uid() == uid);
+}
+
+fn remove_unused_where(parent: &Path, ours: impl Fn(&std::fs::Metadata) -> bool) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -78,10 +127,13 @@ fn remove_unused(parent: &Path) {
             .file_name()
             .to_str()
             .is_some_and(|name| name.starts_with(PREFIX) || name.starts_with(FORMER_PREFIX));
-        let unused = entry
-            .metadata()
-            .and_then(|meta| meta.modified())
-            .is_ok_and(|modified| now.duration_since(modified).unwrap_or_default() > UNUSED_FOR);
+        // `DirEntry::metadata` does not follow a link.
+        let unused = entry.metadata().is_ok_and(|meta| {
+            ours(&meta)
+                && meta.modified().is_ok_and(|modified| {
+                    now.duration_since(modified).unwrap_or_default() > UNUSED_FOR
+                })
+        });
         if is_place && unused {
             let _ = std::fs::remove_dir_all(entry.path());
         }

@@ -47,6 +47,8 @@
 //!   `launcher_binary`: the launcher's binary at a path named by its content, and `host_dirs`: the
 //!   run's host directories, neutrally named, so the sandbox's mount table shows nothing
 //!   of the host.
+//! - [`private_dir`]: the check every directory the tool keeps files in passes (the running
+//!   user's, writable by no one else), so another local user can plant or swap nothing.
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
 
@@ -66,6 +68,7 @@ pub(crate) mod launcher_binary;
 pub(crate) mod network;
 pub mod outcome;
 pub mod output;
+pub mod private_dir;
 pub(crate) mod resolv;
 pub mod run;
 pub mod runtime;
@@ -87,5 +90,6 @@ pub use images::{ImageError, Progress};
 pub use network::{EGRESS_NETWORK, NetworkError};
 pub use outcome::{Interruption, RunError, RunOutcome, RunStatus};
 pub use output::{OutputSinks, OutputStats};
+pub use private_dir::PlaceError;
 pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};
 pub use trust::TrustError;

@@ -13,6 +13,7 @@ use super::docker::{DockerError, EngineError};
 use super::images::ImageError;
 use super::network::NetworkError;
 use super::output::OutputStats;
+use super::private_dir::PlaceError;
 use super::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 use super::trust::TrustError;
 
@@ -165,6 +166,9 @@ pub enum RunError {
     DoorsDir(#[source] std::io::Error),
     #[error("cannot place the binary the sandbox mounts as its launcher: {0}")]
     LauncherBinary(#[source] std::io::Error),
+    /// A directory the run would keep files in is not the running user's alone.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
 }
 
 impl RunError {

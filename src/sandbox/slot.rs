@@ -282,8 +282,7 @@ impl SlotObjects {
                 super::launcher_binary::place(&source, &content_id)
             })
             .await
-            .map_err(|error| RunError::LauncherBinary(std::io::Error::other(error)))?
-            .map_err(RunError::LauncherBinary)?;
+            .map_err(|error| RunError::LauncherBinary(std::io::Error::other(error)))??;
             Some(HeldStart {
                 binary,
                 image_entrypoint: facts.entrypoint,

@@ -1,5 +1,7 @@
 //! The API socket: created with its final mode from the start (bound inside a private
 //! directory, restricted, then renamed into place), so no other user can connect in between.
+//! Its directory must be the running user's and writable by no one else
+//! ([`private_dir`]): another user could otherwise put their own socket there first.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -7,25 +9,32 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
 
-/// `/run/egress-sandbox/api.sock` for root, else `$XDG_RUNTIME_DIR/egress-sandbox.sock`
-/// (else in the temporary directory).
+use crate::sandbox::private_dir::{self, FileOwner, PlaceError};
+
+/// `/run/egress-sandbox/api.sock` for root, else `$XDG_RUNTIME_DIR/egress-sandbox.sock`,
+/// else `api.sock` in the user's private temporary directory
+/// (`$TMPDIR/egress-sandbox-<uid>/api.sock`). Each directory is checked, and made 0700 if
+/// missing, when the daemon binds.
 pub fn default_socket() -> PathBuf {
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .ok();
-    if uid == Some(0) {
+    if private_dir::current_uid() == 0 {
         return PathBuf::from("/run/egress-sandbox/api.sock");
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("egress-sandbox.sock"),
-        _ => std::env::temp_dir().join(format!("egress-sandbox-{}.sock", uid.unwrap_or_default())),
+        _ => private_dir::user_temp_dir().join("api.sock"),
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    #[error("another egress-sandbox serve answers on {0}")]
-    InUse(PathBuf),
+    #[error(
+        "something answers on {} (the socket belongs to {owner}): another egress-sandbox serve, \
+         or a program posing as one; it is not replaced: stop it, or choose another --socket",
+        path.display()
+    )]
+    InUse { path: PathBuf, owner: FileOwner },
+    #[error(transparent)]
+    Place(#[from] PlaceError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -66,28 +75,41 @@ impl BoundSocket {
     }
 }
 
-/// Binds `path` with mode 0600, or 0660 owned by `group` (a name or a number). A stale
-/// socket file (nobody answers) is replaced; a live one is refused, and so is anything at
-/// `path` that is not a socket (a mistyped path must not cost a file its contents).
+/// Binds `path` with mode 0600, or 0660 owned by `group` (a name or a number). Its
+/// directory must be the running user's and writable by no one else; a missing one is made
+/// 0700 (0710 for `group`, which then owns it, so that its members reach the socket). A stale
+/// socket file (nobody answers) is replaced; a live one is refused, naming its owner, and so
+/// is anything at `path` that is not a socket (a mistyped path must not cost a file its
+/// contents).
 pub async fn bind(path: &Path, group: Option<&str>) -> Result<BoundSocket, SocketError> {
     let gid = group.map(group_id).transpose()?;
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io_error("cannot create the directory", parent))?;
-    if let Ok(existing) = std::fs::symlink_metadata(path)
+    let made = !parent.exists();
+    let parent = private_dir::ensure(parent)?;
+    if let Some(gid) = gid.filter(|_| made) {
+        open_to_group(&parent, gid)?;
+    }
+    let existing = std::fs::symlink_metadata(path).ok();
+    if let Some(existing) = &existing
         && !existing.file_type().is_socket()
     {
         return Err(SocketError::NotASocket(path.to_path_buf()));
     }
-    if tokio::net::UnixStream::connect(path).await.is_ok() {
-        return Err(SocketError::InUse(path.to_path_buf()));
+    if let Some(existing) = existing
+        && tokio::net::UnixStream::connect(path).await.is_ok()
+    {
+        return Err(SocketError::InUse {
+            path: path.to_path_buf(),
+            owner: FileOwner::of(existing.uid()),
+        });
     }
     let private = tempfile::Builder::new()
         .prefix(".egress-sandbox-bind.")
-        .tempdir_in(parent)
-        .map_err(io_error("cannot create a directory in", parent))?;
+        .tempdir_in(&parent)
+        .map_err(io_error("cannot create a directory in", &parent))?;
     let staged = private.path().join("api.sock");
     let listener = UnixListener::bind(&staged).map_err(io_error("cannot bind", &staged))?;
     let mode = if gid.is_some() { 0o660 } else { 0o600 };
@@ -109,6 +131,14 @@ pub async fn bind(path: &Path, group: Option<&str>) -> Result<BoundSocket, Socke
         path: path.to_path_buf(),
         identity: (bound.dev(), bound.ino()),
     })
+}
+
+/// Lets `gid`'s members through the socket's directory (made by this daemon) to the socket.
+fn open_to_group(dir: &Path, gid: u32) -> Result<(), SocketError> {
+    std::os::unix::fs::chown(dir, None, Some(gid))
+        .map_err(io_error("cannot give the group", dir))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o710))
+        .map_err(io_error("cannot set the mode of", dir))
 }
 
 /// A group's id from its name (`/etc/group`) or its number.
@@ -142,10 +172,11 @@ mod tests {
         let listener = bind(&path, None).await.unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert!(matches!(
-            bind(&path, None).await,
-            Err(SocketError::InUse(_))
-        ));
+        let error = bind(&path, None).await.expect_err("in use");
+        assert!(
+            matches!(&error, SocketError::InUse { owner, .. } if owner.uid == private_dir::current_uid()),
+            "{error}"
+        );
         drop(listener);
         // Stale now: replaced.
         let _again = bind(&path, Some("0")).await.unwrap();
@@ -153,6 +184,24 @@ mod tests {
         assert_eq!(mode & 0o777, 0o660);
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "the staging directory was left behind");
+    }
+
+    /// A directory the daemon makes is 0700, or 0710 for the socket's group, whose members
+    /// must pass it to reach the socket.
+    #[tokio::test]
+    async fn a_missing_directory_is_made_private_or_passable_by_the_group() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("own");
+        bind(&own.join("api.sock"), None).await.unwrap().close();
+        assert_eq!(std::fs::metadata(&own).unwrap().mode() & 0o7777, 0o700);
+        let shared = dir.path().join("shared");
+        bind(&shared.join("api.sock"), Some("0"))
+            .await
+            .unwrap()
+            .close();
+        let meta = std::fs::metadata(&shared).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o710, 0));
     }
 
     #[tokio::test]
@@ -182,7 +231,9 @@ mod tests {
         std::fs::write(&file, "keep me").unwrap();
         let link = dir.path().join("link.sock");
         std::os::unix::fs::symlink(&file, &link).unwrap();
-        for path in [&file, &link, &dir.path().to_path_buf()] {
+        let directory = dir.path().join("a-directory");
+        std::fs::create_dir(&directory).unwrap();
+        for path in [&file, &link, &directory] {
             let error = bind(path, None).await.expect_err("refused");
             assert!(matches!(error, SocketError::NotASocket(_)), "{error}");
             assert!(error.to_string().contains("not a socket"), "{error}");

@@ -70,7 +70,8 @@ pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile
     if FileIdentity::of(path)? == identity {
         let cache_file = cache_dir.join(CACHE_FILE);
         let mut entries = read_entries(&cache_file);
-        entries.retain(|e| e.identity.path != identity.path);
+        // Entries of files gone (a stopped daemon's kept binary) would push live ones out.
+        entries.retain(|e| e.identity.path != identity.path && e.identity.path.exists());
         entries.push(Entry {
             identity,
             sha256: sha256.clone(),
@@ -84,6 +85,15 @@ pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile
     Ok(HashedFile { bytes, sha256 })
 }
 
+/// The sha256 of the file at `path` as it is now: the remembered one while the file is
+/// unchanged (a `stat`), else read, hashed and remembered.
+pub fn current_sha256(cache_dir: &Path, path: &Path) -> io::Result<String> {
+    match cached_sha256(cache_dir, path)? {
+        Some(sha256) => Ok(sha256),
+        None => Ok(read_and_remember(cache_dir, path)?.sha256),
+    }
+}
+
 /// A missing or unreadable cache is an empty cache, never an error.
 fn read_entries(cache_file: &Path) -> Vec<Entry> {
     fs::read(cache_file)
@@ -94,11 +104,15 @@ fn read_entries(cache_file: &Path) -> Vec<Entry> {
 
 fn write_entries(cache_dir: &Path, cache_file: &Path, entries: &[Entry]) -> io::Result<()> {
     fs::create_dir_all(cache_dir)?;
-    let temp = cache_dir.join(format!("{CACHE_FILE}.{}.tmp", std::process::id()));
-    fs::write(&temp, serde_json::to_vec_pretty(entries)?)?;
-    fs::rename(&temp, cache_file).inspect_err(|_| {
-        let _ = fs::remove_file(&temp);
-    })
+    // A name of its own: threads of one process (a daemon's runs) write at the same time.
+    let mut temp = tempfile::Builder::new()
+        .prefix(&format!("{CACHE_FILE}."))
+        .suffix(".tmp")
+        .tempfile_in(cache_dir)?;
+    io::Write::write_all(&mut temp, &serde_json::to_vec_pretty(entries)?)?;
+    temp.persist(cache_file)
+        .map(drop)
+        .map_err(|error| error.error)
 }
 
 #[cfg(test)]
@@ -184,6 +198,28 @@ mod tests {
     }
 
     #[test]
+    fn the_current_hash_follows_a_write_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("bin");
+        let cache = dir.path().join("cache");
+        fs::write(&binary, "hello").unwrap();
+        assert_eq!(current_sha256(&cache, &binary).unwrap(), SHA256_HELLO);
+        assert_eq!(current_sha256(&cache, &binary).unwrap(), SHA256_HELLO);
+        fs::write(&binary, "world").unwrap();
+        // The mtime forced to differ even on coarse clocks.
+        File::options()
+            .write(true)
+            .open(&binary)
+            .unwrap()
+            .set_modified(SystemTime::now() + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(
+            current_sha256(&cache, &binary).unwrap(),
+            sha256_hex(b"world")
+        );
+    }
+
+    #[test]
     fn a_missing_binary_is_an_error_not_a_miss() {
         let dir = tempfile::tempdir().unwrap();
         assert!(cached_sha256(dir.path(), &dir.path().join("absent")).is_err());
@@ -199,5 +235,23 @@ mod tests {
             read_and_remember(&cache, &binary).unwrap();
         }
         assert_eq!(read_entries(&cache.join(CACHE_FILE)).len(), MAX_ENTRIES);
+    }
+
+    #[test]
+    fn entries_of_files_gone_are_dropped_and_no_temporary_file_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let gone = dir.path().join("gone");
+        let kept = dir.path().join("kept");
+        fs::write(&gone, "gone").unwrap();
+        fs::write(&kept, "kept").unwrap();
+        read_and_remember(&cache, &gone).unwrap();
+        fs::remove_file(&gone).unwrap();
+        read_and_remember(&cache, &kept).unwrap();
+        let entries = read_entries(&cache.join(CACHE_FILE));
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].identity.path, fs::canonicalize(&kept).unwrap());
+        let names: Vec<_> = fs::read_dir(&cache).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 }

@@ -20,12 +20,16 @@ use super::{IMAGE_LABEL, ImageError, PROXY_REPOSITORY, image_exists, lock_exclus
 /// Where the binary sits in the image.
 pub const BINARY_IN_IMAGE: &str = "egress-sandbox";
 
+/// The image of `binary`, found or built. With `expected`, the binary's sha256 must be that:
+/// checked on the bytes that are imaged, or on the remembered hash of the unchanged file
+/// (see `hash_cache`: a write to the file always changes its ctime).
 pub(super) async fn ensure(
     docker: &Docker,
     cache_dir: &Path,
     binary: &Path,
+    expected: Option<&str>,
 ) -> Result<String, ImageError> {
-    if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
+    if let Some(tag) = existing_tag(docker, cache_dir, binary, expected).await? {
         return Ok(tag);
     }
     // Only saves duplicate work (concurrent imports of one binary are harmless: the last tag
@@ -35,10 +39,10 @@ pub(super) async fn ensure(
         .inspect_err(|error| tracing::debug!(%error, "building the proxy image without a lock"))
         .ok();
     // Whoever held the lock may have just built it.
-    if let Some(tag) = existing_tag(docker, cache_dir, binary).await? {
+    if let Some(tag) = existing_tag(docker, cache_dir, binary, expected).await? {
         return Ok(tag);
     }
-    let built = build(docker, cache_dir, binary).await?;
+    let built = build(docker, cache_dir, binary, expected).await?;
     stamp(cache_dir, &built);
     drop(lock);
     sweep::remove_leftover_images(docker, cache_dir, Some(&built)).await;
@@ -50,6 +54,7 @@ async fn existing_tag(
     docker: &Docker,
     cache_dir: &Path,
     binary: &Path,
+    expected: Option<&str>,
 ) -> Result<Option<String>, ImageError> {
     let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
     let cached = blocking(move || cached_sha256(&dir, &path))
@@ -61,12 +66,25 @@ async fn existing_tag(
     let Some(sha256) = cached else {
         return Ok(None);
     };
+    require_content(binary, &sha256, expected)?;
     let tag = tag_for(&sha256);
     if !image_exists(docker, &tag).await? {
         return Ok(None);
     }
     stamp(cache_dir, &tag);
     Ok(Some(tag))
+}
+
+/// [`ImageError::BinaryChanged`] unless `sha256` is `expected` (when one is).
+fn require_content(binary: &Path, sha256: &str, expected: Option<&str>) -> Result<(), ImageError> {
+    match expected {
+        Some(expected) if expected != sha256 => Err(ImageError::BinaryChanged {
+            path: binary.to_owned(),
+            expected: expected.to_owned(),
+            found: sha256.to_owned(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn binary_display(path: &Path) -> String {
@@ -79,7 +97,12 @@ fn tag_for(sha256: &str) -> String {
 
 /// Imports the binary as read now; the tag comes from these very bytes, so a binary replaced
 /// since it was last hashed still gets an image whose tag matches its content.
-async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<String, ImageError> {
+async fn build(
+    docker: &Docker,
+    cache_dir: &Path,
+    binary: &Path,
+    expected: Option<&str>,
+) -> Result<String, ImageError> {
     let (dir, path) = (cache_dir.to_owned(), binary.to_owned());
     let built = blocking(move || -> Result<_, ImageError> {
         let unreadable = || ImageError::io(format!("cannot read {}", binary_display(&path)));
@@ -96,6 +119,7 @@ async fn build(docker: &Docker, cache_dir: &Path, binary: &Path) -> Result<Strin
     })
     .await??;
     let (architecture, HashedFile { bytes, sha256 }) = built;
+    require_content(binary, &sha256, expected)?;
     if let Some(architecture) = architecture {
         check_engine_platform(docker, binary, architecture).await?;
     }
