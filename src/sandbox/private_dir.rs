@@ -34,7 +34,7 @@ pub enum PlaceError {
     )]
     NotPrivate {
         path: PathBuf,
-        owner: FileOwner,
+        owner: User,
         mode: u32,
         problem: &'static str,
     },
@@ -52,23 +52,24 @@ pub enum PlaceError {
     },
 }
 
-/// Who owns a file: the uid, and its name where `/etc/passwd` knows it.
+/// A user as an error names them (who owns a file, who answers on a socket): the uid, and
+/// the name where `/etc/passwd` knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileOwner {
+pub struct User {
     pub uid: u32,
     pub name: Option<String>,
 }
 
-impl FileOwner {
-    pub fn of(uid: u32) -> FileOwner {
-        FileOwner {
+impl User {
+    pub fn of(uid: u32) -> User {
+        User {
             uid,
             name: user_name(uid),
         }
     }
 }
 
-impl fmt::Display for FileOwner {
+impl fmt::Display for User {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.name {
             Some(name) => write!(f, "uid {} ({name})", self.uid),
@@ -186,7 +187,7 @@ fn check_component(path: &Path, meta: &Metadata, uid: u32) -> Result<(), PlaceEr
 fn not_private(path: &Path, meta: &Metadata, problem: &'static str) -> PlaceError {
     PlaceError::NotPrivate {
         path: path.to_path_buf(),
-        owner: FileOwner::of(meta.uid()),
+        owner: User::of(meta.uid()),
         mode: meta.mode() & 0o7777,
         problem,
     }
@@ -269,7 +270,7 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         set_mode(base.path(), 0o757);
         let message = ensure(&base.path().join("x")).unwrap_err().to_string();
-        let root = FileOwner::of(current_uid()).to_string();
+        let root = User::of(current_uid()).to_string();
         for part in [
             &base.path().display().to_string(),
             &root,
@@ -314,8 +315,8 @@ mod tests {
 
     #[test]
     fn owners_are_named_when_known() {
-        assert_eq!(FileOwner::of(0).to_string(), "uid 0 (root)");
-        assert_eq!(FileOwner::of(4_000_000_001).to_string(), "uid 4000000001");
+        assert_eq!(User::of(0).to_string(), "uid 0 (root)");
+        assert_eq!(User::of(4_000_000_001).to_string(), "uid 4000000001");
     }
 
     #[test]

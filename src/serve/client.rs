@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 
 use super::request::RunRequest;
 use crate::sandbox::Interruption;
+use crate::sandbox::private_dir::{self, User};
 
 /// One line of the run's event stream. `record` and `report` keep their exact JSON text.
 #[derive(Debug)]
@@ -124,45 +125,10 @@ pub enum ClientError {
     Truncated,
 }
 
-/// A user as an error names it: the uid, and the name where `/etc/passwd` has one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    pub uid: u32,
-    pub name: Option<String>,
-}
-
-impl User {
-    fn of(uid: u32) -> User {
-        User {
-            uid,
-            name: user_name(uid),
-        }
-    }
-}
-
-impl std::fmt::Display for User {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.name {
-            Some(name) => write!(f, "uid {} ({name})", self.uid),
-            None => write!(f, "uid {}", self.uid),
-        }
-    }
-}
-
 /// Whether `uid` may serve this process: its own user, or root (who could read the
 /// request anyway).
 fn trusted(uid: u32) -> bool {
-    uid == 0 || uid == rustix::process::geteuid().as_raw()
-}
-
-/// The name `/etc/passwd` gives `uid`, if it can be read and has one.
-fn user_name(uid: u32) -> Option<String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        (fields.nth(1)?.parse() == Ok(uid)).then(|| name.to_string())
-    })
+    uid == 0 || uid == private_dir::current_uid()
 }
 
 /// The daemon at `socket`. Every request first checks that the socket and the process

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
 
-use crate::sandbox::private_dir::{self, FileOwner, PlaceError};
+use crate::sandbox::private_dir::{self, PlaceError, User};
 
 /// `/run/egress-sandbox/api.sock` for root, else `$XDG_RUNTIME_DIR/egress-sandbox.sock`,
 /// else `api.sock` in the user's private temporary directory
@@ -32,7 +32,7 @@ pub enum SocketError {
          or a program posing as one; it is not replaced: stop it, or choose another --socket",
         path.display()
     )]
-    InUse { path: PathBuf, owner: FileOwner },
+    InUse { path: PathBuf, owner: User },
     #[error(transparent)]
     Place(#[from] PlaceError),
     #[error("{what} {path}: {source}")]
@@ -103,7 +103,7 @@ pub async fn bind(path: &Path, group: Option<&str>) -> Result<BoundSocket, Socke
     {
         return Err(SocketError::InUse {
             path: path.to_path_buf(),
-            owner: FileOwner::of(existing.uid()),
+            owner: User::of(existing.uid()),
         });
     }
     let private = tempfile::Builder::new()
