@@ -229,19 +229,7 @@ async fn reply_to(
         names: shared.names.get(),
     };
     let (reply, mut attempt) = judge(message, client, context, answer, gate.audit());
-    let within_rate = if matches!(attempt.decision, Outcome::Allowed | Outcome::WouldBlock) {
-        match shared.dns_rate.answer(client.ip(), &attempt.host) {
-            AnswerCost::First => true,
-            AnswerCost::Repeat => {
-                attempt.forget();
-                true
-            }
-            AnswerCost::OverRate => false,
-        }
-    } else {
-        shared.dns_rate.allow_refusal(client.ip())
-    };
-    if !within_rate {
+    if !charge(shared, client, &mut attempt) {
         attempt.forget();
         gate.audit().count_dropped();
         return refused(message);
@@ -250,6 +238,22 @@ async fn reply_to(
         attempt.record().await;
     }
     reply
+}
+
+/// Charges a judged query to its client's limits; false when it is over them. An answer to
+/// an allowed name the client was answered lately is free and loses its record.
+fn charge(shared: &Shared, client: SocketAddr, attempt: &mut Attempt) -> bool {
+    if !matches!(attempt.decision, Outcome::Allowed | Outcome::WouldBlock) {
+        return shared.dns_rate.allow_refusal(client.ip());
+    }
+    match shared.dns_rate.answer(client.ip(), &attempt.host) {
+        AnswerCost::First => true,
+        AnswerCost::Repeat => {
+            attempt.forget();
+            true
+        }
+        AnswerCost::OverRate => false,
+    }
 }
 
 /// REFUSED for a query over the rate, without parsing more than its header; nothing for
