@@ -245,9 +245,10 @@ pub struct ProxyArgs {
     #[arg(long = "on-audit-limit", value_name = "reserve|refuse", default_value_t = egress_proxy::audit::OnAuditLimit::Reserve,
           value_parser = clap::builder::ValueParser::new(|raw: &str| raw.parse::<egress_proxy::audit::OnAuditLimit>()))]
     pub on_audit_limit: egress_proxy::audit::OnAuditLimit,
-    /// DNS queries per second per client, every loopback address counting as one client
-    /// (bursts of a quarter second's worth); over it the query is answered REFUSED and
-    /// counted as dropped, with no record.
+    /// DNS queries per second per client, every loopback address counting as one client:
+    /// refusals in bursts of a quarter second's worth, first lookups of allowed names at
+    /// the same rate in bursts of two seconds' worth (repeats within 30 s are free and not
+    /// recorded); over it the query is answered REFUSED and counted as dropped, with no record.
     #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::config::DEFAULT_DNS_RATE,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub dns_rate: u32,

@@ -431,7 +431,7 @@ pub(crate) struct Attempt {
     sent: bool,
     /// The record's place in the budget is taken ([`Attempt::hold_record`]): it is written
     /// whatever happens.
-    held: bool,
+    held: Option<budget::Place>,
 }
 
 impl Attempt {
@@ -455,7 +455,7 @@ impl Attempt {
             bytes_down: 0,
             request: None,
             sent: false,
-            held: false,
+            held: None,
         }
     }
 
@@ -465,13 +465,13 @@ impl Attempt {
     /// the attempt through and before anything leaves. False when no place is left: the
     /// attempt is then refused (`audit_limit`) and must not go ahead.
     pub(crate) fn hold_record(&mut self) -> bool {
-        if !self.held {
+        if self.held.is_none() {
             self.held = self.sink.budget.hold_for_egress();
         }
-        if !self.held {
+        if self.held.is_none() {
             self.set_outcome(Outcome::Blocked, Reason::AuditLimit, None);
         }
-        self.held
+        self.held.is_some()
     }
 
     /// Sends the record now and waits until it is written and flushed. Every door calls
@@ -479,7 +479,9 @@ impl Attempt {
     /// answer finds the record in the log.
     pub(crate) async fn record(mut self) {
         if let Some(record) = self.take_record() {
-            self.sink.send_and_wait_record(record, self.held).await;
+            self.sink
+                .send_and_wait_record(record, self.held.is_some())
+                .await;
         }
     }
 
@@ -545,10 +547,15 @@ impl Attempt {
         );
     }
 
-    /// This attempt gets no record: only the DNS responder's answer for the sandbox's own
-    /// host name, which reaches nothing (`ProxyConfig::sandbox_hostname`).
+    /// This attempt gets no record: the DNS responder's answer for the sandbox's own host
+    /// name, which reaches nothing (`ProxyConfig::sandbox_hostname`), a client's repeated
+    /// lookup of a name it was just answered, or a query over the DNS rate. A place it held
+    /// in the audit budget is given back, so unrecorded answers cannot spend the budget.
     pub(crate) fn forget(&mut self) {
         self.sent = true;
+        if let Some(place) = self.held.take() {
+            self.sink.budget.release(place);
+        }
     }
 
     pub(crate) fn is_refused(&self) -> bool {
@@ -561,7 +568,7 @@ impl Drop for Attempt {
     /// its record, queued.
     fn drop(&mut self) {
         if let Some(record) = self.take_record() {
-            self.sink.send_record(record, self.held);
+            self.sink.send_record(record, self.held.is_some());
         }
     }
 }

@@ -51,8 +51,10 @@ pub struct ProxyConfig {
     /// refused. Either way nothing leaves without its record.
     pub on_audit_limit: crate::audit::OnAuditLimit,
     /// DNS queries per second per client, every loopback address being one client (a run's
-    /// sandbox is one client, whichever of its loopback addresses it sends from); over it a
-    /// query is answered REFUSED, counted as dropped, and gets no record. At least 1.
+    /// sandbox is one client, whichever of its loopback addresses it sends from), for
+    /// refusals and for first lookups of allowed names each (repeats within the answer's
+    /// TTL are free and unrecorded); over it a query is answered REFUSED, counted as
+    /// dropped, and gets no record. At least 1.
     pub dns_rate: u32,
     /// Names pinned to addresses ([`crate::resolve::parse_pin`]); the floor still applies
     /// to them.

@@ -2,8 +2,9 @@
 //! allowed names get the proxy's own address, or with raw doors an address of their own on
 //! the sandbox's loopback ([`crate::name_addresses`]), so programs that ignore proxy
 //! variables reach the transparent and raw doors; everything else gets NXDOMAIN, and every query is an audit
-//! record (kind `dns`, port null). A refusal's record is written before the answer goes out.
-//! Queries over the per-client rate ([`crate::dns_rate::RateLimiter`]) are answered REFUSED and only counted.
+//! record (kind `dns`, port null), except a client's repeated lookup of an allowed name within
+//! the answer's TTL. A refusal's record is written before the answer goes out. Queries over
+//! the per-client rates ([`crate::dns_rate::DnsRate`]) are answered REFUSED and only counted.
 // Reads bytes from the sandbox: a malformed input must be an error, never a panic.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -18,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::audit::{Attempt, AuditSink, Kind, Outcome};
+use crate::dns_rate::AnswerCost;
 use crate::name_addresses::NameAddresses;
 use crate::policy::{PolicySet, Reason, Verdict};
 use crate::secrets::Placeholders;
@@ -25,10 +27,15 @@ use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 
-/// TTL of our answers: short, so a policy change or a new run is seen quickly.
-const ANSWER_TTL: u32 = 30;
+/// TTL of our answers: short, so a policy change or a new run is seen quickly. Within it,
+/// a client's repeated lookup of an allowed name is not recorded again ([`crate::dns_rate`]).
+pub(crate) const ANSWER_TTL: u32 = 30;
 /// Largest UDP payload we announce in EDNS answers (the usual safe value).
 const EDNS_PAYLOAD: u16 = 1232;
+/// The UDP socket's receive buffer asked for: room for some thousand queries at once. The
+/// default (about 200 KiB, some 270 queries) overflows when a program opens a few hundred
+/// connections at once, each looking up A and AAAA; the kernel caps it at `rmem_max`.
+const UDP_RECEIVE_BUFFER: usize = 1 << 20;
 
 /// Answers one query message. `None` = drop it (too short to carry an id, or not a query).
 /// The record is queued when this returns; the responders use [`judge`] instead, to write a
@@ -208,8 +215,10 @@ fn presented(name: &Name) -> Vec<u8> {
     shown
 }
 
-/// One query, whichever transport: over the client's rate → REFUSED, counted, no record;
-/// otherwise judged, and a refusal's record written before the reply is returned.
+/// One query, whichever transport: judged, then charged by what it is
+/// ([`crate::dns_rate`]). Over its rate → REFUSED, counted, no record; a repeated answer →
+/// answered, no record; otherwise a refusal's record is written before the reply is
+/// returned, an answer's queued.
 async fn reply_to(
     shared: &Shared,
     message: &[u8],
@@ -217,21 +226,38 @@ async fn reply_to(
     answer: Ipv4Addr,
 ) -> Option<Vec<u8>> {
     let gate = &shared.gate;
-    if !shared.dns_rate.allow(client.ip()) {
-        gate.audit().count_dropped();
-        return refused(message);
-    }
     let context = AnswerContext {
         policy: gate.policy(),
         placeholders: gate.placeholders(),
         own_name: shared.sandbox_hostname.as_ref(),
         names: shared.names.get(),
     };
-    let (reply, attempt) = judge(message, client, context, answer, gate.audit());
+    let (reply, mut attempt) = judge(message, client, context, answer, gate.audit());
+    if !charge(shared, client, &mut attempt) {
+        attempt.forget();
+        gate.audit().count_dropped();
+        return refused(message);
+    }
     if attempt.is_refused() {
         attempt.record().await;
     }
     reply
+}
+
+/// Charges a judged query to its client's limits; false when it is over them. An answer to
+/// an allowed name the client was answered lately is free and loses its record.
+fn charge(shared: &Shared, client: SocketAddr, attempt: &mut Attempt) -> bool {
+    if !matches!(attempt.decision, Outcome::Allowed | Outcome::WouldBlock) {
+        return shared.dns_rate.allow_refusal(client.ip());
+    }
+    match shared.dns_rate.answer(client.ip(), &attempt.host) {
+        AnswerCost::First => true,
+        AnswerCost::Repeat => {
+            attempt.forget();
+            true
+        }
+        AnswerCost::OverRate => false,
+    }
 }
 
 /// REFUSED for a query over the rate, without parsing more than its header; nothing for
@@ -256,6 +282,11 @@ pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdo
     let Some(answer) = shared.dns_answer else {
         return;
     };
+    if let Err(error) =
+        rustix::net::sockopt::set_socket_recv_buffer_size(&socket, UDP_RECEIVE_BUFFER)
+    {
+        tracing::debug!(%error, "DNS receive buffer left at its default");
+    }
     let mut buffer = vec![0u8; 4096];
     loop {
         let received = tokio::select! {

@@ -45,7 +45,7 @@
 //!   shutdown), `body` (the one body type of answers and forwarded requests), `relay`
 //!   (moves a tunnel's bytes; `splice` keeps them in the kernel), a private `pool` of idle
 //!   upstream connections per target, `dns_rate` (the DNS responder's per-client rate
-//!   limit), `exchange` (one forwarded request: its head as the upstream gets it, both
+//!   limits and the allowed names each client was answered lately), `exchange` (one forwarded request: its head as the upstream gets it, both
 //!   bodies counted, the record written once both end), `inspector` (the run's secrets,
 //!   placeholders, run CA (`ca`, `secrets`) and upstream TLS (`upstream_tls`), which
 //!   `shared` holds).

@@ -33,9 +33,9 @@ pub(crate) struct Shared {
     pub pipes: PipePool,
     /// The inspect door's CA, secrets and upstream TLS; None when nothing is inspected.
     pub inspect: Option<crate::inspector::Inspector>,
-    /// DNS queries per second per client (the whole loopback is one), shared by the UDP and
-    /// TCP responders.
-    pub dns_rate: crate::dns_rate::RateLimiter,
+    /// The DNS responder's per-client limits (the whole loopback is one client), shared by
+    /// the UDP and TCP responders.
+    pub dns_rate: crate::dns_rate::DnsRate,
     /// The sandbox's own host name, answered without a record ([`ProxyConfig`]'s field).
     pub sandbox_hostname: Option<crate::target::HostName>,
     /// The run's name ↔ loopback address table, set once the proxy serves a raw door (bound
@@ -101,7 +101,10 @@ impl Shared {
             limits: config.limits,
             dns_answer,
             inspect,
-            dns_rate: crate::dns_rate::RateLimiter::new(config.dns_rate),
+            dns_rate: crate::dns_rate::DnsRate::new(
+                config.dns_rate,
+                std::time::Duration::from_secs(u64::from(crate::dns::ANSWER_TTL)),
+            ),
             sandbox_hostname: config.sandbox_hostname,
             names,
         })

@@ -451,6 +451,46 @@ async fn past_the_reserve_egress_is_refused_and_every_allowed_request_is_written
     }
 }
 
+/// A client's repeated lookup of an allowed name is answered without a record, so it must
+/// not spend the audit budget either: after many more repeats than the budget and its
+/// reserve hold, the allowed request still goes out and is written.
+#[tokio::test]
+async fn repeated_lookups_without_records_do_not_spend_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let site = Site::http("127.0.0.2", "site").await;
+    let mut proxy = budget_proxy(&log, &site, OnAuditLimit::Reserve).await;
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let repeats = u16::try_from(4 * SMALL_LIMIT).unwrap();
+    for n in 0..repeats {
+        let answer = ask(&socket, dns_addr(&proxy), &query(n, &[b"site", b"test"])).await;
+        assert_eq!(
+            answer.metadata.response_code,
+            ResponseCode::NoError,
+            "lookup {n}"
+        );
+    }
+    let response = request_the_site(&proxy, &site).await;
+    assert_eq!(status(&response), 200, "{response}");
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    let kinds: Vec<_> = parsed(&lines)
+        .iter()
+        .map(|line| match line {
+            AuditLine::Attempt(record) => format!("{:?} {:?}", record.kind, record.decision),
+            AuditLine::Limit(_) => "limit".to_owned(),
+            AuditLine::End(end) => format!("end dropped {}", end.dropped),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Dns Allowed", "Http Allowed", "end dropped 0"],
+        "one lookup's record, the request's, no limit reached"
+    );
+}
+
 /// Over `--dns-rate` a query is answered REFUSED, gets no record and counts as dropped.
 #[tokio::test]
 async fn dns_queries_over_the_rate_are_refused_and_counted() {
@@ -541,4 +581,158 @@ async fn dns_queries_from_many_loopback_addresses_share_one_rate() {
         other => panic!("not an end record: {other:?}"),
     }
     assert_eq!(answered + refused, 500);
+}
+
+/// A proxy writing to `log` under a policy allowing `one.test` and every name under
+/// `many.test`, with a DNS responder and `adjust` applied.
+async fn wildcard_proxy_with_log(
+    log: &Path,
+    adjust: impl FnOnce(&mut egress_proxy::ProxyConfig),
+) -> TestProxy {
+    let log = log.to_path_buf();
+    let yaml = allow_yaml(&[("one.test", 443), ("*.many.test", 443)], "");
+    TestProxy::start_with(&yaml, &[], |config| {
+        config.audit = AuditDestination::File(log);
+        config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
+        adjust(config);
+    })
+    .await
+}
+
+/// One lookup as glibc makes it: A and AAAA at once, from a socket of its own, for `name`;
+/// the two answers' codes.
+async fn lookup(server: SocketAddr, name: String, id: u16) -> [ResponseCode; 2] {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let labels: Vec<&[u8]> = name.split('.').map(str::as_bytes).collect();
+    let a = query(id, &labels);
+    let mut aaaa = a.clone();
+    let type_at = aaaa.len() - 3;
+    aaaa[type_at] = 28;
+    aaaa[1] ^= 1;
+    socket.send_to(&a, server).await.unwrap();
+    socket.send_to(&aaaa, server).await.unwrap();
+    let mut codes = [ResponseCode::ServFail; 2];
+    let mut buffer = vec![0u8; 4096];
+    for _ in 0..2 {
+        let (n, _) = tokio::time::timeout(HANG, socket.recv_from(&mut buffer))
+            .await
+            .expect("a DNS answer in time")
+            .unwrap();
+        let answer = Message::from_vec(&buffer[..n]).unwrap();
+        let slot = usize::from(answer.metadata.id != id);
+        codes[slot] = answer.metadata.response_code;
+    }
+    codes
+}
+
+fn attempt_hosts(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|line| match AuditLine::parse(line.as_bytes()).unwrap() {
+            AuditLine::Attempt(record) => Some(record.host),
+            _ => None,
+        })
+        .collect()
+}
+
+fn dropped(lines: &[String]) -> u64 {
+    match AuditLine::parse(lines.last().unwrap().as_bytes()).unwrap() {
+        AuditLine::End(end) => end.dropped,
+        other => panic!("not an end record: {other:?}"),
+    }
+}
+
+/// A program opening 200 connections at once, each with its own lookup (A and AAAA), to 200
+/// allowed names and 200 times to one allowed name, at the default rate: every query is
+/// answered, each name is recorded once, nothing is dropped.
+#[tokio::test]
+async fn two_hundred_concurrent_lookups_of_allowed_names_are_all_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut proxy = wildcard_proxy_with_log(&log, |_| {}).await;
+    let server = dns_addr(&proxy);
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(400));
+    let lookups: Vec<_> = (0..400u16)
+        .map(|n| {
+            let name = if n < 200 {
+                format!("n{n}.many.test")
+            } else {
+                "one.test".to_owned()
+            };
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                (name.clone(), lookup(server, name, n * 2).await)
+            })
+        })
+        .collect();
+    for lookup in lookups {
+        let (name, codes) = lookup.await.unwrap();
+        assert_eq!(
+            codes,
+            [ResponseCode::NoError; 2],
+            "{name}: A and AAAA answered"
+        );
+    }
+    proxy.shutdown().await;
+
+    let lines = read_lines(&log);
+    let mut hosts = attempt_hosts(&lines);
+    hosts.sort();
+    let mut expected: Vec<String> = (0..200).map(|n| format!("n{n}.many.test")).collect();
+    expected.push("one.test".to_owned());
+    expected.sort();
+    assert_eq!(hosts, expected, "each allowed name recorded once");
+    assert_eq!(dropped(&lines), 0);
+}
+
+/// Answers to allowed names are no audit-spam channel: a thousand repeated lookups of one
+/// allowed name get one record, and made-up names under a wildcard rule are charged like
+/// any first lookup, so past the rate they are refused and only counted.
+#[tokio::test]
+async fn repeated_and_made_up_allowed_names_cannot_flood_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    // One first lookup a second, a burst of two.
+    let mut proxy = wildcard_proxy_with_log(&log, |config| config.dns_rate = 1).await;
+    let server = dns_addr(&proxy);
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for id in 0..1000u16 {
+        let answer = ask(&socket, server, &query(id, &[b"one", b"test"])).await;
+        assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+    }
+    let started = std::time::Instant::now();
+    let (mut answered, mut refused) = (0u64, 0u64);
+    for id in 0..300u16 {
+        let label = format!("exfil{id}");
+        let answer = ask(
+            &socket,
+            server,
+            &query(id, &[label.as_bytes(), b"many", b"test"]),
+        )
+        .await;
+        match answer.metadata.response_code {
+            ResponseCode::NoError => answered += 1,
+            ResponseCode::Refused => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    proxy.shutdown().await;
+
+    // one.test took one token of the burst of two; then one a second.
+    let within = 1 + elapsed.ceil() as u64;
+    assert!(
+        answered <= within,
+        "{answered} of 300 made-up names answered in {elapsed:.1}s at 1/s"
+    );
+    let lines = read_lines(&log);
+    let hosts = attempt_hosts(&lines);
+    assert_eq!(
+        hosts.iter().filter(|host| *host == "one.test").count(),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(hosts.len() as u64, 1 + answered);
+    assert_eq!(dropped(&lines), refused);
 }

@@ -67,28 +67,44 @@ fn a_records(message: &Message) -> Vec<Ipv4Addr> {
         .collect()
 }
 
+/// Each allowed name is recorded at its first lookup; a repeated lookup by the same client
+/// (another type, another transport) is answered the same and not recorded again.
 #[tokio::test]
 async fn allowed_names_are_answered_with_the_proxy_address_over_udp_and_tcp() {
-    let (mut proxy, dns) = dns_proxy(&allow_yaml(&[("api.example.com", 443)], "")).await;
-    for answer in [
-        ask_udp(dns, &query("API.example.com.", RecordType::A)).await,
-        ask_tcp(dns, &query("api.example.com.", RecordType::A)).await,
+    let yaml = allow_yaml(&[("api.example.com", 443), ("www.example.com", 443)], "");
+    let (mut proxy, dns) = dns_proxy(&yaml).await;
+    for (answer, name) in [
+        (
+            ask_udp(dns, &query("API.example.com.", RecordType::A)).await,
+            "api.example.com",
+        ),
+        (
+            ask_tcp(dns, &query("www.example.com.", RecordType::A)).await,
+            "www.example.com",
+        ),
     ] {
         assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
         assert_eq!(a_records(&answer), vec![Ipv4Addr::new(10, 9, 8, 7)]);
         let record = proxy.record().await;
         assert_eq!(record.kind, Kind::Dns);
         assert_eq!(record.port, None);
-        assert_eq!(record.host, "api.example.com");
+        assert_eq!(record.host, name);
         assert_eq!(
             (record.decision, record.reason),
             (Outcome::Allowed, Reason::Rule)
         );
     }
+    let answer = ask_tcp(dns, &query("api.example.com.", RecordType::A)).await;
+    assert_eq!(a_records(&answer), vec![Ipv4Addr::new(10, 9, 8, 7)]);
     let answer = ask_udp(dns, &query("api.example.com.", RecordType::AAAA)).await;
     assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
     assert!(answer.answers.is_empty());
-    assert_eq!(proxy.record().await.decision, Outcome::Allowed);
+    ask_udp(dns, &query("evil.test.", RecordType::A)).await;
+    assert_eq!(
+        proxy.record().await.host,
+        "evil.test",
+        "the repeats got no record"
+    );
 }
 
 #[tokio::test]

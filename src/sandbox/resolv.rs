@@ -13,7 +13,9 @@
 //! the claim): glibc asks DNS for its AAAA record, which `/etc/hosts` lacks, and Docker's
 //! resolver used to absorb that. A remote engine cannot mount a host file: its sandboxes
 //! keep Docker's resolver (every other name still goes to the proxy). The directory goes
-//! with the run.
+//! with the run. A program that sends raw UDP to 127.0.0.11 still reaches Docker's resolver
+//! (the sandbox cannot be given rules of its own from outside): what it can learn there is
+//! in the book's known limits.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;

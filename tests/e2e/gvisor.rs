@@ -243,3 +243,105 @@ fn serve_with_a_runtime_keeps_warm_gvisor_slots() {
     );
     daemon.stop();
 }
+
+/// Asks Docker's embedded resolver (127.0.0.11:53) over raw UDP, as any program can
+/// whatever resolv.conf says: the proxy's address backwards (PTR), the name that gives, and
+/// the made-up name in argv[1]. One line each: what, `rcode N` or `NO ANSWER`, the data;
+/// first the proxy's address.
+const ASK_THE_ENGINES_RESOLVER: &str = r#"
+import os, random, socket, struct, sys
+def ask(name, qtype):
+    wire = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+    query = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0) + wire + struct.pack(">HH", qtype, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(3)
+        try:
+            s.sendto(query, ("127.0.0.11", 53))
+            answer, _ = s.recvfrom(4096)
+        except OSError as error:
+            return "NO ANSWER " + type(error).__name__, []
+    flags, _, count = struct.unpack(">HHH", answer[2:8])
+    at = 12
+    while answer[at]:
+        at += answer[at] + 1
+    at += 5
+    data = []
+    for _ in range(count):
+        if answer[at] & 0xC0 == 0xC0:
+            at += 2
+        else:
+            while answer[at]:
+                at += answer[at] + 1
+            at += 1
+        kind, _, _, length = struct.unpack(">HHIH", answer[at:at + 10])
+        at += 10
+        rdata = answer[at:at + length]
+        at += length
+        if kind == 1:
+            data.append(socket.inet_ntoa(rdata))
+        elif kind == 12:
+            labels, i = [], 0
+            while i < len(rdata) and 0 < rdata[i] < 64:
+                labels.append(rdata[i + 1:i + 1 + rdata[i]].decode())
+                i += rdata[i] + 1
+            data.append(".".join(labels))
+    return "rcode %d" % (flags & 0xF), data
+proxy = os.environ["HTTP_PROXY"].split("//")[1].split(":")[0]
+print("PROXY", proxy)
+status, names = ask(".".join(reversed(proxy.split("."))) + ".in-addr.arpa", 12)
+print("PTR", status, *names)
+for name in names[:1]:
+    status, addresses = ask(name, 1)
+    print("NAME", status, *addresses)
+status, addresses = ask(sys.argv[1], 1)
+print("MADE-UP", status, *addresses)
+"#;
+
+/// Pins what Docker's embedded resolver tells a gVisor sandbox (known limits: "Docker's
+/// embedded resolver"): over raw UDP it names the run's own containers and their addresses
+/// without a record, and every other name it forwards to the proxy alone, where it is judged
+/// and recorded like any lookup, never to the host's resolvers.
+#[test]
+fn under_gvisor_the_engines_resolver_names_the_runs_containers_and_forwards_only_to_the_proxy() {
+    require_gvisor();
+    let network = TestNetwork::create();
+    let made_up = format!("leak-{}.test", crate::support::random_hex());
+    let run = Run::new(&network)
+        .option("--runtime", GVISOR)
+        .timeout("60s")
+        .run(&["python3", "-c", ASK_THE_ENGINES_RESOLVER, &made_up]);
+    run.assert_code(0);
+    let id = run.run_id();
+    let proxy = run
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("PROXY "))
+        .unwrap_or_else(|| panic!("no proxy address\n{}", run.describe()));
+    let expected = format!(
+        "PROXY {proxy}\nPTR rcode 0 egress-run-{id}-proxy.egress-run-{id}\nNAME rcode 0 {proxy}\nMADE-UP rcode 3\n"
+    );
+    assert_eq!(run.stdout, expected, "{}", run.describe());
+    let forwarded =
+        run.audit_where(|record| record["kind"] == "dns" && record["host"] == made_up.as_str());
+    assert_eq!(forwarded.len(), 1, "{}", run.describe());
+    assert_eq!(
+        (&forwarded[0]["decision"], &forwarded[0]["reason"]),
+        (&json!("blocked"), &json!("not_allowed"))
+    );
+    let proxy_prefix = &proxy[..proxy.rfind('.').unwrap()];
+    assert!(
+        forwarded[0]["client"]
+            .as_str()
+            .is_some_and(|client| client.starts_with(&format!("{proxy_prefix}."))),
+        "forwarded from the sandbox's run-network address\n{}",
+        run.describe()
+    );
+    let dns_records = run.audit_where(|record| record["kind"] == "dns");
+    assert_eq!(
+        dns_records.len(),
+        1,
+        "the run's own names are answered unrecorded\n{}",
+        run.describe()
+    );
+    assert_nothing_left(&id, run.pid);
+}

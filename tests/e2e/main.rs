@@ -21,6 +21,7 @@ mod audit_chain;
 mod audit_summary;
 mod concurrency;
 mod credentials;
+mod dns_burst;
 mod egress_bridge;
 mod gvisor;
 mod handoff;

@@ -85,10 +85,33 @@ impl Budget {
     }
 
     /// A place for the record of an attempt about to reach something: shared first, then
-    /// the reserve. False: none is left, and the attempt must not go ahead.
-    pub(super) fn hold_for_egress(&self) -> bool {
-        take(&self.shared) || take(&self.reserve)
+    /// the reserve. None: none is left, and the attempt must not go ahead.
+    pub(super) fn hold_for_egress(&self) -> Option<Place> {
+        if take(&self.shared) {
+            Some(Place::Shared)
+        } else if take(&self.reserve) {
+            Some(Place::Reserve)
+        } else {
+            None
+        }
     }
+
+    /// Gives back a held place whose record will never be written (an attempt that turned
+    /// out to need none, such as a repeated DNS answer), so it cannot drain the budget.
+    pub(super) fn release(&self, place: Place) {
+        let left = match place {
+            Place::Shared => &self.shared,
+            Place::Reserve => &self.reserve,
+        };
+        left.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Where a held place came from, so that giving it back puts it where it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Place {
+    Shared,
+    Reserve,
 }
 
 /// The reserve egress has past the shared budget: as many places again, or none.
@@ -113,15 +136,32 @@ mod tests {
         let budget = Budget::new(2, OnAuditLimit::Reserve);
         assert!(budget.take_shared() && budget.take_shared());
         assert!(!budget.take_shared());
-        assert!(budget.hold_for_egress() && budget.hold_for_egress());
-        assert!(!budget.hold_for_egress());
+        assert_eq!(budget.hold_for_egress(), Some(Place::Reserve));
+        assert_eq!(budget.hold_for_egress(), Some(Place::Reserve));
+        assert_eq!(budget.hold_for_egress(), None);
+    }
+
+    #[test]
+    fn a_released_place_is_there_again_where_it_came_from() {
+        let budget = Budget::new(1, OnAuditLimit::Reserve);
+        let shared = budget.hold_for_egress().unwrap();
+        let reserve = budget.hold_for_egress().unwrap();
+        assert_eq!((shared, reserve), (Place::Shared, Place::Reserve));
+        budget.release(reserve);
+        assert!(
+            !budget.take_shared(),
+            "the reserve's place does not go to refusals"
+        );
+        assert_eq!(budget.hold_for_egress(), Some(Place::Reserve));
+        budget.release(shared);
+        assert!(budget.take_shared());
     }
 
     #[test]
     fn under_refuse_egress_has_no_reserve() {
         let budget = Budget::new(1, OnAuditLimit::Refuse);
         assert!(budget.take_shared());
-        assert!(!budget.hold_for_egress());
+        assert_eq!(budget.hold_for_egress(), None);
     }
 
     #[test]
