@@ -43,6 +43,16 @@ pub enum UnitError {
     TooLarge(String),
 }
 
+/// The run CA's lifetime for a run with `time_limit`: the limit in whole seconds, rounded
+/// up, plus [`CA_SLACK`]. At most [`MAX_CA_LIFETIME`] for a limit of at most
+/// [`MAX_DURATION`]; saturating, never overflowing, past it.
+pub fn ca_lifetime(time_limit: Duration) -> Duration {
+    let seconds = time_limit
+        .as_secs()
+        .saturating_add(u64::from(time_limit.subsec_nanos() > 0));
+    Duration::from_secs(seconds.saturating_add(CA_SLACK.as_secs()))
+}
+
 /// `30s`, `500ms`, `2m`, `1h 30m` (humantime); surrounding spaces ignored; zero and more
 /// than [`MAX_DURATION`] refused.
 pub fn parse_duration(raw: &str) -> Result<Duration, UnitError> {
@@ -226,6 +236,12 @@ mod tests {
     #[test]
     fn the_ca_lifetime_bound_is_the_longest_run_plus_the_slack() {
         assert_eq!(MAX_CA_LIFETIME, MAX_DURATION + CA_SLACK);
+        assert_eq!(ca_lifetime(MAX_DURATION), MAX_CA_LIFETIME);
+        assert_eq!(
+            ca_lifetime(Duration::from_millis(1500)),
+            Duration::from_secs(3602)
+        );
+        assert_eq!(ca_lifetime(Duration::MAX), Duration::from_secs(u64::MAX));
     }
 
     #[test]

@@ -215,14 +215,9 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .map(|secret| (secret.name.clone(), secret.placeholder.clone()))
         .collect();
     handoff.upstream_ca = credentials.upstream_ca.clone();
-    // The run CA is valid no longer than the run's time limit (whole seconds, rounded up)
-    // plus the slack; the spec's time limit is at most `units::MAX_DURATION`, so this is
-    // at most the proxy's `units::MAX_CA_LIFETIME`.
-    let timeout = spec.limits.timeout;
-    let limit_s = timeout
-        .as_secs()
-        .saturating_add(u64::from(timeout.subsec_nanos() > 0));
-    handoff.ca_lifetime_s = Some(limit_s.saturating_add(egress_proxy::units::CA_SLACK.as_secs()));
+    // The spec's time limit is at most `units::MAX_DURATION`, so this is at most the
+    // `units::MAX_CA_LIFETIME` the proxy takes.
+    handoff.ca_lifetime_s = Some(egress_proxy::units::ca_lifetime(spec.limits.timeout).as_secs());
     handoff
 }
 
