@@ -126,6 +126,29 @@ fn check_bad_file_prints_located_errors_and_exits_1() {
     );
 }
 
+/// A limit past the bounds every duration and size is held to is an error at its value.
+#[test]
+fn check_limits_past_their_bounds_are_located_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "huge.yaml",
+        "version: 1\nlimits:\n  timeout: 100000000000000h\n  memory: 2PiB\n  output: 1PiB\n",
+    );
+    let result = run(&["policy", "check", path_str(&file)]);
+    assert_eq!(result.code, 1, "{}{}", result.stdout, result.stderr);
+    let name = file.display();
+    let lines: Vec<&str> = result.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("{name}:3:12: error: `timeout`: `100000000000000h` is longer than any duration this tool takes (at most 7days)").as_str(),
+            format!("{name}:4:11: error: `memory`: `2PiB` is larger than any size this tool takes (at most 1PiB)").as_str(),
+            format!("{name}: invalid (2 errors, 0 warnings)").as_str(),
+        ]
+    );
+}
+
 #[test]
 fn check_yaml_errors_are_located() {
     let dir = tempfile::tempdir().unwrap();

@@ -304,3 +304,33 @@ fn a_memory_limit_too_small_is_refused_as_typed() {
     );
     assert_nothing_left_by(pid);
 }
+
+/// A time limit past the longest run (7 days) is refused naming the flag, before anything
+/// is created: with an inspected host it would otherwise reach the run CA's dates.
+#[test]
+fn a_time_limit_past_the_longest_run_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("inspected.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\nallow:\n  - host: api.example.com\n    methods: [GET]\n",
+    )
+    .unwrap();
+    let (code, err, pid) = run_as_child(&[
+        "-p",
+        policy.to_str().unwrap(),
+        "--timeout",
+        "100000000000000h",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains(
+            "invalid --timeout \"100000000000000h\": `100000000000000h` is longer than any \
+             duration this tool takes (at most 7days)"
+        ),
+        "{err}"
+    );
+    assert_nothing_left_by(pid);
+}

@@ -24,6 +24,7 @@ use rustls::ServerConfig;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::target::HostName;
+use crate::units::MAX_CA_LIFETIME;
 
 /// How far back `not_before` is set.
 const BACKDATE: Duration = Duration::from_secs(60);
@@ -35,8 +36,31 @@ pub enum CaError {
     Generate(#[from] rcgen::Error),
     #[error("cannot build the TLS configuration for {host}: {source}")]
     Tls { host: String, source: rustls::Error },
-    #[error("the run CA's lifetime must be longer than {BACKDATE:?}")]
+    #[error(
+        "the run CA's lifetime must be longer than {BACKDATE:?} and at most {}",
+        humantime::format_duration(MAX_CA_LIFETIME)
+    )]
     Lifetime,
+    #[error("the run CA's validity from this clock's time is past any date a certificate holds")]
+    Dates,
+}
+
+/// `notBefore` and `notAfter` of a CA made at `now` that lives `lifetime`: from one minute
+/// ago, the whole span `lifetime`. A lifetime of at most a minute, or above
+/// [`MAX_CA_LIFETIME`], is refused; the dates are computed without overflow whatever
+/// `now` and `lifetime` are.
+pub(crate) fn validity(
+    now: time::OffsetDateTime,
+    lifetime: Duration,
+) -> Result<(time::OffsetDateTime, time::OffsetDateTime), CaError> {
+    if lifetime <= BACKDATE || lifetime > MAX_CA_LIFETIME {
+        return Err(CaError::Lifetime);
+    }
+    let span = time::Duration::try_from(lifetime).map_err(|_| CaError::Lifetime)?;
+    let backdate = time::Duration::try_from(BACKDATE).map_err(|_| CaError::Lifetime)?;
+    let not_before = now.checked_sub(backdate).ok_or(CaError::Dates)?;
+    let not_after = not_before.checked_add(span).ok_or(CaError::Dates)?;
+    Ok((not_before, not_after))
 }
 
 /// The CA certificate and a ready TLS server configuration per inspected name.
@@ -58,12 +82,7 @@ impl std::fmt::Debug for RunCa {
 impl RunCa {
     /// A CA for exactly `hosts` (not empty), valid for at most `lifetime` from one minute ago.
     pub(crate) fn new(hosts: &[HostName], lifetime: Duration) -> Result<RunCa, CaError> {
-        if lifetime <= BACKDATE {
-            return Err(CaError::Lifetime);
-        }
-        let now = time::OffsetDateTime::now_utc();
-        let not_before = now - BACKDATE;
-        let not_after = not_before + lifetime;
+        let (not_before, not_after) = validity(time::OffsetDateTime::now_utc(), lifetime)?;
 
         let ca_key = KeyPair::generate()?;
         let ca_params = ca_params(hosts, not_before, not_after);

@@ -167,7 +167,11 @@ impl ProxyConfig {
             &mut new_placeholder,
         )?;
         if let Some(seconds) = handoff.ca_lifetime_s {
-            self.credentials.ca_lifetime = Duration::from_secs(seconds);
+            let lifetime = Duration::from_secs(seconds);
+            if lifetime > crate::units::MAX_CA_LIFETIME {
+                return Err(HandoffError::CaLifetime(seconds));
+            }
+            self.credentials.ca_lifetime = lifetime;
         }
         match handoff.audit_limit {
             Some(0) => return Err(HandoffError::AuditLimitZero),
@@ -330,6 +334,32 @@ mod tests {
         assert_eq!(
             config.transparent_listen,
             ["10.0.0.2:8443".parse().unwrap()]
+        );
+    }
+
+    /// A run CA lifetime past the longest run is refused at the handoff, naming the field,
+    /// before any certificate arithmetic.
+    #[test]
+    fn a_handoff_ca_lifetime_past_the_longest_run_is_refused() {
+        let longest = crate::units::MAX_CA_LIFETIME.as_secs();
+        for seconds in [longest + 1, u64::MAX] {
+            let handoff = Handoff {
+                ca_lifetime_s: Some(seconds),
+                ..Handoff::default()
+            };
+            let error = config().merge_handoff(handoff, placeholders()).unwrap_err();
+            assert!(matches!(error, HandoffError::CaLifetime(s) if s == seconds));
+            assert!(error.to_string().contains("ca_lifetime_s"), "{error}");
+        }
+        let handoff = Handoff {
+            ca_lifetime_s: Some(longest),
+            ..Handoff::default()
+        };
+        let mut config = config();
+        config.merge_handoff(handoff, placeholders()).unwrap();
+        assert_eq!(
+            config.credentials.ca_lifetime,
+            crate::units::MAX_CA_LIFETIME
         );
     }
 

@@ -77,3 +77,11 @@ pub fn dns_respond(
     };
     crate::dns::respond(query, client, context, answer, audit)
 }
+
+/// The run CA's `notBefore` and `notAfter` (Unix seconds) for a CA made now that lives
+/// `lifetime`, as the proxy computes them, or why it would refuse.
+pub fn run_ca_validity(lifetime: std::time::Duration) -> Result<(i64, i64), String> {
+    crate::ca::validity(time::OffsetDateTime::now_utc(), lifetime)
+        .map(|(not_before, not_after)| (not_before.unix_timestamp(), not_after.unix_timestamp()))
+        .map_err(|error| error.to_string())
+}

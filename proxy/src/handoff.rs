@@ -52,7 +52,8 @@ pub struct Handoff {
     /// Extra CA certificates (PEM text) trusted for upstream TLS, as `--upstream-ca`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_ca: Vec<InlineCertificate>,
-    /// The run CA's longest validity in seconds: the run's time limit plus one hour.
+    /// The run CA's longest validity in seconds: the run's time limit plus one hour. At most
+    /// [`MAX_CA_LIFETIME`](crate::units::MAX_CA_LIFETIME).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_lifetime_s: Option<u64>,
     /// The run's `--audit-limit` (overrides the proxy's flag): here rather than in the
@@ -124,6 +125,12 @@ pub enum HandoffError {
     UpstreamCa(#[from] crate::upstream_tls::UpstreamCaError),
     #[error("the run's configuration on stdin has audit_limit 0; at least 1")]
     AuditLimitZero,
+    #[error(
+        "the run's configuration on stdin has ca_lifetime_s {0}; at most {max} (the longest \
+         time limit plus an hour)",
+        max = crate::units::MAX_CA_LIFETIME.as_secs()
+    )]
+    CaLifetime(u64),
     #[error("the run's configuration on stdin has sandbox_hostname {raw:?}: {error}")]
     SandboxHostname {
         raw: String,

@@ -1,4 +1,5 @@
-//! Properties of classification, normalisation, wildcard matching and the floor, checked on
+//! Properties of classification, normalisation, wildcard matching, the floor, and the
+//! bounds on durations and sizes (with the arithmetic made of them), checked on
 //! generated inputs (proptest) where a rule is easier to state than a list of cases. The fuzz
 //! targets in `proxy/fuzz` cover arbitrary bytes; these cover structured families of inputs
 //! that random bytes rarely hit (every spelling of an address, every embedding of it).
@@ -6,8 +7,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use egress_proxy::floor;
+use egress_proxy::fuzzing::run_ca_validity;
 use egress_proxy::policy::{Policy, PolicySet, Reason, Verdict};
 use egress_proxy::target::{HostName, Target};
+use egress_proxy::units::{self, MAX_CA_LIFETIME, MAX_DURATION, MAX_SIZE};
 use proptest::prelude::*;
 
 fn policy(yaml: &str) -> PolicySet {
@@ -244,6 +247,111 @@ proptest! {
             };
             let got = (decision.verdict, decision.reason, decision.rule.map(|r| r.to_string()));
             prop_assert_eq!(got, expected, "{}:{}\n{}", addr, port, yaml);
+        }
+    }
+}
+
+/// A number as people (or attackers) write one: small, at the bounds, past `u64`, or with
+/// a fraction or exponent.
+fn number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<u64>().prop_map(|n| n.to_string()),
+        (0u64..1_000_000).prop_map(|n| n.to_string()),
+        "[0-9]{1,40}",
+        (any::<u32>(), 0u32..1000).prop_map(|(n, f)| format!("{n}.{f}")),
+        (any::<u16>(), any::<i8>()).prop_map(|(n, e)| format!("{n}e{e}")),
+        Just("-1".to_owned()),
+    ]
+}
+
+const DURATION_UNITS: &[&str] = &[
+    "", "ns", "us", "ms", "s", "sec", "m", "min", "h", "hr", "d", "days", "w", "week", "M",
+    "month", "y", "year", "years", "x",
+];
+
+const SIZE_UNITS: &[&str] = &[
+    "", "B", "k", "kB", "KiB", "M", "MB", "MiB", "G", "GB", "GiB", "T", "TiB", "P", "PB", "PiB",
+    "E", "EB", "EiB", "Z", "ZiB", "x",
+];
+
+/// One to three `NUMBER UNIT` terms, with or without spaces between them.
+fn written(units: &'static [&'static str]) -> impl Strategy<Value = String> {
+    prop::collection::vec((number(), prop::sample::select(units), any::<bool>()), 1..4).prop_map(
+        |terms| {
+            terms
+                .into_iter()
+                .map(|(n, unit, space)| format!("{n}{}{unit}", if space { " " } else { "" }))
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+    )
+}
+
+/// The arithmetic a duration goes through: a deadline from now, and the run CA's
+/// lifetime and dates for a run that long. None of it may overflow for an accepted value.
+fn assert_usable(duration: std::time::Duration) -> Result<(), TestCaseError> {
+    prop_assert!(
+        !duration.is_zero() && duration <= MAX_DURATION,
+        "{:?}",
+        duration
+    );
+    prop_assert!(std::time::Instant::now().checked_add(duration).is_some());
+    prop_assert!(std::time::SystemTime::now().checked_add(duration).is_some());
+    let lifetime = units::ca_lifetime(duration);
+    prop_assert!(lifetime <= MAX_CA_LIFETIME, "{:?}", lifetime);
+    let (not_before, not_after) = run_ca_validity(lifetime).map_err(TestCaseError::fail)?;
+    prop_assert_eq!(not_after - not_before, lifetime.as_secs() as i64);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Whatever is written, a duration is refused or within bounds, and every use of an
+    /// accepted one (deadline, CA lifetime and dates) is computed.
+    #[test]
+    fn every_written_duration_is_refused_or_bounded_and_usable(raw in written(DURATION_UNITS)) {
+        if let Ok(duration) = units::parse_duration(&raw) {
+            assert_usable(duration)?;
+        }
+    }
+
+    /// Seconds as serve's JSON and MCP's arguments carry them: any `f64`.
+    #[test]
+    fn every_number_of_seconds_is_refused_or_bounded_and_usable(
+        seconds in prop_oneof![any::<f64>(), 0.0f64..1_000_000.0, Just(f64::MAX)],
+    ) {
+        if let Ok(duration) = units::duration_from_seconds(&seconds.to_string(), seconds) {
+            assert_usable(duration)?;
+        }
+    }
+
+    /// Whatever is written, a size is refused or within bounds: Docker's signed byte
+    /// counts hold it, and so does a sum of the three sizes of a run.
+    #[test]
+    fn every_written_size_is_refused_or_bounded(raw in written(SIZE_UNITS)) {
+        if let Ok(size) = units::parse_size(&raw) {
+            prop_assert!(size > 0 && size <= MAX_SIZE, "{}", size);
+            prop_assert!(i64::try_from(size.checked_mul(3).unwrap()).is_ok());
+        }
+    }
+
+    /// Any lifetime handed to the proxy (the handoff's `ca_lifetime_s`, a `u64`): the run
+    /// CA's dates are computed or refused, never a panic, and refused exactly outside
+    /// (1 minute, MAX_CA_LIFETIME].
+    #[test]
+    fn every_ca_lifetime_is_refused_or_gives_dates_that_span_it(seconds in prop_oneof![
+        any::<u64>(),
+        0u64..=MAX_CA_LIFETIME.as_secs() + 10,
+    ]) {
+        let lifetime = std::time::Duration::from_secs(seconds);
+        let accepted = seconds > 60 && lifetime <= MAX_CA_LIFETIME;
+        match run_ca_validity(lifetime) {
+            Ok((not_before, not_after)) => {
+                prop_assert!(accepted, "{}", seconds);
+                prop_assert_eq!(not_after - not_before, seconds as i64);
+            }
+            Err(_) => prop_assert!(!accepted, "{}", seconds),
         }
     }
 }

@@ -5,9 +5,10 @@
 //! stream (and the terminal, when a stream is one) was left at the start of a line. Before
 //! each of its own lines the tool then writes:
 //!
-//! - on a terminal, `ESC[0m` (attributes reset, so a command that ended with "concealed",
-//!   "black on black" or any colour cannot hide the line) and a line end if the terminal's
-//!   last byte from the command was not one;
+//! - on a terminal, a reset of character sets and attributes ([`RESET`]: a command that
+//!   ended with "concealed", "black on black", any colour, or the DEC line-drawing set in
+//!   use cannot hide the line) and a line end if the terminal's last byte from the
+//!   command was not one;
 //! - otherwise, a line end only if the command's last byte on stderr was not one, so the
 //!   line always starts a line of its own and a log of the stream stays byte-exact
 //!   otherwise.
@@ -19,8 +20,15 @@ use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
 
-/// Resets every character attribute (SGR 0).
-const RESET_ATTRIBUTES: &str = "\x1b[0m";
+/// Makes the terminal show the next text as written: G0 and G1 designated US ASCII
+/// (`ESC ( B`, `ESC ) B`), G0 in use (SI, also undoing a locking shift to G2 or G3), and
+/// every character attribute reset (SGR 0). A soft reset (DECSTR) would reset these too,
+/// but also turns auto-wrap off on a VT510 and xterm, which the user's shell would keep
+/// after the run.
+const RESET: &str = "\x1b(B\x1b)B\x0f\x1b[0m";
+
+/// [`RESET`] and a line end.
+const RESET_AND_LINE_END: &str = "\x1b(B\x1b)B\x0f\x1b[0m\n";
 
 /// Whether the command's output left stderr, and the terminal, at the start of a line.
 /// Process-wide: one run per process writes to this process's stdout and stderr.
@@ -66,15 +74,15 @@ fn prefix(stderr_is_terminal: bool) -> &'static str {
         STDERR_AT_LINE_START.load(Ordering::Relaxed)
     };
     match (stderr_is_terminal, at_line_start) {
-        (true, true) => RESET_ATTRIBUTES,
-        (true, false) => "\x1b[0m\n",
+        (true, true) => RESET,
+        (true, false) => RESET_AND_LINE_END,
         (false, true) => "",
         (false, false) => "\n",
     }
 }
 
 /// Writes `line` (already safe to show: see `text::visible`) and a line end on stderr, on
-/// a line of its own and, on a terminal, with attributes reset.
+/// a line of its own and, on a terminal, with character sets and attributes reset.
 pub(crate) fn print_line(line: &str) {
     let text = format!("{}{line}\n", prefix(std::io::stderr().is_terminal()));
     // Nothing better to do when stderr is gone.
@@ -135,22 +143,26 @@ mod tests {
 
     /// The state is process-wide, so one test walks through every case in order.
     #[test]
-    fn a_tool_line_resets_attributes_on_a_terminal_and_ends_an_open_line() {
+    fn a_tool_line_resets_the_terminal_and_ends_an_open_line() {
         note_output(Stream::Stderr, b"partial", false);
         assert_eq!(prefix(false), "\n", "an open line on stderr is ended");
         note_output(Stream::Stderr, b"done\n", false);
         assert_eq!(prefix(false), "", "a closed line gets nothing added");
-        assert_eq!(prefix(true), RESET_ATTRIBUTES);
+        assert_eq!(prefix(true), RESET);
         note_output(Stream::Stdout, b"\x1b[8mprompt> ", true);
         assert_eq!(prefix(false), "", "stdout is not stderr off a terminal");
         assert_eq!(
             prefix(true),
-            "\x1b[0m\n",
+            RESET_AND_LINE_END,
             "on a terminal the open line of either stream is ended"
         );
         note_output(Stream::Stdout, b"", true);
-        assert_eq!(prefix(true), "\x1b[0m\n", "an empty write changes nothing");
+        assert_eq!(
+            prefix(true),
+            RESET_AND_LINE_END,
+            "an empty write changes nothing"
+        );
         note_output(Stream::Stdout, b"\n", true);
-        assert_eq!(prefix(true), RESET_ATTRIBUTES);
+        assert_eq!(prefix(true), RESET);
     }
 }

@@ -65,8 +65,6 @@ pub fn raw_door_ports(policy: &egress_proxy::policy::PolicySet) -> Vec<u16> {
     }
     ports
 }
-/// How long the run CA outlives the run's time limit at most (`docs/src/guide/credentials.md`).
-const CA_SLACK_S: u64 = 3600;
 const NOBODY: &str = "65534:65534";
 /// Open files per process in the sandbox.
 const SANDBOX_NOFILE: i64 = 1024;
@@ -218,10 +216,9 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
         .map(|secret| (secret.name.clone(), secret.placeholder.clone()))
         .collect();
     handoff.upstream_ca = credentials.upstream_ca.clone();
-    // The run CA is valid no longer than the run's time limit plus one hour (B1).
-    let timeout = spec.limits.timeout;
-    let limit_s = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
-    handoff.ca_lifetime_s = Some(limit_s.saturating_add(CA_SLACK_S));
+    // The spec's time limit is at most `units::MAX_DURATION`, so this is at most the
+    // `units::MAX_CA_LIFETIME` the proxy takes.
+    handoff.ca_lifetime_s = Some(egress_proxy::units::ca_lifetime(spec.limits.timeout).as_secs());
     handoff
 }
 

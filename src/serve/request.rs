@@ -42,15 +42,18 @@ pub enum Duration {
 impl Duration {
     fn check(&self, field: &str) -> Result<std::time::Duration, BadRequest> {
         match self {
-            Duration::Seconds(seconds) => std::time::Duration::try_from_secs_f64(*seconds)
-                .ok()
-                .filter(|duration| !duration.is_zero())
-                .ok_or_else(|| {
+            Duration::Seconds(seconds) => {
+                units::duration_from_seconds(&seconds.to_string(), *seconds).map_err(|_| {
                     BadRequest::new(
                         field,
-                        format!("invalid {field} {seconds}: a number of seconds more than 0"),
+                        format!(
+                            "invalid {field} {seconds}: a number of seconds more than 0 and at \
+                             most {}",
+                            units::MAX_DURATION.as_secs()
+                        ),
                     )
-                }),
+                })
+            }
             Duration::Text(text) => units::parse_duration(text).map_err(|reason| {
                 BadRequest::new(field, format!("invalid {field} {text:?}: {reason}"))
             }),
@@ -664,6 +667,38 @@ mod tests {
         ] {
             assert_eq!(check(json).err().unwrap().field, "timeout", "{json}");
         }
+    }
+
+    /// Past 7 days, in seconds or as text, a timeout is a 400 naming the field; so is a
+    /// size past 1PiB.
+    #[test]
+    fn durations_and_sizes_past_their_bounds_name_the_field() {
+        let checked = check(r#"{"argv":["x"],"timeout":604800}"#).ok().unwrap();
+        assert_eq!(checked.spec.limits().timeout, units::MAX_DURATION);
+        for (json, field) in [
+            (r#"{"argv":["x"],"timeout":604800.5}"#, "timeout"),
+            (r#"{"argv":["x"],"timeout":1e300}"#, "timeout"),
+            (
+                r#"{"argv":["x"],"timeout":18446744073709551615}"#,
+                "timeout",
+            ),
+            (r#"{"argv":["x"],"timeout":"100000000000000h"}"#, "timeout"),
+            (r#"{"argv":["x"],"memory":"2PiB"}"#, "memory"),
+            (r#"{"argv":["x"],"tmp":"16EiB"}"#, "tmp"),
+            (
+                r#"{"argv":["x"],"output_limit":"1048577GiB"}"#,
+                "output_limit",
+            ),
+        ] {
+            let refused = check(json).err().unwrap();
+            assert_eq!(refused.field, field, "{json}");
+            assert!(refused.error.contains(field), "{json}: {}", refused.error);
+        }
+        let refused = check(r#"{"argv":["x"],"timeout":604800.5}"#).err().unwrap();
+        assert_eq!(
+            refused.error,
+            "invalid timeout 604800.5: a number of seconds more than 0 and at most 604800"
+        );
     }
 
     #[test]

@@ -468,6 +468,14 @@ fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
             "files",
         ),
         (long_name, "files"),
+        // Past the bounds on durations and sizes: the run CA's dates of a time limit this
+        // long overflowed in the proxy.
+        (
+            json!({"argv": ["true"], "timeout": "100000000000000h"}),
+            "timeout",
+        ),
+        (json!({"argv": ["true"], "timeout": 1e300}), "timeout"),
+        (json!({"argv": ["true"], "memory": "2PiB"}), "memory"),
     ] {
         match post(&daemon, request.clone()) {
             Err(ClientError::Refused { status, refusal }) => {

@@ -178,3 +178,38 @@ fn a_lifetime_shorter_than_the_backdate_is_refused() {
         Err(CaError::Lifetime)
     ));
 }
+
+/// The run CA of `run --timeout 100000000000000h`: refused, not a panic in the date
+/// arithmetic; the longest lifetime there is makes a CA valid for exactly that long.
+#[test]
+fn a_lifetime_past_the_longest_run_is_refused_and_the_longest_is_made() {
+    for seconds in [
+        crate::units::MAX_CA_LIFETIME.as_secs() + 1,
+        100_000_000_000_000 * 3600 + 3600,
+        u64::MAX,
+    ] {
+        let made = RunCa::new(&hosts(&["a.example.com"]), Duration::from_secs(seconds));
+        assert!(matches!(made, Err(CaError::Lifetime)), "{seconds}s");
+    }
+    let longest = crate::units::MAX_CA_LIFETIME;
+    let ca = RunCa::new(&hosts(&["a.example.com"]), longest).unwrap();
+    let (_, cert) = X509Certificate::from_der(ca.certificate_der()).unwrap();
+    let span = cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp();
+    assert_eq!(span, longest.as_secs() as i64);
+}
+
+#[test]
+fn validity_at_the_ends_of_time_is_an_error_not_a_panic() {
+    let lifetime = Duration::from_secs(120);
+    for now in [
+        time::OffsetDateTime::UNIX_EPOCH,
+        time::PrimitiveDateTime::MIN.assume_utc(),
+    ] {
+        let (not_before, not_after) = validity(now, lifetime).unwrap_or((now, now));
+        assert!(not_before <= not_after);
+    }
+    assert!(matches!(
+        validity(time::PrimitiveDateTime::MAX.assume_utc(), lifetime),
+        Err(CaError::Dates)
+    ));
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use egress_proxy::policy::Limits;
-use egress_proxy::units::format_size;
+use egress_proxy::units::{MAX_DURATION, MAX_SIZE, format_size};
 
 use super::{SpecError, invalid};
 
@@ -161,6 +161,26 @@ pub(super) fn resolve_limits(
             show_size,
         )?,
     };
+    if limits.timeout > MAX_DURATION {
+        return Err(invalid(
+            "--timeout",
+            show_duration(limits.timeout),
+            format!("must be at most {}", show_duration(MAX_DURATION)),
+        ));
+    }
+    for (flag, value) in [
+        ("--memory", limits.memory),
+        ("--tmp", limits.tmp),
+        ("--output-limit", limits.output),
+    ] {
+        if value > MAX_SIZE {
+            return Err(invalid(
+                flag,
+                format_size(value),
+                format!("must be at most {}", format_size(MAX_SIZE)),
+            ));
+        }
+    }
     if limits.timeout.is_zero() {
         return Err(invalid(
             "--timeout",
@@ -193,14 +213,8 @@ pub(super) fn resolve_limits(
     if limits.tmp == 0 {
         return Err(invalid("--tmp", "0", "must be more than 0"));
     }
-    for (flag, value) in [
-        ("--memory", limits.memory),
-        ("--tmp", limits.tmp),
-        ("--pids", limits.pids),
-    ] {
-        if i64::try_from(value).is_err() {
-            return Err(invalid(flag, value.to_string(), "too large"));
-        }
+    if i64::try_from(limits.pids).is_err() {
+        return Err(invalid("--pids", limits.pids.to_string(), "too large"));
     }
     Ok(limits)
 }
@@ -310,5 +324,47 @@ mod tests {
         let mut asked = requested();
         asked.cpus = Some(f64::NAN);
         assert!(resolve_limits(&asked, &Limits::default(), "p").is_err());
+    }
+
+    /// The library takes a `Duration` and byte counts, not text: the bounds the parsers
+    /// hold flags to hold here too.
+    #[test]
+    fn limits_past_the_bounds_are_refused_naming_the_flag() {
+        let refused = |asked: Requested| {
+            resolve_limits(&asked, &Limits::default(), "p")
+                .unwrap_err()
+                .to_string()
+        };
+        let mut asked = requested();
+        asked.timeout = Some(MAX_DURATION + Duration::from_nanos(1));
+        assert!(refused(asked).contains("--timeout"));
+        let mut asked = requested();
+        asked.timeout = Some(Duration::MAX);
+        let message = refused(asked);
+        assert!(
+            message.contains("--timeout") && message.contains("7days"),
+            "{message}"
+        );
+        for (flag, set) in [
+            (
+                "--memory",
+                (|asked: &mut Requested| asked.memory = Some(u64::MAX)) as fn(&mut _),
+            ),
+            ("--tmp", |asked| asked.tmp = Some(MAX_SIZE + 1)),
+            ("--output-limit", |asked| asked.output = Some(MAX_SIZE + 1)),
+        ] {
+            let mut asked = requested();
+            set(&mut asked);
+            let message = refused(asked);
+            assert!(
+                message.contains(flag) && message.contains("1048576GiB"),
+                "{message}"
+            );
+        }
+        let mut asked = requested();
+        asked.timeout = Some(MAX_DURATION);
+        asked.memory = Some(MAX_SIZE);
+        let limits = resolve_limits(&asked, &Limits::default(), "p").unwrap();
+        assert_eq!((limits.timeout, limits.memory), (MAX_DURATION, MAX_SIZE));
     }
 }
