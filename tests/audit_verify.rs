@@ -40,7 +40,7 @@ impl ProxyProcess {
                 "--dns-listen",
                 "127.0.0.1:0",
             ])
-            .args(["--allow", "allowed.test"])
+            .args(["--allow", "allowed.test", "--allow", "*.allowed.test"])
             .args(run_id)
             .arg("--audit-log")
             .arg(log)
@@ -192,7 +192,8 @@ fn interleaved_concurrent_runs_keep_their_own_chains() {
     for i in 0..6 {
         a.ask(&format!("a{i}.blocked.test"));
         b.ask(&format!("b{i}.blocked.test"));
-        a.ask("allowed.test");
+        // A distinct allowed name each time: a repeated lookup of one is not recorded again.
+        a.ask(&format!("n{i}.allowed.test"));
     }
     a.stop();
     b.stop();

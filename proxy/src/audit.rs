@@ -156,8 +156,9 @@ pub struct RequestFields {
     /// The upstream's status, or null when no response came.
     pub status: Option<u16>,
     pub credential: Option<String>,
-    /// Occurrences of a run's real secret replaced by its placeholder in the answer
-    /// (headers and body); absent when none was.
+    /// Occurrences of a run's real secret replaced by its placeholder in the answer (reason
+    /// phrase, headers, body, trailers; a refused answer's quoted coding); absent when none
+    /// was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reflected: Option<u64>,
 }

@@ -9,7 +9,8 @@
 //! sent until then), whichever comes first.
 //!
 //! An inspected host's answer in a run with secrets is scrubbed on its way ([`crate::scrub`]):
-//! headers at once, the body as it streams; the record's `reflected` counts what was replaced.
+//! the reason phrase replaced by the canonical one, headers at once, the body as it streams;
+//! the record's `reflected` counts what was replaced.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use crate::audit::{Attempt, Outcome};
 use crate::body::{BoxError, ProxyBody};
 use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
-use crate::scrub::{Scrubber, scrub_headers};
+use crate::scrub::{Scrubber, drop_reason_phrase, scrub_headers, scrub_text};
 use crate::secret_forms::SecretForms;
 use crate::shutdown::Shutdown;
 
@@ -160,10 +161,13 @@ pub(crate) async fn answer(
         return refuse(attempt, &refusal).await;
     }
     let secrets = secrets.filter(|secrets| !secrets.is_empty());
-    if secrets.is_some()
+    if let Some(secrets) = secrets
         && !response.body().is_end_stream()
         && let Some(coding) = crate::scrub::refuse_encoding(response.headers())
     {
+        // The coding is the upstream's text, quoted back to the sandbox: scrubbed too.
+        let (coding, reflected) = scrub_text(&coding, secrets);
+        set_reflected(&mut attempt, reflected);
         attempt.set_outcome(Outcome::Failed, Reason::UpstreamEncoding, None);
         let refusal = Refusal::of(
             &attempt,
@@ -189,23 +193,23 @@ fn counted_response(
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let scrubbing = secrets.map(|secrets| {
-        let in_headers = scrub_headers(&mut parts.headers, &secrets);
-        if !body.is_end_stream() {
-            // A replacement changes the body's length: hyper frames it anew (chunked).
-            parts.headers.remove(header::CONTENT_LENGTH);
-        }
-        Scrubbing {
-            scrubber: Scrubber::new(secrets),
-            in_headers,
-            queued: None,
-        }
-    });
-    let body = Counted {
-        inner: Scrubbed {
+    let scrubbed = match secrets {
+        None => Scrubbed {
             inner: body,
-            scrubbing,
+            scrubbing: None,
         },
+        Some(secrets) => {
+            let in_head = drop_reason_phrase(&mut parts.extensions, &secrets)
+                + scrub_headers(&mut parts.headers, &secrets);
+            if !body.is_end_stream() {
+                // A replacement changes the body's length: hyper frames it anew (chunked).
+                parts.headers.remove(header::CONTENT_LENGTH);
+            }
+            Scrubbed::new(body, secrets, in_head)
+        }
+    };
+    let body = Counted {
+        inner: scrubbed,
         meter: AnswerMeter {
             record: Some((attempt, shutdown)),
             upload,
@@ -214,28 +218,52 @@ fn counted_response(
     Response::from_parts(parts, body.boxed())
 }
 
-/// An answer being scrubbed: the streaming scrubber, what the headers had replaced, and a
-/// trailers frame waiting for the bytes the scrubber still holds.
+/// An answer being scrubbed: the streaming scrubber, what the head (reason phrase, headers,
+/// trailers) had replaced, and a trailers frame waiting for the bytes the scrubber still
+/// holds.
 struct Scrubbing {
     scrubber: Scrubber,
-    in_headers: u64,
+    in_head: u64,
     queued: Option<Frame<Bytes>>,
 }
 
 impl Scrubbing {
     fn replaced(&self) -> u64 {
-        self.in_headers + self.scrubber.replaced()
+        self.in_head + self.scrubber.replaced()
     }
 }
 
 /// The answer's body as the client gets it: scrubbed when the answer is, passed on as it
-/// is otherwise.
-struct Scrubbed {
-    inner: Incoming,
+/// is otherwise. Generic over the body it reads so the fuzz target runs this very code.
+pub(crate) struct Scrubbed<B = Incoming> {
+    inner: B,
     scrubbing: Option<Scrubbing>,
 }
 
-impl Body for Scrubbed {
+impl<B> Scrubbed<B> {
+    /// `inner` scrubbed of `secrets`; `in_head` is what its head had replaced.
+    pub(crate) fn new(inner: B, secrets: Arc<SecretForms>, in_head: u64) -> Self {
+        Scrubbed {
+            inner,
+            scrubbing: Some(Scrubbing {
+                scrubber: Scrubber::new(secrets),
+                in_head,
+                queued: None,
+            }),
+        }
+    }
+
+    /// What was replaced so far: in the head, the body and the trailers.
+    pub(crate) fn replaced(&self) -> u64 {
+        self.scrubbing.as_ref().map_or(0, Scrubbing::replaced)
+    }
+}
+
+impl<B> Body for Scrubbed<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -248,9 +276,7 @@ impl Body for Scrubbed {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let Some(scrubbing) = this.scrubbing.as_mut() else {
-            return Pin::new(&mut this.inner)
-                .poll_frame(cx)
-                .map_err(BoxError::from);
+            return Pin::new(&mut this.inner).poll_frame(cx).map_err(Into::into);
         };
         if let Some(frame) = scrubbing.queued.take() {
             return Poll::Ready(Some(Ok(frame)));
@@ -275,7 +301,7 @@ impl Body for Scrubbed {
                     let frame = match frame.into_trailers() {
                         Ok(mut trailers) => {
                             let secrets = scrubbing.scrubber.secrets().clone();
-                            scrubbing.in_headers += scrub_headers(&mut trailers, &secrets);
+                            scrubbing.in_head += scrub_headers(&mut trailers, &secrets);
                             Frame::trailers(trailers)
                         }
                         Err(other) => other,
@@ -328,12 +354,7 @@ impl Meter<Scrubbed> for AnswerMeter {
         let Some((mut attempt, mut shutdown)) = self.record.take() else {
             return;
         };
-        let reflected = body.scrubbing.as_ref().map_or(0, Scrubbing::replaced);
-        if reflected > 0
-            && let Some(fields) = attempt.request.as_mut()
-        {
-            fields.reflected = Some(reflected);
-        }
+        set_reflected(&mut attempt, body.replaced());
         let upload = self.upload.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !upload.done.load(Ordering::Acquire) => {
@@ -348,6 +369,15 @@ impl Meter<Scrubbed> for AnswerMeter {
             }
             _ => attempt.bytes_up = upload.bytes(),
         }
+    }
+}
+
+/// The record's `reflected`: absent when nothing was replaced.
+fn set_reflected(attempt: &mut Attempt, reflected: u64) {
+    if reflected > 0
+        && let Some(fields) = attempt.request.as_mut()
+    {
+        fields.reflected = Some(reflected);
     }
 }
 

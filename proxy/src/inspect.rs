@@ -413,8 +413,9 @@ const NEVER_FORWARDED_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
 /// attempt's request fields, springs the tripwire (a real secret anywhere, another host's
 /// placeholder), asks the policy about the host, the method and the path, then rewrites the
 /// request for the upstream: origin-form, HTTP/1.1, hop-by-hop headers gone, `Host` set from
-/// the judged target, `Accept-Encoding: identity` when answers are scrubbed, the credential
-/// header replaced by the real one.
+/// the judged target, `Accept-Encoding: identity` when answers are scrubbed, `Range` and
+/// `If-Range` removed and the credential header replaced by the real one on a credential's
+/// host.
 fn judge(
     shared: &Shared,
     inspector: &Inspector,
@@ -497,6 +498,13 @@ fn judge(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
+    }
+    if credential.is_some() {
+        // An upstream that echoes the key would hand it back in pieces, one per range, each
+        // too short for the scrubber to know: the credential's host is asked for whole
+        // answers only. A 200 is a valid answer to a range request, which clients handle.
+        parts.headers.remove(header::RANGE);
+        parts.headers.remove(header::IF_RANGE);
     }
     if let Some(credential) = &credential {
         let header_name =

@@ -12,7 +12,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::Extensions;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::ext::ReasonPhrase;
 
 use crate::secret_forms::SecretForms;
 
@@ -105,6 +107,27 @@ pub(crate) fn scrub_headers(headers: &mut HeaderMap, forms: &SecretForms) -> u64
     }
     *headers = scrubbed;
     replaced
+}
+
+/// Takes the upstream's reason phrase out of an answer's extensions; returns how many forms
+/// of a secret it held. Without it hyper writes the canonical phrase for the status code: the
+/// phrase is free text an echo can fill, and no client reads meaning from it. Every other
+/// extension goes too, since hyper's server writes what they say (header case) as sent.
+pub(crate) fn drop_reason_phrase(extensions: &mut Extensions, forms: &SecretForms) -> u64 {
+    let phrase = extensions.remove::<ReasonPhrase>();
+    extensions.clear();
+    phrase
+        .and_then(|phrase| forms.replace_all(phrase.as_bytes()))
+        .map_or(0, |(_, replaced)| replaced)
+}
+
+/// `text` with each form of a secret replaced by its placeholder, and how many were: for
+/// upstream text the proxy quotes in an answer of its own.
+pub(crate) fn scrub_text(text: &str, forms: &SecretForms) -> (String, u64) {
+    match forms.replace_all(text.as_bytes()) {
+        None => (text.to_owned(), 0),
+        Some((scrubbed, replaced)) => (String::from_utf8_lossy(&scrubbed).into_owned(), replaced),
+    }
 }
 
 /// The content or transfer coding of an answer the scrubber cannot read (anything but

@@ -211,7 +211,7 @@ impl SecretForms {
 
 /// (needle, replacement, is hex) for each form of `secret`, the replacement being
 /// `placeholder` in that form.
-fn forms_of(secret: &[u8], placeholder: &[u8]) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
+pub(crate) fn forms_of(secret: &[u8], placeholder: &[u8]) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
     let mut forms = vec![
         (secret.to_vec(), placeholder.to_vec(), false),
         (hex(secret), hex(placeholder), true),

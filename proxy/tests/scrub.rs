@@ -1,6 +1,7 @@
 //! The run's real secret never reaches the sandbox, and never leaves it: an inspected
 //! upstream that hands the key back (in a header, a JSON body, chunked bodies cut anywhere,
-//! base64, percent-encoding, hex) is scrubbed, its record says `reflected`; a request that
+//! base64, percent-encoding, hex; in the reason phrase, a header name, a 1xx answer, a
+//! trailer, a content coding; in ranges) is scrubbed, its record says `reflected`; a request that
 //! carries the key in any form, to any host, by any door, is refused `credential_misuse`
 //! and its record shows `«secret:NAME»` where the key sat.
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use common::tls::{TestCa, run_ca, tunnel};
+use common::tls::{TestCa, run_ca, tls_client, tunnel};
 use common::{HANG, Site, TestProxy, exchange, status};
 use egress_proxy::audit::{AuditRecord, Kind, Outcome};
 use egress_proxy::policy::{Policy, PolicySet, Reason};
@@ -21,7 +22,7 @@ use egress_proxy::{Proxy, ProxyConfig};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 /// Reserved characters, so that percent-encoding changes it.
 const SECRET: &str = "sk-test/secret+value=1234?x";
@@ -56,6 +57,23 @@ async fn start_proxy(yaml: &str, secret: &str, ca: Option<&TestCa>) -> TestProxy
         },
     )
     .await
+}
+
+/// A proxy whose `api.example.com` is the reflector on 127.0.0.2:P, reached by CONNECT and
+/// by a transparent listener on 127.0.0.1:P (the proxy's own address, as a sandbox's :443).
+async fn start_transparent_proxy(port: u16, ca: &TestCa) -> (TestProxy, SocketAddr) {
+    let credentials = credentials(SECRET, Some(ca));
+    let proxy = TestProxy::start_with(
+        &api_yaml(port),
+        &[("api.example.com", "127.0.0.2")],
+        move |config| {
+            config.credentials = credentials;
+            config.transparent_listen = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+        },
+    )
+    .await;
+    let listener = proxy.running().local_addrs().transparent[0];
+    (proxy, listener)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -116,14 +134,70 @@ fn reflection(path: &str, auth: &str) -> (Vec<String>, Vec<Vec<u8>>, bool) {
             vec![encoded_lines(auth).join("\n").into_bytes()],
             false,
         ),
+        "/v1/reason" | "/v1/informational" => (vec![], vec![b"ok".to_vec()], false),
+        "/v1/header-name" => (
+            vec![format!("X-{}: 1", hex(auth.as_bytes()))],
+            vec![b"ok".to_vec()],
+            false,
+        ),
+        "/v1/trailer" => (
+            vec!["Trailer: X-Echo-Auth".to_owned()],
+            vec![b"ok".to_vec()],
+            true,
+        ),
+        "/v1/coding" => (
+            vec![format!("Content-Encoding: {auth}")],
+            vec![b"ok".to_vec()],
+            false,
+        ),
         _ => (vec![], vec![b"nothing".to_vec()], false),
     }
+}
+
+/// The status line the reflector answers `path` with: `/v1/reason` hands the key back as
+/// the reason phrase.
+fn status_line(path: &str, auth: &str) -> String {
+    match path {
+        "/v1/reason" => format!("HTTP/1.1 200 {auth}"),
+        _ => "HTTP/1.1 200 OK".to_owned(),
+    }
+}
+
+/// What the reflector sends before the final answer: `/v1/informational` hands the key back
+/// in a 103's reason phrase and headers.
+fn informational(path: &str, auth: &str) -> String {
+    match path {
+        "/v1/informational" => {
+            format!("HTTP/1.1 103 {auth}\r\nLink: <{auth}>\r\nX-Echo-Auth: {auth}\r\n\r\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// A `Range: bytes=FIRST-[LAST]` header of `head`, as the byte range of a body of `length`.
+fn asked_range(head: &str, length: usize) -> Option<std::ops::Range<usize>> {
+    let value = head.lines().find_map(|line| {
+        line.split_once(':')
+            .filter(|(name, _)| name.eq_ignore_ascii_case("range"))
+            .map(|(_, value)| value.trim().to_owned())
+    })?;
+    let (first, last) = value.strip_prefix("bytes=")?.split_once('-')?;
+    let first: usize = first.parse().ok()?;
+    let end = match last {
+        "" => length,
+        last => last.parse::<usize>().ok()?.saturating_add(1).min(length),
+    };
+    (first < end).then_some(first..end)
 }
 
 /// A TLS upstream that answers each request with its `Authorization` header handed back
 /// as the path asks ([`reflection`]), and keeps each request head.
 async fn start_reflector(ca: &TestCa) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_reflector_at(ca, "127.0.0.1:0").await
+}
+
+async fn start_reflector_at(ca: &TestCa, bind: &str) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind(bind).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let heads: Arc<Mutex<Vec<String>>> = Arc::default();
     let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config("api.example.com"));
@@ -162,8 +236,23 @@ async fn reflect<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, heads: Arc<Mu
                 .map(|(_, value)| value.trim().to_owned())
         })
         .unwrap_or_default();
-    let (lines, pieces, chunked) = reflection(&path, &auth);
-    let mut out = "HTTP/1.1 200 OK\r\nConnection: close\r\n".to_owned();
+    let (lines, mut pieces, chunked) = reflection(&path, &auth);
+    let mut out = informational(&path, &auth);
+    let length: usize = pieces.iter().map(Vec::len).sum();
+    // An honest server: a range asked for is what it answers.
+    match asked_range(&head, length).filter(|_| !chunked) {
+        Some(range) => {
+            out.push_str("HTTP/1.1 206 Partial Content\r\n");
+            out.push_str(&format!(
+                "Content-Range: bytes {}-{}/{length}\r\n",
+                range.start,
+                range.end - 1
+            ));
+            pieces = vec![pieces.concat()[range].to_vec()];
+        }
+        None => out.push_str(&format!("{}\r\n", status_line(&path, &auth))),
+    }
+    out.push_str("Connection: close\r\n");
     for line in lines {
         out.push_str(&format!("{line}\r\n"));
     }
@@ -187,7 +276,13 @@ async fn reflect<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, heads: Arc<Mu
         let _ = stream.flush().await;
     }
     if chunked {
-        let _ = stream.write_all(b"0\r\n\r\n").await;
+        let trailer = match path.as_str() {
+            "/v1/trailer" => format!("X-Echo-Auth: {auth}\r\n"),
+            _ => String::new(),
+        };
+        let _ = stream
+            .write_all(format!("0\r\n{trailer}\r\n").as_bytes())
+            .await;
     }
     let _ = stream.shutdown().await;
 }
@@ -200,17 +295,38 @@ fn api_yaml(port: u16) -> String {
 
 /// The head (lower-cased) and the body (de-chunked) of one answer read to the close.
 async fn get(proxy: &TestProxy, port: u16, path: &str) -> (String, Vec<u8>) {
-    let mut tls = tunnel(proxy.addr, "api.example.com", port, &[run_ca(proxy)])
+    let (head, body, _) = get_with(proxy, port, path, "").await;
+    (head, body)
+}
+
+/// [`get`] with `extra` header lines in the request, also returning all the answer's bytes.
+async fn get_with(
+    proxy: &TestProxy,
+    port: u16,
+    path: &str,
+    extra: &str,
+) -> (String, Vec<u8>, Vec<u8>) {
+    let tls = tunnel(proxy.addr, "api.example.com", port, &[run_ca(proxy)])
         .await
         .unwrap();
-    tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\nAccept-Encoding: gzip, br\r\nConnection: close\r\n\r\n")
+    ask(tls, path, extra).await
+}
+
+/// One request with the placeholder on `stream` (TLS to `api.example.com`, by any door): the
+/// answer's head (lower-cased), its body (de-chunked) and every byte that came back.
+async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    path: &str,
+    extra: &str,
+) -> (String, Vec<u8>, Vec<u8>) {
+    stream.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {PLACEHOLDER}\r\nAccept-Encoding: gzip, br\r\n{extra}Connection: close\r\n\r\n")
             .as_bytes(),
     )
     .await
     .unwrap();
     let mut raw = Vec::new();
-    let _ = tokio::time::timeout(HANG, tls.read_to_end(&mut raw))
+    let _ = tokio::time::timeout(HANG, stream.read_to_end(&mut raw))
         .await
         .expect("the answer ends in time");
     let end = common::find(&raw, b"\r\n\r\n").expect("a head");
@@ -219,7 +335,7 @@ async fn get(proxy: &TestProxy, port: u16, path: &str) -> (String, Vec<u8>) {
     if head.contains("transfer-encoding: chunked") {
         body = dechunk(&body);
     }
-    (head, body)
+    (head, body, raw)
 }
 
 fn dechunk(mut raw: &[u8]) -> Vec<u8> {
@@ -234,6 +350,19 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         body.extend_from_slice(&raw[line_end + 2..line_end + 2 + size]);
         raw = &raw[line_end + 2 + size + 2..];
     }
+}
+
+/// Whether `raw` holds the secret in any form the scrubber knows a test can check by eye:
+/// literal, percent-encoded, hex (either case).
+fn holds_secret(raw: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(raw).to_ascii_lowercase();
+    [
+        SECRET.to_ascii_lowercase(),
+        percent(SECRET).to_ascii_lowercase(),
+        hex(SECRET.as_bytes()),
+    ]
+    .iter()
+    .any(|form| text.contains(form))
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
@@ -354,6 +483,143 @@ async fn a_key_handed_back_by_an_inspected_upstream_reaches_the_sandbox_as_its_p
         .unwrap()
         .to_line();
     assert!(line.contains(r#""reflected":1"#), "{line}");
+}
+
+/// The record of the one `http` exchange of `path` by each door, in the order they ran.
+fn records_of<'r>(records: &'r [AuditRecord], path: &str) -> Vec<&'r AuditRecord> {
+    records
+        .iter()
+        .filter(|r| r.request.as_ref().is_some_and(|fields| fields.path == path))
+        .collect()
+}
+
+/// Every byte of an inspected answer is scrubbed or replaced, through CONNECT and through a
+/// transparent TLS listener alike: the reason phrase (the canonical one goes instead), a
+/// header name, a 1xx answer (hyper's client never passes one on), a trailer the client
+/// asked for with `TE: trailers` (none is passed on), a content coding quoted in the proxy's
+/// refusal.
+#[tokio::test]
+async fn every_part_of_an_inspected_answer_is_scrubbed_by_every_door() {
+    let ca = TestCa::new();
+    let (api, heads) = start_reflector_at(&ca, "127.0.0.2:0").await;
+    let port = api.port();
+    let (mut proxy, listener) = start_transparent_proxy(port, &ca).await;
+    let roots = [run_ca(&proxy)];
+    let auth = format!("Bearer {PLACEHOLDER}");
+    let paths = [
+        "/v1/reason",
+        "/v1/header-name",
+        "/v1/informational",
+        "/v1/trailer",
+        "/v1/coding",
+    ];
+    for door in ["connect", "transparent"] {
+        for path in paths {
+            let stream = match door {
+                "connect" => tunnel(proxy.addr, "api.example.com", port, &roots).await,
+                _ => {
+                    let tcp = TcpStream::connect(listener).await.unwrap();
+                    tls_client(tcp, "api.example.com", &roots).await
+                }
+            }
+            .unwrap();
+            let (head, body, raw) = ask(stream, path, "TE: trailers\r\n").await;
+            let what = format!("{door} {path}: {}", String::from_utf8_lossy(&raw));
+            assert!(!holds_secret(&raw), "{what}");
+            match path {
+                "/v1/reason" | "/v1/informational" => {
+                    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{what}");
+                    assert_eq!(body, b"ok", "{what}");
+                }
+                "/v1/header-name" => {
+                    let name = format!("x-{}: 1", hex(auth.as_bytes()));
+                    assert!(head.contains(&name), "{what}");
+                }
+                "/v1/trailer" => {
+                    assert_eq!(body, b"ok", "{what}");
+                    // `Trailer` is hop-by-hop, so hyper sends no trailer fields at all; the
+                    // scrubbed copy is still counted.
+                    assert!(raw.ends_with(b"\r\n0\r\n\r\n"), "{what}");
+                }
+                _ => {
+                    assert!(head.starts_with("http/1.1 502"), "{what}");
+                    let quoted = format!("`{}`", auth.to_ascii_lowercase());
+                    assert!(contains(&body, &quoted), "{what}");
+                }
+            }
+        }
+    }
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2 * paths.len(), "{heads:#?}");
+    for head in &heads {
+        assert!(head.contains(&format!("Bearer {SECRET}")), "{head}");
+    }
+    let records = proxy.shutdown_and_records().await;
+    assert_no_secret_in_records(&records, SECRET);
+    for (path, reflected) in [
+        ("/v1/reason", Some(1)),
+        ("/v1/header-name", Some(1)),
+        ("/v1/informational", None),
+        ("/v1/trailer", Some(1)),
+        ("/v1/coding", Some(1)),
+    ] {
+        let exchanges = records_of(&records, path);
+        assert_eq!(exchanges.len(), 2, "{path}: {records:#?}");
+        for record in exchanges {
+            let fields = record.request.as_ref().unwrap();
+            assert_eq!(fields.reflected, reflected, "{path}: {record:#?}");
+        }
+    }
+}
+
+/// An honest upstream that serves ranges would hand the key back in pieces, each too short
+/// to be found alone: the credential's host is never asked for a range (`Range`, `If-Range`
+/// removed), so each answer is the whole body, scrubbed.
+#[tokio::test]
+async fn a_key_asked_for_in_ranges_comes_back_whole_and_scrubbed() {
+    let ca = TestCa::new();
+    let (api, heads) = start_reflector(&ca).await;
+    let port = api.port();
+    let mut proxy = start_proxy(&api_yaml(port), SECRET, Some(&ca)).await;
+    let json = format!("{{\"authorization\": \"Bearer {SECRET}\"}}");
+    let cut = json.find(SECRET).unwrap() + SECRET.len() / 2;
+    let mut answers = Vec::new();
+    for range in [
+        format!("bytes=0-{}", cut - 1),
+        format!("bytes={cut}-"),
+        format!("bytes=0-{},{cut}-", cut - 1),
+    ] {
+        let extra = format!("Range: {range}\r\nIf-Range: \"v1\"\r\n");
+        answers.push(get_with(&proxy, port, "/v1/json", &extra).await);
+    }
+    let joined: Vec<u8> = answers
+        .iter()
+        .flat_map(|(_, body, _)| body.clone())
+        .collect();
+    assert!(
+        !contains(&joined, SECRET),
+        "the key in pieces: {}",
+        String::from_utf8_lossy(&joined)
+    );
+    for (head, body, _) in &answers {
+        assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+        assert!(!head.contains("content-range"), "{head}");
+        assert_eq!(
+            String::from_utf8_lossy(body),
+            format!("{{\"authorization\": \"Bearer {PLACEHOLDER}\"}}")
+        );
+    }
+    for head in heads.lock().unwrap().iter() {
+        let asked = head.to_ascii_lowercase();
+        assert!(!asked.contains("\r\nrange:"), "{head}");
+        assert!(!asked.contains("\r\nif-range:"), "{head}");
+    }
+    let records = proxy.shutdown_and_records().await;
+    let exchanges = records_of(&records, "/v1/json");
+    assert_eq!(exchanges.len(), 3, "{records:#?}");
+    for record in exchanges {
+        assert_eq!(record.request.as_ref().unwrap().reflected, Some(1));
+    }
 }
 
 #[tokio::test]

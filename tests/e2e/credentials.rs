@@ -655,3 +655,75 @@ python3 -c 'import socket, sys; socket.gethostbyname(sys.argv[1])' "$KEY.{PLAIN}
     );
     run.assert_nothing_left();
 }
+
+/// An upstream that hands the key back as its status line's reason phrase: curl and Python,
+/// through HTTPS_PROXY and through the transparent door, read the canonical phrase instead,
+/// and each exchange's record counts it in `reflected`.
+#[test]
+fn a_key_echoed_in_the_reason_phrase_never_reaches_the_program() {
+    let network = TestNetwork::create();
+    let (upstream, api_ca) = Upstream::https_with_test_ca_reason(
+        (network.gateway, 443),
+        &[HOST],
+        ECHO_AUTHORIZATION,
+        "reason\n",
+    );
+    let secret = new_secret();
+    let (_ca_dir, ca_file) = pem_file(&api_ca);
+    let mut yaml = gateway_policy("reason", network.gateway, &[443], &[(HOST, 443)]);
+    yaml += &format!("credentials:\n  - host: {HOST}\n    secret: API_KEY\n");
+    let auth = r#"{"Authorization": "Bearer " + os.environ["API_KEY"]}"#;
+    let python = |path: &str, proxies: &str| {
+        format!(
+            r#"python3 -c 'import os, urllib.request as u; r = u.build_opener({proxies}).open(u.Request("https://{HOST}{path}", headers={auth}), timeout=20); print("python: HTTP", r.status, r.reason)'"#
+        )
+    };
+    let script = format!(
+        r#"set -u
+curl -sS -i --suppress-connect-headers --max-time 20 -H "Authorization: Bearer $API_KEY" https://{HOST}/curl | tr -d '\r' | sed 's/^/curl: /'
+curl -sS -i --max-time 20 --noproxy '*' -H "Authorization: Bearer $API_KEY" https://{HOST}/curl-transparent | tr -d '\r' | sed 's/^/curl: /'
+{}
+{}
+"#,
+        python("/python", ""),
+        python("/python-transparent", "u.ProxyHandler({})"),
+    );
+    let run = Run::new(&network)
+        .policy(&yaml)
+        .caller_env("API_KEY", &secret)
+        .option("--secret", "API_KEY")
+        .option("--upstream-ca", &ca_file)
+        .resolve(HOST, network.gateway)
+        .timeout("60s")
+        .run(&["sh", "-c", &script]);
+    run.assert_code(0);
+    let count = |line: &str| run.stdout.lines().filter(|l| *l == line).count();
+    assert_eq!(count("curl: HTTP/1.1 200 OK"), 2, "{}", run.describe());
+    assert_eq!(count("python: HTTP 200 OK"), 2, "{}", run.describe());
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    for request in &requests {
+        assert!(request.head.contains(&format!("Bearer {secret}")));
+    }
+    let report = run.report_text.clone().unwrap_or_default();
+    assert_absent(
+        &secret,
+        &[
+            ("the sandbox's output", &run.stdout),
+            ("stderr", &run.stderr),
+            ("the audit log", &run.audit_text),
+            ("the report", &report),
+        ],
+    );
+    for path in [
+        "/curl",
+        "/curl-transparent",
+        "/python",
+        "/python-transparent",
+    ] {
+        let records = run.audit_where(|record| record["path"] == path);
+        assert_eq!(records.len(), 1, "{path}: {}", run.describe());
+        assert_eq!(records[0]["reflected"], 1, "{path}: {}", records[0]);
+    }
+    run.assert_nothing_left();
+}

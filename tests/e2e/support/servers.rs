@@ -116,17 +116,39 @@ impl Upstream {
         names: &[&str],
         body: &str,
     ) -> (Self, String) {
+        Self::https_with_test_ca_reason(addr, names, "OK", body)
+    }
+
+    /// As [`Upstream::https_with_test_ca`], its status line `200 <reason>`: an
+    /// [`ECHO_AUTHORIZATION`] in `reason` is replaced as in the body.
+    pub fn https_with_test_ca_reason(
+        addr: impl Into<SocketAddr>,
+        names: &[&str],
+        reason: &str,
+        body: &str,
+    ) -> (Self, String) {
         let (acceptor, ca_pem) = tls_acceptor_with_test_ca(names);
-        (Self::start(addr.into(), body, Some(acceptor)), ca_pem)
+        let status_line = format!("HTTP/1.1 200 {reason}");
+        let upstream = Self::start_answering(addr.into(), &status_line, body, Some(acceptor));
+        (upstream, ca_pem)
     }
 
     fn start(addr: SocketAddr, body: &str, tls: Option<TlsAcceptor>) -> Self {
+        Self::start_answering(addr, "HTTP/1.1 200 OK", body, tls)
+    }
+
+    fn start_answering(
+        addr: SocketAddr,
+        status_line: &str,
+        body: &str,
+        tls: Option<TlsAcceptor>,
+    ) -> Self {
         let listener = bind(addr);
         let addr = listener.local_addr().expect("upstream address");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let record = Arc::clone(&requests);
         let response = Arc::new(format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "{status_line}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         ));
         let task = runtime()
@@ -173,16 +195,17 @@ impl Drop for Upstream {
 }
 
 /// Put in an upstream's body, it becomes the request's `Authorization` value, which the
-/// answer also carries in an `x-echo-auth` header: an upstream that hands the key back.
+/// answer also carries in an `x-echo-auth` header: an upstream that hands the key back. Put in
+/// its reason phrase, it becomes the value there alone.
 pub const ECHO_AUTHORIZATION: &str = "{echo-authorization}";
 
-/// `response` with [`ECHO_AUTHORIZATION`] in its body replaced as it says (the length
-/// adjusted); as it is when the body holds none.
+/// `response` with [`ECHO_AUTHORIZATION`] in its status line and body replaced as it says
+/// (the length adjusted); as it is when it holds none.
 fn echo_authorization(head: &str, response: &str) -> String {
-    let Some((_, body)) = response.split_once("\r\n\r\n") else {
+    let Some((response_head, body)) = response.split_once("\r\n\r\n") else {
         return response.to_owned();
     };
-    if !body.contains(ECHO_AUTHORIZATION) {
+    if !response.contains(ECHO_AUTHORIZATION) {
         return response.to_owned();
     }
     let value = head
@@ -193,9 +216,20 @@ fn echo_authorization(head: &str, response: &str) -> String {
                 .then(|| value.trim().to_owned())
         })
         .unwrap_or_default();
+    let status_line = response_head
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .replace(ECHO_AUTHORIZATION, &value);
+    if !body.contains(ECHO_AUTHORIZATION) {
+        return format!(
+            "{status_line}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
     let body = body.replace(ECHO_AUTHORIZATION, &value);
     format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-echo-auth: {value}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "{status_line}\r\ncontent-type: application/json\r\nx-echo-auth: {value}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     )
 }
