@@ -27,9 +27,7 @@ use crate::shared::Shared;
 use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 
-/// TTL of our answers: short, so a policy change or a new run is seen quickly. Within it,
-/// a client's repeated lookup of an allowed name is not recorded again ([`crate::dns_rate`]).
-pub(crate) const ANSWER_TTL: u32 = 30;
+use crate::dns_rate::ANSWER_TTL;
 /// Largest UDP payload we announce in EDNS answers (the usual safe value).
 const EDNS_PAYLOAD: u16 = 1232;
 /// The UDP socket's receive buffer asked for: room for some thousand queries at once. The

@@ -25,6 +25,10 @@
 //! It lives in the shared state (one set of tables per proxy, UDP and TCP alike), so it
 //! sits beside the other shared pieces rather than inside the DNS door.
 
+/// TTL of the DNS door's answers: short, so a policy change or a new run is seen quickly.
+/// Within it, a client's repeated lookup of an allowed name is not recorded again.
+pub(crate) const ANSWER_TTL: u32 = 30;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Mutex;

@@ -103,7 +103,7 @@ impl Shared {
             inspect,
             dns_rate: crate::dns_rate::DnsRate::new(
                 config.dns_rate,
-                std::time::Duration::from_secs(u64::from(crate::dns::ANSWER_TTL)),
+                std::time::Duration::from_secs(u64::from(crate::dns_rate::ANSWER_TTL)),
             ),
             sandbox_hostname: config.sandbox_hostname,
             names,
