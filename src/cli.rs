@@ -80,7 +80,7 @@ pub struct ServeArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Warm slots kept ready: a proxy waiting for its policy and a sandbox (no network)
     /// waiting for its command (0: every run is set up when it comes).
-    #[arg(long, value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_POOL)]
+    #[arg(long, value_name = "N", default_value_t = egress_serve::DEFAULT_POOL)]
     pub pool: usize,
     /// `--egress-network` and `--runtime`, for the pool's slots and the requests that name
     /// none.
@@ -88,7 +88,7 @@ pub struct ServeArgs {
     pub flags: RunFlags<Serve>,
     /// Runs live at once (from the request until their objects are removed); a request
     /// beyond gets 503 with Retry-After. At least 1.
-    #[arg(long = "max-runs", value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_MAX_RUNS,
+    #[arg(long = "max-runs", value_name = "N", default_value_t = egress_serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,
 }
@@ -100,7 +100,7 @@ pub struct McpArgs {
     #[command(flatten)]
     pub flags: RunFlags<Mcp>,
     /// Warm slots of this server's own pool (without --server).
-    #[arg(long, value_name = "N", default_value_t = egress_sandbox::serve::DEFAULT_POOL)]
+    #[arg(long, value_name = "N", default_value_t = egress_serve::DEFAULT_POOL)]
     pub pool: usize,
     /// Calls running at once; more wait for their turn. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = 8,
@@ -236,15 +236,15 @@ pub struct ProxyArgs {
     pub run_id: Option<String>,
     /// Audit records written at most before refusals are only counted; past it one `limit`
     /// record (the `end` record's `dropped` counts what was not written).
-    #[arg(long = "audit-limit", value_name = "N", default_value_t = egress_proxy::audit::DEFAULT_AUDIT_LIMIT,
+    #[arg(long = "audit-limit", value_name = "N", default_value_t = egress_core::audit::DEFAULT_AUDIT_LIMIT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub audit_limit: u64,
     /// Past --audit-limit: `reserve` writes the records of allowed attempts from a reserve of
     /// as many again and refuses new egress once that is spent; `refuse` refuses new egress
     /// at once. Nothing leaves without its record either way.
-    #[arg(long = "on-audit-limit", value_name = "reserve|refuse", default_value_t = egress_proxy::audit::OnAuditLimit::Reserve,
-          value_parser = clap::builder::ValueParser::new(|raw: &str| raw.parse::<egress_proxy::audit::OnAuditLimit>()))]
-    pub on_audit_limit: egress_proxy::audit::OnAuditLimit,
+    #[arg(long = "on-audit-limit", value_name = "reserve|refuse", default_value_t = egress_core::audit::OnAuditLimit::Reserve,
+          value_parser = clap::builder::ValueParser::new(|raw: &str| raw.parse::<egress_core::audit::OnAuditLimit>()))]
+    pub on_audit_limit: egress_core::audit::OnAuditLimit,
     /// DNS queries per second per client, every loopback address counting as one client:
     /// refusals in bursts of a quarter second's worth, first lookups of allowed names at
     /// the same rate in bursts of two seconds' worth (repeats within 30 s are free and not

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::io::IsTerminal;
 
-use egress_proxy::text::visible;
+use egress_core::text::visible;
 use tracing_subscriber::EnvFilter;
 
 /// The variable that overrides `-v`: an `EnvFilter` directive list such as

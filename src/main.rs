@@ -2,9 +2,10 @@
 //!
 //! # Layout
 //!
-//! The command line is this binary's own; everything a run is lives in the library
-//! (`src/lib.rs`: the sandbox lifecycle, the daemon, audit tools), which agent frameworks
-//! embed without compiling any of this.
+//! The command line is this binary's own; everything a run is lives in the libraries
+//! (`egress-sandbox`: the run lifecycle; `egress-serve`: the daemon; `egress-audit`: the
+//! audit tools; `egress-proxy` and `egress-core` under them), which agent frameworks embed
+//! without compiling any of this.
 //!
 //! - `cli`: the command line (clap), as `docs/src/reference/cli.md` describes it.
 //! - `commands`: one module per subcommand; each turns arguments into library calls and

@@ -247,10 +247,10 @@ fn ocsf_export_of_a_plain_http_run_has_the_method_and_the_sandbox_host() {
 /// One plain `GET http://a.test:PORT/status?token=x` through a proxy on loopback to an
 /// upstream on loopback, the audit log written to `log`.
 async fn plain_http_run(log: &Path) {
+    use egress_core::policy::{Policy, PolicySet};
+    use egress_core::target::HostName;
     use egress_proxy::audit::AuditDestination;
-    use egress_proxy::policy::{Policy, PolicySet};
     use egress_proxy::resolve::NameServers;
-    use egress_proxy::target::HostName;
     use egress_proxy::{Proxy, ProxyConfig};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};

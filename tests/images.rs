@@ -12,8 +12,8 @@ use bollard::query_parameters::{
 };
 use futures_util::{StreamExt, TryStreamExt};
 
-use egress_sandbox::sandbox::Engine;
-use egress_sandbox::sandbox::images::{
+use egress_sandbox::Engine;
+use egress_sandbox::images::{
     BASE_IMAGE, ImageError, PROXY_REPOSITORY, ensure_base_image, ensure_proxy_image,
     require_local_image, sweep_images,
 };

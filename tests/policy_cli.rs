@@ -554,7 +554,7 @@ fn test_with_a_method_judges_the_request_and_shows_inspection_and_credential() {
 fn hostile_text_in_policies_names_and_targets_is_shown_escaped() {
     let raw = |text: &str| {
         text.chars()
-            .any(|c| c != '\n' && egress_proxy::text::must_escape(c))
+            .any(|c| c != '\n' && egress_core::text::must_escape(c))
     };
     let dir = tempfile::tempdir().unwrap();
     let hostile = write(

@@ -415,7 +415,8 @@ fn a_handoff_with_a_bad_sandbox_hostname_refuses_to_start() {
 /// removes its pass socket once it has them, and shuts down cleanly.
 #[test]
 fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
-    use egress_proxy::passed_listeners::{DoorAddrs, PassedListeners, SOCKET_NAME};
+    use egress_core::doors::{DoorAddrs, SOCKET_NAME};
+    use egress_proxy::passed_listeners::PassedListeners;
     let site = echo_site();
     let port = site.port();
     let dir = tempfile::tempdir().unwrap();
@@ -512,7 +513,8 @@ fn site_test_address(dns: std::net::SocketAddr) -> [u8; 4] {
 /// port is looked for.
 #[test]
 fn a_port_without_a_door_is_refused_by_the_kernel_and_recorded_by_the_proxy() {
-    use egress_proxy::passed_listeners::{DoorAddrs, PassedListeners, SOCKET_NAME};
+    use egress_core::doors::{DoorAddrs, SOCKET_NAME};
+    use egress_proxy::passed_listeners::PassedListeners;
     let site = echo_site();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join(SOCKET_NAME);

@@ -54,9 +54,7 @@ fn content_id() -> String {
 
 /// The first 16 hex digits of the file's sha256.
 fn content_id_of(path: &Path) -> String {
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut std::fs::File::open(path).unwrap(), &mut hasher).unwrap();
-    hasher.finalize()[..8]
+    Sha256::digest(std::fs::read(path).unwrap())[..8]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -281,8 +279,8 @@ fn serve_names_the_owner_of_a_live_socket_it_will_not_replace() {
 /// and no run uses it.
 #[test]
 fn a_kept_binary_changed_after_it_was_kept_is_refused() {
-    use egress_sandbox::sandbox::images::PROXY_REPOSITORY;
-    use egress_sandbox::sandbox::{OutputSinks, RunSpec, Sandbox};
+    use egress_sandbox::images::PROXY_REPOSITORY;
+    use egress_sandbox::{OutputSinks, RunSpec, Sandbox};
     use std::io::Write;
 
     let dir = tempfile::tempdir().unwrap();

@@ -1,14 +1,14 @@
 //! The run flags of `run`, `mcp` and `serve` as clap arguments, built from the library's one
-//! list of them (`egress_sandbox::run_flags::table`): each front end takes the flags its
+//! list of them (`egress_serve::run_flags::table`): each front end takes the flags its
 //! help text is given for, in the list's order.
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
-use egress_sandbox::run_flags::given::FlagValues;
-use egress_sandbox::run_flags::table::{RUN_FLAGS, RunFlag};
-use egress_sandbox::run_flags::value::{FlagValue, ValueKind};
+use egress_serve::run_flags::given::FlagValues;
+use egress_serve::run_flags::table::{RUN_FLAGS, RunFlag};
+use egress_serve::run_flags::value::{FlagValue, ValueKind};
 
 /// A command that takes run flags, and what its help says of each (`None`: it has no such
 /// flag).
@@ -149,7 +149,7 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command as Subcommand};
-    use egress_sandbox::run_flags::table;
+    use egress_serve::run_flags::table;
 
     /// clap's own consistency checks of the whole command line, run flags included.
     #[test]

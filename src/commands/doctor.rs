@@ -14,12 +14,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::DoctorArgs;
-use egress_sandbox::sandbox::EGRESS_NETWORK;
-use egress_sandbox::sandbox::docker::{Engine, EngineFacts};
-use egress_sandbox::sandbox::images::{self, BASE_IMAGE};
-use egress_sandbox::sandbox::labels::{Owner, RunNames};
-use egress_sandbox::sandbox::private_dir;
-use egress_sandbox::sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
+use egress_sandbox::EGRESS_NETWORK;
+use egress_sandbox::docker::{Engine, EngineFacts};
+use egress_sandbox::images::{self, BASE_IMAGE};
+use egress_sandbox::labels::{Owner, RunNames};
+use egress_sandbox::private_dir;
+use egress_sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     for check in &checks {
         failed |= check.status == Status::Fail;
-        super::print_out(&format!("{}\n", egress_proxy::text::visible(&check.line())));
+        super::print_out(&format!("{}\n", egress_core::text::visible(&check.line())));
     }
     Ok(if failed {
         ExitCode::from(1)

@@ -12,10 +12,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use crate::cli::McpArgs;
 use crate::mcp::{McpServer, RunTemplate};
-use egress_sandbox::run_flags::table;
-use egress_sandbox::sandbox::RunSpec;
-use egress_sandbox::serve::client::{Client, ClientError};
-use egress_sandbox::serve::{ServeOptions, serve};
+use egress_sandbox::RunSpec;
+use egress_serve::client::{Client, ClientError};
+use egress_serve::run_flags::table;
+use egress_serve::{ServeOptions, serve};
 
 /// How long the end waits for calls to say their runs' end to a daemon named with
 /// `--server` (an own daemon interrupts them itself).
@@ -59,7 +59,7 @@ fn slot_shape(args: &McpArgs) -> anyhow::Result<RunSpec> {
         shape = shape.runtime(runtime);
     }
     if let Some(raw) = flags.text(&table::TMP) {
-        shape = shape.tmp(egress_sandbox::run_flags::size("--tmp", &raw)?);
+        shape = shape.tmp(egress_serve::run_flags::size("--tmp", &raw)?);
     }
     Ok(shape.build()?)
 }

@@ -35,7 +35,7 @@ pub fn run(args: crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
 /// `io::Error` from tempfile names its path and is often quoted by the error around it).
 /// Errors quote paths, hosts and policy text: their controls are never printed raw.
 pub fn report_error(error: &anyhow::Error, code: u8) -> ExitCode {
-    tool_lines::print_line(&egress_proxy::text::visible(&format!(
+    tool_lines::print_line(&egress_core::text::visible(&format!(
         "egress-sandbox: error: {}",
         error_line(error)
     )));
@@ -81,7 +81,7 @@ pub fn print_out(text: &str) {
 
 /// One warning on stderr per line of the logs that is not an audit record, for every
 /// command that reads logs through `audit_tools::log`.
-pub fn warn_skipped(log: &egress_sandbox::audit_tools::log::AuditLog) {
+pub fn warn_skipped(log: &egress_audit::log::AuditLog) {
     for skipped in &log.skipped {
         eprintln!("egress-sandbox: warning: {skipped}; skipped");
     }

@@ -11,9 +11,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use egress_proxy::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict, split_path};
-use egress_proxy::target::Target;
-use egress_proxy::text::visible;
+use egress_core::policy::{Decision, Diagnostic, Policy, PolicySet, Verdict, split_path};
+use egress_core::target::Target;
+use egress_core::text::visible;
 
 use super::USAGE;
 use crate::cli::{PolicyArgs, PolicyCommand};
@@ -127,16 +127,16 @@ fn beyond_upper(
     policy: &Policy,
     upper: Option<&(String, Policy)>,
     warnings: Vec<Diagnostic>,
-) -> Result<(Policy, Vec<Diagnostic>), egress_proxy::policy::PolicyError> {
+) -> Result<(Policy, Vec<Diagnostic>), egress_core::policy::PolicyError> {
     let errors = upper.map_or_else(Vec::new, |(upper_file, upper)| {
-        egress_proxy::policy::check_within(file, policy, upper_file, upper)
+        egress_core::policy::check_within(file, policy, upper_file, upper)
     });
     if errors.is_empty() {
         return Ok((policy.clone(), warnings));
     }
     let mut diagnostics = errors;
     diagnostics.extend(warnings);
-    Err(egress_proxy::policy::PolicyError { diagnostics })
+    Err(egress_core::policy::PolicyError { diagnostics })
 }
 
 fn count(n: usize, noun: &str) -> String {
@@ -203,7 +203,7 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
     if reserved {
         decision = Decision {
             verdict: Verdict::Block,
-            reason: egress_proxy::policy::Reason::SniMismatch,
+            reason: egress_core::policy::Reason::SniMismatch,
             rule: None,
         };
     }

@@ -8,17 +8,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
+use egress_core::floor;
+use egress_core::handoff::Handoff;
+use egress_core::pin::parse_pin;
+use egress_core::policy::{Diagnostic, Policy, PolicyError, PolicySet};
+use egress_core::secret::Secret;
+use egress_core::upstream_ca::parse_upstream_ca;
+use egress_proxy::HandoffError;
 use egress_proxy::audit::AuditDestination;
-use egress_proxy::floor;
-use egress_proxy::handoff::{Handoff, HandoffError};
-use egress_proxy::policy::{Diagnostic, Policy, PolicyError, PolicySet};
-use egress_proxy::resolve::parse_pin;
-use egress_proxy::secrets::{CredentialConfig, Secret};
-use egress_proxy::upstream_tls::parse_upstream_ca;
+use egress_proxy::secrets::CredentialConfig;
 use egress_proxy::{BoundProxy, ProxyConfig, ProxyError};
 
 use crate::cli::ProxyArgs;
-use egress_sandbox::secret_flags::{new_placeholder, read_secret_flag};
+use egress_core::secret::new_placeholder;
+use egress_serve::secret_flags::read_secret_flag;
 
 pub fn run(args: ProxyArgs) -> Result<ExitCode> {
     let ca_cert_out = args.ca_cert_out.clone();
@@ -261,7 +264,7 @@ fn load_policies(
         Ok((policy, warnings)) => {
             for warning in warnings {
                 // Quotes policy text: shown with its controls as visible escapes.
-                eprintln!("{}", egress_proxy::text::visible(&warning.to_string()));
+                eprintln!("{}", egress_core::text::visible(&warning.to_string()));
             }
             policies.push(policy);
         }
@@ -280,7 +283,7 @@ fn load_policies(
         // One diagnostic per line, as `run` and `policy check` print them (joined into the
         // error, their line breaks showed as `\x0a`).
         for line in failures.iter().flat_map(|failure| failure.lines()) {
-            eprintln!("{}", egress_proxy::text::visible(line));
+            eprintln!("{}", egress_core::text::visible(line));
         }
         bail!("invalid policy (the errors above); the proxy did not start");
     }

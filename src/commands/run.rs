@@ -4,16 +4,16 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use egress_proxy::text::visible;
+use egress_core::text::visible;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::tool_lines::{self, Stream, Tracked};
 use crate::cli::RunArgs;
 use egress_sandbox::report::{RunReport, summary_line};
-use egress_sandbox::run_flags::table;
-use egress_sandbox::sandbox::spec::{RunSpec, SpecError};
-use egress_sandbox::sandbox::watchdog::Watchdog;
-use egress_sandbox::sandbox::{Interruption, OutputSinks, RunError, Sandbox};
+use egress_sandbox::spec::{RunSpec, SpecError};
+use egress_sandbox::watchdog::Watchdog;
+use egress_sandbox::{Interruption, OutputSinks, RunError, Sandbox};
+use egress_serve::run_flags::table;
 
 /// Set-up failed: bad flags or policy, no Docker, image missing
 /// (`docs/src/reference/exit-codes.md`).

@@ -18,15 +18,15 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
-use egress_proxy::handoff::Secrets;
-use egress_sandbox::sandbox::Interruption;
-use egress_sandbox::serve::client::{Client, ClientError, Event};
+use egress_core::handoff::Secrets;
+use egress_sandbox::Interruption;
+use egress_serve::client::{Client, ClientError, Event};
 
-use egress_sandbox::run_flags::given::FlagValues;
-use egress_sandbox::run_flags::table::{self, RUN_FLAGS, RequestField, RunFlag};
-use egress_sandbox::run_flags::value::FlagValue;
-use egress_sandbox::sandbox::RunCredentials;
-use egress_sandbox::serve::request::{Duration, EnvVars, PolicyText, RunRequest, UpstreamCa};
+use egress_sandbox::RunCredentials;
+use egress_serve::request::{Duration, EnvVars, PolicyText, RunRequest, UpstreamCa};
+use egress_serve::run_flags::given::FlagValues;
+use egress_serve::run_flags::table::{self, RUN_FLAGS, RequestField, RunFlag};
+use egress_serve::run_flags::value::FlagValue;
 
 /// Where `--server` defaults from; empty is the same as unset.
 const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
@@ -350,14 +350,14 @@ fn carry(
         "env" => {
             let mut env = Vec::new();
             for raw in texts() {
-                env.push(egress_sandbox::run_flags::env(&raw)?);
+                env.push(egress_serve::run_flags::env(&raw)?);
             }
             request.env = (!env.is_empty()).then_some(EnvVars::Pairs(env));
         }
         "mount" => {
             for raw in texts() {
                 // Relative sources are relative to this process, not the daemon.
-                let (source, target, writable) = egress_sandbox::run_flags::mount(&raw)?;
+                let (source, target, writable) = egress_serve::run_flags::mount(&raw)?;
                 let source = std::path::absolute(&source).unwrap_or(source);
                 let suffix = if writable { ":rw" } else { "" };
                 request
@@ -367,7 +367,7 @@ fn carry(
         }
         "resolve" => {
             for raw in texts() {
-                let (name, ip) = egress_sandbox::run_flags::resolve(&raw)?;
+                let (name, ip) = egress_serve::run_flags::resolve(&raw)?;
                 request
                     .resolve
                     .insert(name.as_str().to_string(), ip.to_string());
@@ -403,14 +403,14 @@ fn read_stdin() -> anyhow::Result<Vec<u8>> {
         // Bounded: the request carries stdin whole (`yes | run --server …` grew without end).
         let mut input = Vec::new();
         std::io::stdin()
-            .take(egress_sandbox::serve::MAX_STDIN as u64 + 1)
+            .take(egress_serve::MAX_STDIN as u64 + 1)
             .read_to_end(&mut input)
             .context("cannot read stdin")?;
-        if input.len() > egress_sandbox::serve::MAX_STDIN {
+        if input.len() > egress_serve::MAX_STDIN {
             anyhow::bail!(
                 "stdin is larger than {} MiB, the most a run through --server takes (the daemon \
                  gets it whole before the run starts); run without --server to stream it",
-                egress_sandbox::serve::MAX_STDIN >> 20
+                egress_serve::MAX_STDIN >> 20
             );
         }
         input

@@ -23,9 +23,9 @@ use std::process::ExitCode;
 use crate::cli::SandboxLauncherArgs;
 use egress_proxy::passed_listeners::PassedListeners;
 
-use egress_sandbox::sandbox::launch_signal;
-use egress_sandbox::sandbox::loopback_doors;
-use egress_sandbox::sandbox::task_files::{self, TASK_DIR, TaskFile};
+use egress_sandbox::launch_signal;
+use egress_sandbox::loopback_doors;
+use egress_sandbox::task_files::{self, TASK_DIR, TaskFile};
 
 pub fn run(args: SandboxLauncherArgs) -> anyhow::Result<ExitCode> {
     // Read straight from fd 0, not through std's buffered stdin: whatever follows the go

@@ -6,8 +6,8 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ServeArgs;
-use egress_sandbox::run_flags::table;
-use egress_sandbox::serve::{ServeOptions, default_socket, serve};
+use egress_serve::run_flags::table;
+use egress_serve::{ServeOptions, default_socket, serve};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = ServeOptions::new(args.socket.unwrap_or_else(default_socket));

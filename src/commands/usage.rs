@@ -59,7 +59,7 @@ fn command_after_dashes_hint(error: &clap::Error, args: &[std::ffi::OsString]) -
     line.extend(command);
     Some(format!(
         "put the command after --: {}",
-        egress_proxy::text::visible(&line.join(" "))
+        egress_core::text::visible(&line.join(" "))
     ))
 }
 

@@ -1,5 +1,5 @@
 //! `egress-sandbox watchdog --owner STAMP` (hidden): the child side of
-//! [`egress_sandbox::sandbox::watchdog`]. Reads its stdin to the end; unless the owner wrote the
+//! [`egress_sandbox::watchdog`]. Reads its stdin to the end; unless the owner wrote the
 //! stand-down line first, the owner died with its runs up, and every object carrying its
 //! owner label is removed now.
 
@@ -9,10 +9,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::WatchdogArgs;
-use egress_sandbox::sandbox::docker::Engine;
-use egress_sandbox::sandbox::gc::sweep_owner;
-use egress_sandbox::sandbox::labels::{Owner, OwnerLabel};
-use egress_sandbox::sandbox::watchdog::STAND_DOWN;
+use egress_sandbox::docker::Engine;
+use egress_sandbox::gc::sweep_owner;
+use egress_sandbox::labels::{Owner, OwnerLabel};
+use egress_sandbox::watchdog::STAND_DOWN;
 
 pub fn run(args: WatchdogArgs) -> anyhow::Result<ExitCode> {
     let mut said = Vec::new();

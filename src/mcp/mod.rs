@@ -33,8 +33,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use tokio::sync::Semaphore;
 use tokio_util::task::AbortOnDropHandle;
 
-use egress_sandbox::sandbox::Interruption;
-use egress_sandbox::serve::client::{Client, ClientError};
+use egress_sandbox::Interruption;
+use egress_serve::client::{Client, ClientError};
 use outcome::Gathered;
 pub use tools::RunTemplate;
 

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
-use egress_sandbox::serve::client::{ClientError, Event};
+use egress_serve::client::{ClientError, Event};
 
 /// What a call has seen of its run so far.
 #[derive(Default)]

@@ -12,7 +12,7 @@ use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::json;
 
-use egress_sandbox::serve::request::{self, RunRequest};
+use egress_serve::request::{self, RunRequest};
 
 /// The longest `code`: it is one argument of the interpreter, and Linux takes at most
 /// 128 KiB in one argument (`MAX_ARG_STRLEN`).

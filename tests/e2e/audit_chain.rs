@@ -64,10 +64,10 @@ fn a_real_runs_log_verifies_against_its_report_and_edits_are_found() {
         .expect("audit_head in the report");
     assert_eq!(
         head,
-        format!(
-            "{:x}",
-            <sha2::Sha256 as sha2::Digest>::digest(lines.last().unwrap().as_bytes())
-        )
+        <sha2::Sha256 as sha2::Digest>::digest(lines.last().unwrap().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     );
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use egress_sandbox::serve::client::{Client, ClientError};
+use egress_serve::client::{Client, ClientError};
 use serde_json::json;
 
 use crate::serve::Daemon;
@@ -489,7 +489,7 @@ struct ImageWithoutBundle(String);
 impl ImageWithoutBundle {
     fn make() -> ImageWithoutBundle {
         let name = format!("egress-sandbox-e2e-nobundle-{}", random_hex());
-        let base = egress_sandbox::sandbox::images::BASE_IMAGE;
+        let base = egress_sandbox::images::BASE_IMAGE;
         docker_ok(&[
             "run",
             "--name",

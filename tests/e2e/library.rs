@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use egress_sandbox::sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
+use egress_sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
 
 use crate::support::{TestNetwork, Upstream, assert_nothing_left, gateway_policy, random_hex};
 

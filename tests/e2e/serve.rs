@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use egress_sandbox::serve::client::{Client, ClientError};
+use egress_serve::client::{Client, ClientError};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::support::run::binary;
 use crate::support::{Run, TestNetwork, assert_nothing_left, leftovers, objects_owned_by};
-use egress_sandbox::sandbox::Interruption;
+use egress_sandbox::Interruption;
 
 const START_BOUND: Duration = Duration::from_secs(60);
 const HANG_BOUND: Duration = Duration::from_secs(120);

@@ -25,7 +25,10 @@ fn cat_echoes_stdin_byte_for_byte_and_sees_its_end() {
     run.assert_code(0);
     let expected = {
         use sha2::Digest;
-        format!("{:x}", sha2::Sha256::digest(&input))
+        sha2::Sha256::digest(&input)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     };
     assert!(
         run.stdout.starts_with(&expected),

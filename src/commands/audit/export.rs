@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::ExportFormat;
-use egress_sandbox::audit_tools::{log, ocsf};
+use egress_audit::{log, ocsf};
 
 pub fn export(format: ExportFormat, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let log = log::read_files(files)?;

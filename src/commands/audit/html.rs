@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use egress_sandbox::audit_tools::{html, log};
+use egress_audit::{html, log};
 
 pub fn report(out: &Path, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let log = log::read_files(files)?;
@@ -16,7 +16,7 @@ pub fn report(out: &Path, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!(
         "egress-sandbox: wrote {} ({} records)",
-        egress_proxy::text::visible(&out.display().to_string()),
+        egress_core::text::visible(&out.display().to_string()),
         log.entries.len()
     );
     Ok(ExitCode::SUCCESS)

@@ -1,12 +1,12 @@
 //! `egress-sandbox audit summary FILE...`: the logs summarised
-//! ([`egress_sandbox::audit_tools::summary`]) on stdout, warnings (lines that are not
+//! ([`egress_audit::summary`]) on stdout, warnings (lines that are not
 //! records, reasons this version does not know) on stderr.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use egress_proxy::text::visible;
-use egress_sandbox::audit_tools::summary::AuditSummary;
+use egress_audit::summary::AuditSummary;
+use egress_core::text::visible;
 
 pub fn summary(files: &[std::path::PathBuf]) -> anyhow::Result<ExitCode> {
     let mut summary = AuditSummary::default();

@@ -1,13 +1,13 @@
 //! `egress-sandbox audit verify [--report REPORT.json]... FILE...`: the logs' chains
-//! checked ([`egress_sandbox::audit_tools::verify`]), one line per break on stdout; exit 0
+//! checked ([`egress_audit::verify`]), one line per break on stdout; exit 0
 //! intact, 1 with breaks, 2 when a log or report cannot be read.
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use egress_proxy::text::visible;
-use egress_sandbox::audit_tools::verify::{ChainVerifier, ReportHead};
+use egress_audit::verify::{ChainVerifier, ReportHead};
+use egress_core::text::visible;
 
 use crate::commands::{USAGE, print_out};
 

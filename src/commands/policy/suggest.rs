@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use egress_proxy::policy::Policy;
+use egress_core::policy::Policy;
 
 use crate::commands::{USAGE, print_out, report_error, warn_skipped};
-use egress_sandbox::audit_tools::{log, suggest};
+use egress_audit::{log, suggest};
 
 pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::Result<ExitCode> {
     // The name goes into the draft as written: refuse one the engine would refuse, before
@@ -21,7 +21,7 @@ pub fn suggest(files: &[PathBuf], name: &str, wildcard_after: usize) -> anyhow::
             .map_or_else(String::new, |d| d.message.clone());
         eprintln!(
             "egress-sandbox: error: --name: {}",
-            egress_proxy::text::visible(&message)
+            egress_core::text::visible(&message)
         );
         return Ok(ExitCode::from(USAGE));
     }

@@ -1,0 +1,253 @@
+//! The tamper-evident chain of one run's audit lines (`docs/src/reference/audit-record.md`).
+//!
+//! Every line the writer emits gains, after all its other fields, `"seq":N` (0, 1, 2, … per
+//! run) and `"prev":"<hex sha256>"`: the SHA-256 of the previous line of the same run, exact
+//! bytes without the newline; for `seq` 0, the SHA-256 of the run id (of "" without one). An
+//! edited, removed, reordered or appended line breaks the chain at that line, and the `end`
+//! record closes it so a cut-off tail shows too. Only the single writer thread seals lines,
+//! so concurrent doors can never interleave within a chain.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::AuditRecord;
+
+/// Hex SHA-256 of `bytes`: how `prev` and a report's `audit_head` name a line.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// The `prev` of a run's first line: the hash of its run id (of "" without one).
+pub fn genesis(run: Option<&str>) -> String {
+    sha256_hex(run.unwrap_or("").as_bytes())
+}
+
+/// The writer's position in one run's chain.
+#[derive(Clone, Debug)]
+pub struct Chain {
+    seq: u64,
+    prev: String,
+}
+
+impl Chain {
+    pub fn new(run: Option<&str>) -> Chain {
+        Chain {
+            seq: 0,
+            prev: genesis(run),
+        }
+    }
+
+    /// Lines sealed so far: the next line's `seq`.
+    pub fn len(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seq == 0
+    }
+
+    /// Appends `"seq"` and `"prev"` to one serialised JSON object (which must end in `}`)
+    /// and advances the chain past it.
+    pub fn seal(&mut self, mut line: String) -> String {
+        debug_assert!(line.ends_with('}'), "{line}");
+        line.pop();
+        if !line.ends_with('{') {
+            line.push(',');
+        }
+        line.push_str(&format!(
+            "\"seq\":{},\"prev\":\"{}\"}}",
+            self.seq, self.prev
+        ));
+        self.seq += 1;
+        self.prev = sha256_hex(line.as_bytes());
+        line
+    }
+}
+
+/// `kind` of the record written once when the audit limit is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LimitKind {
+    Limit,
+}
+
+/// `kind` of the record that closes a run's chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EndKind {
+    End,
+}
+
+/// Written once, when the first attempt past `--audit-limit` arrives: after it refusals are
+/// counted (the end record's `dropped`), not written, and only attempts that held their
+/// place before they acted (egress, from the reserve) are written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitRecord {
+    pub v: u32,
+    pub ts: String,
+    pub run: Option<String>,
+    pub policy: Option<String>,
+    pub kind: LimitKind,
+    /// Always `audit_limit`.
+    pub reason: String,
+    pub limit: u64,
+    /// What new egress gets past the limit (`--on-audit-limit`): `reserve` or `refuse`.
+    /// Absent in logs of proxies before the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_audit_limit: Option<String>,
+    /// Records egress may still take past the limit: `limit` under `reserve`, 0 under
+    /// `refuse`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<String>,
+}
+
+/// The last line of a run, written at proxy shutdown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndRecord {
+    pub v: u32,
+    pub ts: String,
+    pub run: Option<String>,
+    pub policy: Option<String>,
+    pub kind: EndKind,
+    /// Lines of this run before this one (attempts and the limit record).
+    pub records: u64,
+    /// Attempts counted but not written: past the audit limit, DNS queries over the rate.
+    pub dropped: u64,
+    /// `dropped` by decision. Absent in logs of proxies before the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_by_decision: Option<DroppedByDecision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<String>,
+}
+
+/// Attempts counted but not written, by the decision they got. Only refusals are ever
+/// dropped (an attempt that reaches anything holds its record's place first), so
+/// `allowed`, `would_block` and `failed` stay 0; they are written all the same, so that a
+/// reader adds the four to the written attempts of each decision and needs no rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DroppedByDecision {
+    pub allowed: u64,
+    pub blocked: u64,
+    pub would_block: u64,
+    pub failed: u64,
+}
+
+impl DroppedByDecision {
+    /// Counts one attempt of `decision`.
+    pub fn add(&mut self, decision: super::Outcome) {
+        use super::Outcome;
+        match decision {
+            Outcome::Allowed => self.allowed += 1,
+            Outcome::Blocked => self.blocked += 1,
+            Outcome::WouldBlock => self.would_block += 1,
+            Outcome::Failed => self.failed += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.allowed + self.blocked + self.would_block + self.failed
+    }
+}
+
+/// One line of an audit log, whichever kind it is. Readers that only want attempts take
+/// [`AuditLine::Attempt`] and skip the rest; unknown extra fields are accepted everywhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuditLine {
+    Attempt(Box<AuditRecord>),
+    Limit(LimitRecord),
+    End(EndRecord),
+}
+
+impl AuditLine {
+    /// Parses one line (without its newline).
+    pub fn parse(line: &[u8]) -> Result<AuditLine, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Probe {
+            #[serde(default)]
+            kind: Option<String>,
+        }
+        let probe: Probe = serde_json::from_slice(line)?;
+        Ok(match probe.kind.as_deref() {
+            Some("limit") => AuditLine::Limit(serde_json::from_slice(line)?),
+            Some("end") => AuditLine::End(serde_json::from_slice(line)?),
+            _ => AuditLine::Attempt(Box::new(serde_json::from_slice(line)?)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealing_appends_seq_and_prev_and_links_lines() {
+        let mut chain = Chain::new(Some("r-1"));
+        let first = chain.seal(r#"{"v":1,"kind":"dns"}"#.to_owned());
+        assert_eq!(
+            first,
+            format!(
+                r#"{{"v":1,"kind":"dns","seq":0,"prev":"{}"}}"#,
+                sha256_hex(b"r-1")
+            )
+        );
+        let second = chain.seal(r#"{"v":1}"#.to_owned());
+        assert!(
+            second.ends_with(&format!(
+                r#""seq":1,"prev":"{}"}}"#,
+                sha256_hex(first.as_bytes())
+            )),
+            "{second}"
+        );
+        assert_eq!(chain.len(), 2);
+    }
+
+    #[test]
+    fn the_genesis_without_a_run_id_is_the_hash_of_nothing() {
+        assert_eq!(
+            genesis(None),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn lines_parse_by_kind() {
+        let end = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"end","records":3,"dropped":1,"seq":3,"prev":"x"}"#;
+        assert!(matches!(
+            AuditLine::parse(end.as_bytes()).unwrap(),
+            AuditLine::End(EndRecord {
+                records: 3,
+                dropped: 1,
+                seq: Some(3),
+                ..
+            })
+        ));
+        let limit = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"limit","reason":"audit_limit","limit":2,"seq":2,"prev":"x"}"#;
+        assert!(matches!(
+            AuditLine::parse(limit.as_bytes()).unwrap(),
+            AuditLine::Limit(LimitRecord { limit: 2, .. })
+        ));
+        let attempt = r#"{"v":1,"ts":"t","run":"r","policy":"p","kind":"dns","client":null,"host":"a.test","port":null,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"seq":0,"prev":"x","method":"GET"}"#;
+        assert!(matches!(
+            AuditLine::parse(attempt.as_bytes()).unwrap(),
+            AuditLine::Attempt(_)
+        ));
+        assert!(AuditLine::parse(b"{\"kind\":\"end\"}").is_err());
+        assert!(AuditLine::parse(b"not json").is_err());
+    }
+}

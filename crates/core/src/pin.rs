@@ -1,0 +1,145 @@
+//! `NAME=IP` pins: a name answered with a fixed address instead of DNS, the one parser for
+//! every front end (`run`, `proxy`, the handoff, the daemon's `resolve` field).
+
+use std::net::IpAddr;
+
+use crate::target::{HostName, Target, TargetError};
+
+/// Why a `NAME=IP` pin ([`ProxyConfig::pins`](crate::ProxyConfig::pins)) was refused.
+/// `Display` starts with the quoted pin, so a front end can name its own source of pins
+/// in front of it (the CLI: `--resolve "a.example": expected NAME=IP`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinError {
+    #[error("{0:?}: expected NAME=IP")]
+    Syntax(String),
+    #[error("{pin:?}: {error}")]
+    Name { pin: String, error: TargetError },
+    #[error("{pin:?}: {error}")]
+    Address { pin: String, error: PinAddressError },
+}
+
+/// Why the address of a pin was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinAddressError {
+    #[error("`{0}` is not an IP address")]
+    NotAnAddress(String),
+    #[error("`{given}` is a shorthand of {full}; write the address in full")]
+    Shorthand { given: String, full: IpAddr },
+}
+
+/// A `--resolve NAME=IP` pin, the one parser for every front end (`run`, `proxy`, the
+/// handoff, serve's `resolve` field): NAME is normalised like any target, so a pin for
+/// `API.Example.com.` applies to `api.example.com`; IP as [`parse_pin_address`].
+pub fn parse_pin(raw: &str) -> Result<(HostName, IpAddr), PinError> {
+    let (name, ip) = raw
+        .split_once('=')
+        .ok_or_else(|| PinError::Syntax(raw.to_owned()))?;
+    let name = HostName::parse(name).map_err(|error| PinError::Name {
+        pin: raw.to_owned(),
+        error,
+    })?;
+    let ip = parse_pin_address(ip).map_err(|error| PinError::Address {
+        pin: raw.to_owned(),
+        error,
+    })?;
+    Ok((name, ip))
+}
+
+/// The address of a pin, written in full: `203.0.113.7`, `2001:db8::1` or `[2001:db8::1]`.
+/// Shorthands a resolver would also take (`127.1`, `0x7f000001`, `2852039166`, `010.0.0.1`)
+/// are refused with the address they stand for: like a policy's `cidr`, a pin is written
+/// by a person, and `010` means 8 to one reader and 10 to another. `::ffff:a.b.c.d` is
+/// `a.b.c.d`, as for every target, so the floor and `cidr` rules see one spelling.
+pub fn parse_pin_address(raw: &str) -> Result<IpAddr, PinAddressError> {
+    let parsed = match raw
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+    {
+        Some(inner) => inner.parse::<std::net::Ipv6Addr>().map(IpAddr::V6).ok(),
+        None => raw.parse::<IpAddr>().ok(),
+    };
+    if let Some(ip) = parsed {
+        return Ok(ip.to_canonical());
+    }
+    match Target::parse_host(raw) {
+        Ok(Target::Ip(full)) => Err(PinAddressError::Shorthand {
+            given: raw.to_owned(),
+            full,
+        }),
+        _ => Err(PinAddressError::NotAnAddress(raw.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_are_normalised_and_checked() {
+        let (name, ip) = parse_pin("API.Example.com.=127.0.0.2").unwrap();
+        assert_eq!(name.as_str(), "api.example.com");
+        assert_eq!(ip, "127.0.0.2".parse::<IpAddr>().unwrap());
+        assert!(matches!(parse_pin("example.com"), Err(PinError::Syntax(_))));
+        assert!(matches!(
+            parse_pin("example.com=other.example"),
+            Err(PinError::Address { .. })
+        ));
+        assert!(matches!(
+            parse_pin("1.2.3.4=1.2.3.4"),
+            Err(PinError::Name { .. })
+        ));
+    }
+
+    /// Where `run` and `proxy` used to disagree: `proxy` took `127.1` as 127.0.0.1, `run`
+    /// refused it; both now refuse every shorthand and say what it stands for.
+    #[test]
+    fn pin_addresses_are_written_in_full() {
+        for (given, full) in [
+            ("127.1", "127.0.0.1"),
+            ("0x7f000001", "127.0.0.1"),
+            ("2852039166", "169.254.169.254"),
+            ("0177.0.0.1", "127.0.0.1"),
+        ] {
+            let error = parse_pin(&format!("api.test={given}")).unwrap_err();
+            assert_eq!(
+                error,
+                PinError::Address {
+                    pin: format!("api.test={given}"),
+                    error: PinAddressError::Shorthand {
+                        given: given.into(),
+                        full: full.parse().unwrap()
+                    }
+                }
+            );
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "\"api.test={given}\": `{given}` is a shorthand of {full}; write the address in full"
+                )
+            );
+        }
+        for (given, ip) in [
+            ("203.0.113.7", "203.0.113.7"),
+            ("2001:db8::1", "2001:db8::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+            ("::ffff:203.0.113.7", "203.0.113.7"),
+        ] {
+            assert_eq!(
+                parse_pin_address(given),
+                Ok(ip.parse::<IpAddr>().unwrap()),
+                "{given}"
+            );
+        }
+        for bad in ["", "[203.0.113.7]", "fe80::1%eth0", "1.2.3.4.5", " 1.2.3.4"] {
+            assert!(
+                matches!(
+                    parse_pin_address(bad),
+                    Err(PinAddressError::NotAnAddress(_))
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}

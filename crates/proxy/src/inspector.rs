@@ -1,0 +1,220 @@
+//! What the inspect door holds for the whole run: the secrets, their placeholders, the run CA
+//! and the TLS settings toward upstreams — checked against the policy's credentials once,
+//! when the proxy starts.
+//!
+//! A module of its own so that the shared state (`shared`) can hold it without depending on
+//! the door (`inspect`), which depends on the shared state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use http::request::Parts;
+use rustls::ClientConfig;
+
+use crate::ca::{CaError, RunCa};
+use crate::policy::{Credential, PolicySet};
+use crate::secret_forms::{MIN_SECRET_BYTES, SecretForms};
+use egress_core::secret::{MIN_PLACEHOLDER_BYTES, Secret};
+
+use crate::secrets::{CredentialConfig, Placeholders};
+use crate::upstream_tls::client_config;
+
+/// Why the proxy cannot serve the policy's credentials.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InspectError {
+    #[error("the credential for {host} needs the secret {name}, which was not given")]
+    MissingSecret { name: String, host: String },
+    #[error("the secret {0} was given, but no credential of the policy uses it")]
+    UnusedSecret(String),
+    #[error("the secret {0} was given twice")]
+    DuplicateSecret(String),
+    #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
+    ShortPlaceholder(String),
+    #[error(
+        "the secret {0} is shorter than {MIN_SECRET_BYTES} bytes: too short to keep out of answers without mangling ordinary text"
+    )]
+    ShortSecret(String),
+    #[error("two secrets have the same placeholder")]
+    DuplicatePlaceholder,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    #[error("upstream CA: {0}")]
+    Upstream(#[from] rustls::Error),
+}
+
+/// What the inspect door holds for the whole run.
+pub(crate) struct Inspector {
+    pub(crate) ca: Option<RunCa>,
+    pub(crate) upstream_tls: Arc<ClientConfig>,
+    secrets: HashMap<String, Secret>,
+    /// The tripwire's view of the secrets' placeholders.
+    placeholders: Placeholders,
+    /// Every form of the real secrets: what the tripwire refuses in a request and the
+    /// scrubber replaces in an answer.
+    forms: Arc<SecretForms>,
+}
+
+/// What a request carries that it may not.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Misuse<'a> {
+    /// A real secret, in one of its forms: the sandbox should never hold it.
+    Secret(&'a str),
+    /// The placeholder of a secret whose host this is not.
+    Placeholder(&'a str),
+}
+
+impl Misuse<'_> {
+    /// What the refusal tells the client (a name, never a value).
+    pub(crate) fn sentence(&self) -> String {
+        match self {
+            Misuse::Secret(name) => format!(
+                "the request carries the real secret {name}, which the sandbox should never hold"
+            ),
+            Misuse::Placeholder(name) => format!(
+                "the request carries the placeholder of {name}, which belongs to another host"
+            ),
+        }
+    }
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("ca", &self.ca)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inspector {
+    /// Checks the secrets against the policy's credentials (each credential's secret given,
+    /// each given secret used) and makes the run CA for the inspected names. None when the
+    /// policy inspects nothing and no secret is given.
+    pub(crate) fn new(
+        policy: &PolicySet,
+        config: CredentialConfig,
+    ) -> Result<Option<Inspector>, InspectError> {
+        if let Some(conflict) = policy.credential_conflicts().first() {
+            return Err(InspectError::Conflict(conflict.to_string()));
+        }
+        let mut secrets: HashMap<String, Secret> = HashMap::new();
+        for secret in config.secrets {
+            if secret.placeholder.len() < MIN_PLACEHOLDER_BYTES {
+                return Err(InspectError::ShortPlaceholder(secret.name));
+            }
+            if secret.value.expose().len() < MIN_SECRET_BYTES {
+                return Err(InspectError::ShortSecret(secret.name));
+            }
+            if secrets
+                .values()
+                .any(|other| other.placeholder == secret.placeholder)
+            {
+                return Err(InspectError::DuplicatePlaceholder);
+            }
+            if secrets.contains_key(&secret.name) {
+                return Err(InspectError::DuplicateSecret(secret.name));
+            }
+            secrets.insert(secret.name.clone(), secret);
+        }
+        let mut credentials: Vec<&Credential> = policy.credentials().collect();
+        credentials.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+        for credential in &credentials {
+            if !secrets.contains_key(&credential.secret) {
+                return Err(InspectError::MissingSecret {
+                    name: credential.secret.clone(),
+                    host: format!("{}:{}", credential.host, credential.port),
+                });
+            }
+        }
+        let mut names: Vec<&String> = secrets.keys().collect();
+        names.sort();
+        if let Some(unused) = names
+            .into_iter()
+            .find(|name| !credentials.iter().any(|c| &&c.secret == name))
+        {
+            return Err(InspectError::UnusedSecret(unused.clone()));
+        }
+        let hosts = policy.inspected_hosts();
+        if hosts.is_empty() {
+            return Ok(None);
+        }
+        let mut named: Vec<&Secret> = secrets.values().collect();
+        named.sort_by(|a, b| a.name.cmp(&b.name));
+        let forms = Arc::new(SecretForms::new(named.into_iter().map(|secret| {
+            (
+                secret.name.as_str(),
+                secret.value.expose(),
+                secret.placeholder.as_str(),
+            )
+        })));
+        let placeholders = Placeholders::new(
+            secrets
+                .values()
+                .map(|secret| (secret.name.as_str(), secret.placeholder.as_str())),
+        )
+        .with_secrets(forms.clone());
+        Ok(Some(Inspector {
+            ca: Some(RunCa::new(hosts, config.ca_lifetime)?),
+            upstream_tls: client_config(&config.upstream_ca)?,
+            secrets,
+            placeholders,
+            forms,
+        }))
+    }
+
+    /// The run CA's certificate (PEM), for the ready line and the sandbox's trust bundle.
+    pub(crate) fn ca_certificate_pem(&self) -> Option<&str> {
+        self.ca.as_ref().map(RunCa::certificate_pem)
+    }
+
+    /// The placeholder of each secret, by name (not secret: the sandbox holds them).
+    pub(crate) fn placeholders(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.secrets
+            .values()
+            .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
+    }
+
+    /// The tripwire's matcher, which the gate also holds (for the names of CONNECTs and
+    /// transparent connections).
+    pub(crate) fn placeholder_matcher(&self) -> &Placeholders {
+        &self.placeholders
+    }
+
+    /// Every form of the real secrets, which the gate holds too (for names and records).
+    pub(crate) fn secret_forms(&self) -> &Arc<SecretForms> {
+        &self.forms
+    }
+
+    /// A real secret in the request line or a header, in any of its forms, to any host;
+    /// else a placeholder other than `allowed` (the secret of this target's own credential).
+    pub(crate) fn misuse(&self, parts: &Parts, allowed: Option<&str>) -> Option<Misuse<'_>> {
+        let uri = parts.uri.to_string();
+        let texts = || {
+            std::iter::once(uri.as_bytes()).chain(
+                parts
+                    .headers
+                    .iter()
+                    .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
+            )
+        };
+        if let Some(name) = texts().find_map(|text| self.forms.find(text)) {
+            return Some(Misuse::Secret(name));
+        }
+        self.placeholders
+            .find(texts(), allowed)
+            .map(Misuse::Placeholder)
+    }
+
+    /// The credential header value with the real secret. Never logged.
+    pub(crate) fn credential_value(&self, credential: &Credential) -> Option<HeaderValue> {
+        let secret = self.secrets.get(&credential.secret)?;
+        let mut value =
+            HeaderValue::try_from(credential.header_value(secret.value.expose())).ok()?;
+        value.set_sensitive(true);
+        Some(value)
+    }
+}

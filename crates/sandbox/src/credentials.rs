@@ -1,0 +1,168 @@
+//! The run's side of credentials (`docs/src/guide/credentials.md`): which secrets the policy's
+//! credentials need, the placeholder the sandbox holds for each, the upstream CAs the proxy trusts.
+//! Everything here is checked by [`RunSpecBuilder::build`](super::RunSpecBuilder::build), before
+//! Docker is touched; the values travel only in the proxy's stdin handoff.
+
+use std::path::{Path, PathBuf};
+
+use egress_core::handoff::InlineCertificate;
+use egress_core::policy::PolicySet;
+use egress_core::secret::{Secret, SecretValue};
+use egress_core::upstream_ca::{UpstreamCaError, parse_upstream_ca};
+
+use egress_core::secret::new_placeholder;
+
+/// An upstream CA file is a handful of certificates, not a document.
+const MAX_UPSTREAM_CA_BYTES: u64 = 1024 * 1024;
+
+/// Why the run's credentials cannot be served. Never holds a secret's value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CredentialError {
+    #[error("the credential for {host} needs the secret {name}: give it with --secret {name}")]
+    MissingSecret { name: String, host: String },
+    #[error("--secret {0} is given, but no credential of the policy uses it")]
+    UnusedSecret(String),
+    #[error("--secret {0} is given twice")]
+    DuplicateSecret(String),
+    #[error(
+        "--env {0} would replace the placeholder of the secret {0}; the sandbox gets {0} from --secret"
+    )]
+    EnvShadowsSecret(String),
+    #[error("--upstream-ca {path}: cannot read: {source}")]
+    UpstreamCaRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--upstream-ca {path}: larger than {MAX_UPSTREAM_CA_BYTES} bytes")]
+    UpstreamCaTooLarge { path: PathBuf },
+    #[error("--upstream-ca {0}")]
+    UpstreamCa(#[from] UpstreamCaError),
+}
+
+impl CredentialError {
+    /// The part of a run request the refusal is about: `secrets`, `env` or `upstream_ca`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            CredentialError::MissingSecret { .. }
+            | CredentialError::UnusedSecret(_)
+            | CredentialError::DuplicateSecret(_) => "secrets",
+            CredentialError::EnvShadowsSecret(_) => "env",
+            CredentialError::UpstreamCaRead { .. }
+            | CredentialError::UpstreamCaTooLarge { .. }
+            | CredentialError::UpstreamCa(_) => "upstream_ca",
+        }
+    }
+}
+
+/// The credentials a run serves: each secret with its fresh placeholder, and the extra
+/// CAs for upstream TLS. `Debug` never shows a value ([`SecretValue`]).
+#[derive(Clone, Debug, Default)]
+pub struct RunCredentials {
+    pub(crate) secrets: Vec<Secret>,
+    pub(crate) upstream_ca: Vec<InlineCertificate>,
+}
+
+impl RunCredentials {
+    /// Matches the given secrets against the policy's credentials (each needed one given,
+    /// each given one needed), draws a random placeholder per secret, reads and parses the
+    /// upstream CA files. `env` is the sandbox's `--env`: it may not replace a placeholder.
+    pub fn check(
+        policy: &PolicySet,
+        given: Vec<(String, SecretValue)>,
+        upstream_ca_files: &[PathBuf],
+        upstream_ca_inline: Vec<InlineCertificate>,
+        env: &[(String, String)],
+    ) -> Result<RunCredentials, CredentialError> {
+        let mut secrets: Vec<Secret> = Vec::new();
+        for (name, value) in given {
+            if secrets.iter().any(|secret| secret.name == name) {
+                return Err(CredentialError::DuplicateSecret(name));
+            }
+            if !policy
+                .credentials()
+                .any(|credential| credential.secret == name)
+            {
+                return Err(CredentialError::UnusedSecret(name));
+            }
+            secrets.push(Secret {
+                placeholder: new_placeholder(),
+                name,
+                value,
+            });
+        }
+        for credential in policy.credentials() {
+            if !secrets
+                .iter()
+                .any(|secret| secret.name == credential.secret)
+            {
+                return Err(CredentialError::MissingSecret {
+                    name: credential.secret.clone(),
+                    host: format!("{}:{}", credential.host, credential.port),
+                });
+            }
+        }
+        if let Some((key, _)) = env
+            .iter()
+            .find(|(key, _)| secrets.iter().any(|secret| secret.name == *key))
+        {
+            return Err(CredentialError::EnvShadowsSecret(key.clone()));
+        }
+        let mut upstream_ca = upstream_ca_files
+            .iter()
+            .map(|path| read_upstream_ca(path))
+            .collect::<Result<Vec<_>, _>>()?;
+        for inline in upstream_ca_inline {
+            if inline.pem.len() as u64 > MAX_UPSTREAM_CA_BYTES {
+                return Err(CredentialError::UpstreamCaTooLarge {
+                    path: PathBuf::from(inline.file),
+                });
+            }
+            parse_upstream_ca(&inline.file, &inline.pem)?;
+            upstream_ca.push(inline);
+        }
+        Ok(RunCredentials {
+            secrets,
+            upstream_ca,
+        })
+    }
+
+    /// The secrets' names and values (not their placeholders), to hand to a daemon that
+    /// draws its own placeholders (`run --server`).
+    pub fn secret_values(&self) -> impl Iterator<Item = (&str, &SecretValue)> + '_ {
+        self.secrets
+            .iter()
+            .map(|secret| (secret.name.as_str(), &secret.value))
+    }
+
+    /// The upstream CAs as read (file name and PEM text).
+    pub fn upstream_ca(&self) -> &[InlineCertificate] {
+        &self.upstream_ca
+    }
+
+    /// `NAME=<placeholder>` for the sandbox's environment, one per secret.
+    pub fn sandbox_env(&self) -> impl Iterator<Item = String> + '_ {
+        self.secrets
+            .iter()
+            .map(|secret| format!("{}={}", secret.name, secret.placeholder))
+    }
+}
+
+/// Reads one `--upstream-ca` file and checks it holds usable PEM certificates.
+fn read_upstream_ca(path: &Path) -> Result<InlineCertificate, CredentialError> {
+    let read_error = |source| CredentialError::UpstreamCaRead {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_error)?.len();
+    if size > MAX_UPSTREAM_CA_BYTES {
+        return Err(CredentialError::UpstreamCaTooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    let pem = std::fs::read_to_string(path).map_err(read_error)?;
+    let file = path.display().to_string();
+    parse_upstream_ca(&file, &pem)?;
+    Ok(InlineCertificate { file, pem })
+}

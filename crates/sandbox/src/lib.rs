@@ -1,0 +1,104 @@
+//! egress-sandbox: run untrusted code in a throwaway Docker container whose only way out is
+//! an allowlisting egress proxy container, removed again on every path.
+//!
+//! This crate is what embedding programs, the daemon (`egress-serve`) and the
+//! `egress-sandbox` command share. It depends on `egress-core` (policies, the audit record)
+//! and on no command-line crate.
+//!
+//! The public API is the [`Sandbox`] handle, [`RunSpec`] (built and checked by
+//! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] / [`AuditEntry`] for what a run sends
+//! back, and [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …;
+//! Docker's failures are [`DockerError`]). Modules that build Docker requests are
+//! crate-private, so no Docker client type is part of the API.
+//!
+//! # Layout
+//!
+//! - [`spec`]: what a run is asked to do ([`spec::RunSpec`]), checked completely before
+//!   Docker is touched (policies merged, limits against policy ceilings, mounts, env).
+//! - [`docker`]: the one place that talks to the engine ([`docker::Engine`]).
+//! - [`images`]: the proxy image (built from the handle's static egress-sandbox binary)
+//!   and the base sandbox image.
+//! - `wiring`: how the sandbox reaches its proxy — on a local engine it has no network, its
+//!   launcher passes the doors bound on its loopback to the proxy; a remote engine's run gets
+//!   its own network.
+//! - [`runtime`]: what an OCI runtime the engine offers is (host kernel, gVisor and its
+//!   network mode), read from its registration: it decides the wiring and how the task
+//!   limit is enforced.
+//! - `network`: the per-run internal network of remote engines (own /29, no host address)
+//!   and the shared egress network.
+//! - `container`: the proxy and sandbox containers as create requests, hardened.
+//! - [`events`]: what a caller following a run live receives ([`events::RunEvent`], each
+//!   audit line parsed as an [`events::AuditEntry`]), through a bounded channel whose
+//!   backpressure it documents.
+//! - `audit_tee`: the host's audit writer — each line to the `--audit-log` file (from a
+//!   thread) and to the run's events.
+//! - [`output`]: live relay of the command's output with one byte cap.
+//! - `audit_trail`: the proxy's ready line and audit records, read through attach.
+//! - [`task_files`]: files handed to a run, written under /task by the launcher.
+//! - `teardown`: owns every object of a run and removes it on every path.
+//! - `slot`: a run's set-up in two parts, the slot (spec-independent) and its claim,
+//!   shared by cold runs and the warm pool.
+//! - [`pool`]: warm slots prepared ahead of the runs that will use them (the daemon's pool),
+//!   run with [`Sandbox::run_leaving_objects`].
+//! - [`report`]: the run report (`--report`, the daemon's `exit` event) and the one-line
+//!   summary.
+//! - [`watchdog`]: removes a process's runs when it dies without doing so (`kill -9`).
+//! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
+//!   daemon, embedders): it names its proxy binary and connects to the engine once.
+//! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
+//!   [`RunOutcome`](outcome::RunOutcome).
+//! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
+//!   (handle, slot, run, report) without those depending on one another.
+//! - [`launch_signal`]: what opens the sandbox's launcher (and hands it the task files);
+//!   `launcher_binary`: the launcher's binary at a path named by its content, and `host_dirs`: the
+//!   run's host directories, neutrally named, so the sandbox's mount table shows nothing
+//!   of the host.
+//! - [`private_dir`]: the check every directory the tool keeps files in passes (the running
+//!   user's, writable by no one else), so another local user can plant or swap nothing.
+//! - [`gc`]: sweeps objects of runs whose owner process is gone.
+//! - [`labels`]: run ids, object names, labels and the owner stamp.
+
+pub(crate) mod audit_tee;
+pub(crate) mod audit_trail;
+pub(crate) mod container;
+pub(crate) mod credentials;
+pub mod docker;
+pub mod events;
+pub mod gc;
+pub mod handle;
+pub(crate) mod host_dirs;
+pub mod images;
+pub mod labels;
+pub mod launch_signal;
+pub(crate) mod launcher_binary;
+pub(crate) mod network;
+pub mod outcome;
+pub mod output;
+pub mod pool;
+pub mod private_dir;
+pub mod report;
+pub(crate) mod resolv;
+pub mod run;
+pub mod runtime;
+pub(crate) mod slot;
+pub mod spec;
+pub mod task_files;
+pub(crate) mod teardown;
+pub(crate) mod trust;
+pub mod watchdog;
+pub(crate) mod wiring;
+
+pub use container::loopback_doors;
+pub use credentials::{CredentialError, RunCredentials};
+pub use docker::{DockerError, Engine, EngineError};
+pub use events::{AuditEntry, RunEvent};
+pub use handle::Sandbox;
+pub use images::{ImageError, Progress};
+pub use network::{EGRESS_NETWORK, NetworkError};
+pub use outcome::{Interruption, RunError, RunOutcome, RunStatus};
+pub use output::{OutputSinks, OutputStats};
+pub use pool::{Pool, Refill, WarmSlot};
+pub use private_dir::PlaceError;
+pub use run::Leftovers;
+pub use spec::{RunLimits, RunSpec, RunSpecBuilder, SpecError};
+pub use trust::TrustError;

@@ -1,0 +1,200 @@
+//! What a run amounts to ([`RunOutcome`], [`RunStatus`], the [`Interruption`] that may end
+//! it) and why a sandbox could not be set up ([`RunError`]).
+//!
+//! Its own module because every stage of a run names them — the handle, a pool's slot, the
+//! run itself, the report — and none of those should depend on another for its types.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::docker::{DockerError, EngineError};
+use crate::images::ImageError;
+use crate::network::NetworkError;
+use crate::output::OutputStats;
+use crate::private_dir::PlaceError;
+use crate::trust::TrustError;
+use egress_core::tally::{AttemptCounts, AuditCounts, RefusalGroup};
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// The command exited by itself; `exit_code` is its own.
+    Exited,
+    /// The time limit killed it (exit 124).
+    Timeout,
+    /// The kernel killed it for memory (exit 137).
+    Oom,
+    /// egress-sandbox itself got SIGINT / SIGTERM (exit 130 / 143).
+    Interrupted,
+    /// The proxy stopped while the command ran, so attempts could no longer be recorded:
+    /// the sandbox was killed at once (exit 125).
+    ProxyFailed,
+}
+
+/// The exit status of a run whose proxy stopped under it (as for a failed set-up).
+pub const PROXY_FAILED_EXIT: i32 = 125;
+
+/// The signal that interrupted a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Interruption {
+    Interrupt,
+    Terminate,
+    /// The reader of the run's output went away (`run … | head`): what SIGPIPE is to a
+    /// command in a shell pipeline. Only sinks made with [`OutputSinks::stdio`](super::output::OutputSinks::stdio) end a run
+    /// this way; others drop the rest of the output and let the command run on.
+    OutputClosed,
+}
+
+impl Interruption {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Interruption::Interrupt => 130,
+            Interruption::Terminate => 143,
+            // 128 + SIGPIPE, as a shell reports a command that wrote to a closed pipe.
+            Interruption::OutputClosed => 141,
+        }
+    }
+}
+
+/// What a run amounted to.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    /// The exit status for the caller: the command's own, 124, 137, 130, 143 or 125.
+    pub exit_code: i32,
+    /// From the sandbox's start to its end (zero if it never started).
+    pub duration: Duration,
+    /// The time limit the run had.
+    pub timeout: Duration,
+    pub image: String,
+    pub policy: String,
+    pub output: OutputStats,
+    pub attempts: AttemptCounts,
+    /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
+    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
+    pub blocked: Vec<RefusalGroup>,
+    /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
+    pub blocked_more: u64,
+    /// Records the proxy wrote and attempts it only counted (`--audit-limit`, DNS rate).
+    pub audit: AuditCounts,
+    /// Hex SHA-256 of the proxy's `end` audit line (`audit verify --report` checks the log
+    /// against it); `None` when the proxy never closed its chain.
+    pub audit_head: Option<String>,
+    /// Objects that could not be removed (`egress-sandbox gc` will). Normally empty.
+    pub teardown_errors: Vec<String>,
+    /// Why the `--audit-log` file holds only part of the records (a full disk, say): the
+    /// first write error, after which nothing more was written there. `None` when every
+    /// record was written, or no file was asked for.
+    pub audit_log_error: Option<String>,
+}
+
+/// Why the sandbox could not be set up (exit 125). Nothing is left behind.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    #[error("Docker: {step}: {source}")]
+    Docker {
+        step: String,
+        #[source]
+        source: DockerError,
+    },
+    #[error("the proxy did not start: {detail}")]
+    ProxyNotReady { detail: String },
+    #[error("the proxy was not ready within {}s", waited.as_secs())]
+    ProxyReadyTimeout { waited: Duration },
+    #[error("cannot hand the run's configuration to the proxy: {source}")]
+    Handoff {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot signal the sandbox's launcher: {source}")]
+    GoSignal {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("task files need a local Docker engine (they are handed over the sandbox's launcher)")]
+    FilesNeedLocalEngine,
+    #[error(
+        "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
+        hosts.join(", ")
+    )]
+    InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
+    #[error("cannot open the audit log {path}: {source}")]
+    AuditLog {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot find the proxy binary {}: {source}", path.display())]
+    ProxyBinary {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
+    UnknownRuntime {
+        name: String,
+        available: Vec<String>,
+    },
+    #[error(
+        "the sandbox could not reach its proxy under runtime {name:?} ({kind}): register it with \
+         a network (for gVisor: runtimeArgs [\"--network=host\"], see scripts/gvisor-setup.sh)"
+    )]
+    RuntimeUnreachable { name: String, kind: String },
+    #[error("cannot list this host's interface addresses: {0}")]
+    HostAddresses(#[source] std::io::Error),
+    #[error("cannot identify this process for the owner label: {0}")]
+    Owner(#[source] std::io::Error),
+    #[error(transparent)]
+    Trust(#[from] TrustError),
+    #[error("cannot create the sandbox's resolv.conf: {0}")]
+    ResolvConf(#[source] std::io::Error),
+    #[error("cannot create the directory the sandbox passes its doors through: {0}")]
+    DoorsDir(#[source] std::io::Error),
+    #[error("cannot place the binary the sandbox mounts as its launcher: {0}")]
+    LauncherBinary(#[source] std::io::Error),
+    /// A directory the run would keep files in is not the running user's alone.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
+}
+
+impl RunError {
+    /// The error and its causes on one line (each cause once), as the CLI and the daemon
+    /// show a set-up failure.
+    pub fn message_with_causes(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                message.push_str(": ");
+                message.push_str(&text);
+            }
+            source = cause.source();
+        }
+        message
+    }
+}
+
+pub(crate) fn docker_step(
+    step: impl Into<String>,
+) -> impl FnOnce(bollard::errors::Error) -> RunError {
+    let step = step.into();
+    move |source| RunError::Docker {
+        step,
+        source: source.into(),
+    }
+}

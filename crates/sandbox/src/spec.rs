@@ -1,0 +1,618 @@
+//! What a run is asked to do, checked completely before Docker is touched.
+//!
+//! [`RunSpec::builder`] collects the command, policies and limits; [`RunSpecBuilder::build`]
+//! parses and merges the policies, applies the policy ceilings to the limits and checks
+//! every mount, variable and pin. A spec that builds is one the run can carry out; anything
+//! wrong is a [`SpecError`] (exit 125) and nothing has been created.
+//!
+//! The checks live with what they check: `limits`, `mounts`, `env`, `policies` and the
+//! `subnet_pool` (submodules). Command-line strings (`30s`, `512m`, `SRC:DST:rw`) are parsed by the
+//! CLI (`run_flags`); this module takes typed values.
+
+mod env;
+mod limits;
+mod mode_notices;
+mod mounts;
+mod policies;
+mod subnet_pool;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use egress_core::audit::OnAuditLimit;
+use egress_core::pin::PinError;
+use egress_core::policy::{CredentialConflicts, Diagnostic, Policy, PolicyError, PolicySet};
+use egress_core::target::HostName;
+use ipnet::Ipv4Net;
+
+use egress_core::handoff::InlineCertificate;
+use egress_core::secret::SecretValue;
+
+use crate::credentials::{CredentialError, RunCredentials};
+use crate::task_files::{self, TaskFile};
+
+use env::check_env;
+pub use limits::{DEFAULT_LIMITS, MIN_MEMORY, RunLimits};
+use limits::{Requested, resolve_limits, resolve_runtime};
+pub use mounts::Mount;
+use mounts::check_mount;
+pub use policies::PolicySource;
+use policies::{check_policy_sizes, read_policy};
+pub use subnet_pool::{DEFAULT_SUBNET_POOL, SUBNET_POOL_ENV};
+use subnet_pool::{check_pool, subnet_pool_from_env};
+
+/// Audit records the proxy writes for one run before it only counts them (`--audit-limit`,
+/// `docs/src/reference/audit-record.md`): bounds the log, the caller's work and the disk whatever
+/// the sandbox sends. The proxy's own default, so a run and a bare proxy agree.
+pub const DEFAULT_AUDIT_LIMIT: u64 = egress_core::audit::DEFAULT_AUDIT_LIMIT;
+
+/// Why a run cannot be set up as asked. Display is the message for the user.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
+    #[error("cannot read policy {path}: {source}")]
+    PolicyRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "policy {file} is too large to hand to the proxy ({size} bytes; at most {max} bytes per policy)"
+    )]
+    PolicyTooLarge {
+        file: String,
+        size: usize,
+        max: usize,
+    },
+    #[error("the policies are too large to hand to the proxy ({size} bytes in all; at most {max})")]
+    PoliciesTooLarge { size: usize, max: usize },
+    #[error("{flag} {value} is above the limit of policy {policy} ({key}: {limit})")]
+    AboveLimit {
+        flag: &'static str,
+        value: String,
+        policy: String,
+        key: &'static str,
+        limit: String,
+    },
+    #[error("--runtime {name} is not allowed by policy {policy} (runtime: {allowed})")]
+    RuntimeNotAllowed {
+        name: String,
+        policy: String,
+        allowed: String,
+    },
+    #[error(
+        "policies {policy} require different runtimes (limits: runtime): no run can satisfy them all"
+    )]
+    RuntimesConflict { policy: String },
+    #[error("invalid {flag} {value:?}: {reason}")]
+    Invalid {
+        flag: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// Shown as the flag that carries pins, in the CLI and the API alike.
+    #[error("--resolve {0}")]
+    Pin(Box<PinError>),
+    #[error("no command given to run")]
+    NoCommand,
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// A `--secret` flag that could not be read (the message never holds the value).
+    #[error("{0}")]
+    SecretFlag(String),
+}
+
+fn invalid(flag: &'static str, value: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid {
+        flag,
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A checked run request. Build one with [`RunSpec::builder`].
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub(crate) command: Vec<String>,
+    pub(crate) image: Option<String>,
+    pub(crate) policies: Vec<PolicySource>,
+    pub(crate) allow: Vec<String>,
+    pub(crate) policy_set: PolicySet,
+    pub(crate) warnings: Vec<Diagnostic>,
+    /// Lines about the policy mode, said at the run's start (`mode_notices`).
+    pub(crate) notices: Vec<String>,
+    pub(crate) limits: RunLimits,
+    pub(crate) mounts: Vec<Mount>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) workdir: Option<String>,
+    pub(crate) resolve: Vec<(HostName, IpAddr)>,
+    pub(crate) audit_log: Option<PathBuf>,
+    pub(crate) audit_limit: u64,
+    pub(crate) on_audit_limit: OnAuditLimit,
+    pub(crate) egress_network: Option<String>,
+    pub(crate) runtime: Option<String>,
+    pub(crate) subnet_pool: Ipv4Net,
+    /// Written under /task by the launcher before the command runs.
+    pub(crate) files: Vec<TaskFile>,
+    /// Secrets with their placeholders, upstream CAs: only ever in the proxy's handoff.
+    pub(crate) credentials: RunCredentials,
+}
+
+impl RunSpec {
+    pub fn builder<I, S>(command: I) -> RunSpecBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RunSpecBuilder {
+            command: command.into_iter().map(Into::into).collect(),
+            ..RunSpecBuilder::default()
+        }
+    }
+
+    pub fn limits(&self) -> &RunLimits {
+        &self.limits
+    }
+
+    /// The secrets and upstream CAs as read and checked, for a front end that hands the run
+    /// to a daemon which may not see this process's environment or files (`run --server`).
+    pub fn credentials(&self) -> &RunCredentials {
+        &self.credentials
+    }
+
+    /// Policy warnings (shadowed rules, broad wildcards …): accepted, worth showing.
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
+    }
+
+    /// Lines a run says on stderr before it starts (the API: `warning` events): that report
+    /// mode opens egress to every public host, or that a merge turned a report-mode policy
+    /// into enforce. Each starts `egress-sandbox: `.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
+    /// The merged policy name as audit records carry it (e.g. `openai-agent+cli`).
+    pub fn policy_name(&self) -> &str {
+        self.policy_set.name()
+    }
+
+    /// Records the proxy writes before it only counts them.
+    pub fn audit_limit(&self) -> u64 {
+        self.audit_limit
+    }
+
+    /// What new egress gets once the audit limit is reached (`--on-audit-limit`).
+    pub fn on_audit_limit(&self) -> OnAuditLimit {
+        self.on_audit_limit
+    }
+
+    /// The image the command runs in; `None`: the base image.
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
+    }
+
+    /// The OCI runtime the sandbox runs under; `None`: the engine's default.
+    pub fn runtime(&self) -> Option<&str> {
+        self.runtime.as_deref()
+    }
+
+    /// The egress network the proxy reaches upstreams through; `None`: the tool's own.
+    pub fn egress_network(&self) -> Option<&str> {
+        self.egress_network.as_deref()
+    }
+
+    /// The directory the command starts in; `None`: the image's own.
+    pub fn workdir(&self) -> Option<&str> {
+        self.workdir.as_deref()
+    }
+
+    /// Files written under `/task` before the command starts.
+    pub fn files(&self) -> &[TaskFile] {
+        &self.files
+    }
+
+    /// The same run on another egress network (a pool's slots take the daemon's).
+    pub fn with_egress_network(mut self, network: Option<String>) -> RunSpec {
+        self.egress_network = network;
+        self
+    }
+}
+
+/// Collects a run request; [`build`](Self::build) checks it.
+#[derive(Clone, Debug, Default)]
+pub struct RunSpecBuilder {
+    command: Vec<String>,
+    image: Option<String>,
+    policy_files: Vec<PathBuf>,
+    inline_policies: Vec<PolicySource>,
+    allow: Vec<String>,
+    timeout: Option<Duration>,
+    memory: Option<u64>,
+    cpus: Option<f64>,
+    pids: Option<u64>,
+    tmp: Option<u64>,
+    output: Option<u64>,
+    mounts: Vec<(PathBuf, String, bool)>,
+    env: Vec<(String, String)>,
+    workdir: Option<String>,
+    resolve: Vec<(String, IpAddr)>,
+    audit_log: Option<PathBuf>,
+    audit_limit: Option<u64>,
+    on_audit_limit: Option<OnAuditLimit>,
+    egress_network: Option<String>,
+    runtime: Option<String>,
+    subnet_pool: Option<Ipv4Net>,
+    files: Vec<TaskFile>,
+    secrets: Vec<(String, SecretValue)>,
+    upstream_ca: Vec<PathBuf>,
+    upstream_ca_inline: Vec<InlineCertificate>,
+}
+
+impl RunSpecBuilder {
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+    /// A policy file (YAML), read and checked by `build`.
+    pub fn policy_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.policy_files.push(path.into());
+        self
+    }
+    /// A policy given as text; `file_name` names it in diagnostics and gives its default name.
+    pub fn policy_yaml(mut self, file_name: impl Into<String>, yaml: impl Into<String>) -> Self {
+        self.inline_policies.push(PolicySource {
+            file_name: file_name.into(),
+            yaml: yaml.into(),
+        });
+        self
+    }
+    /// `HOST[:PORT]`, as `--allow`.
+    pub fn allow(mut self, host: impl Into<String>) -> Self {
+        self.allow.push(host.into());
+        self
+    }
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.memory = Some(bytes);
+        self
+    }
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+    pub fn pids(mut self, pids: u64) -> Self {
+        self.pids = Some(pids);
+        self
+    }
+    pub fn tmp(mut self, bytes: u64) -> Self {
+        self.tmp = Some(bytes);
+        self
+    }
+    pub fn output_limit(mut self, bytes: u64) -> Self {
+        self.output = Some(bytes);
+        self
+    }
+    pub fn mount(
+        mut self,
+        source: impl Into<PathBuf>,
+        target: impl Into<String>,
+        writable: bool,
+    ) -> Self {
+        self.mounts.push((source.into(), target.into(), writable));
+        self
+    }
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+    pub fn workdir(mut self, dir: impl Into<String>) -> Self {
+        self.workdir = Some(dir.into());
+        self
+    }
+    /// The proxy uses `ip` for `name` instead of DNS; the floor still applies.
+    pub fn resolve(mut self, name: impl Into<String>, ip: IpAddr) -> Self {
+        self.resolve.push((name.into(), ip));
+        self
+    }
+    pub fn audit_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.audit_log = Some(path.into());
+        self
+    }
+    /// Audit records written for the run before the proxy only counts them
+    /// [default: [`DEFAULT_AUDIT_LIMIT`]]; at least 1.
+    pub fn audit_limit(mut self, records: u64) -> Self {
+        self.audit_limit = Some(records);
+        self
+    }
+    /// What new egress gets once the audit limit is reached [default: `reserve`]: its
+    /// records from a reserve of its own, or refused. Nothing leaves unrecorded either way.
+    pub fn on_audit_limit(mut self, on_limit: OnAuditLimit) -> Self {
+        self.on_audit_limit = Some(on_limit);
+        self
+    }
+    pub fn egress_network(mut self, name: impl Into<String>) -> Self {
+        self.egress_network = Some(name.into());
+        self
+    }
+    /// The sandbox container's OCI runtime; the run checks the engine has it before it
+    /// creates anything.
+    pub fn runtime(mut self, name: impl Into<String>) -> Self {
+        self.runtime = Some(name.into());
+        self
+    }
+    /// Where per-run /29 subnets come from [default: `EGRESS_SANDBOX_SUBNET_POOL` or 10.213.0.0/16].
+    pub fn subnet_pool(mut self, pool: Ipv4Net) -> Self {
+        self.subnet_pool = Some(pool);
+        self
+    }
+
+    /// A file for the command, written at `/task/PATH` before it runs; `/task` becomes the
+    /// default working directory.
+    pub fn file(mut self, path: impl Into<String>, contents: impl Into<Vec<u8>>) -> Self {
+        self.files.push(TaskFile {
+            path: path.into(),
+            contents: contents.into(),
+        });
+        self
+    }
+
+    /// The value of a secret a policy credential names (`--secret`). It goes to the proxy
+    /// only; the sandbox's variable `name` holds a random placeholder instead.
+    pub fn secret(mut self, name: impl Into<String>, value: SecretValue) -> Self {
+        self.secrets.push((name.into(), value));
+        self
+    }
+    /// A PEM CA file the proxy trusts for upstream TLS besides the Mozilla roots
+    /// (`--upstream-ca`); read and checked by `build`.
+    pub fn upstream_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.upstream_ca.push(path.into());
+        self
+    }
+    /// As [`upstream_ca`](Self::upstream_ca), with the PEM text given (`file` names it in
+    /// errors): what `serve` gets in a request.
+    pub fn upstream_ca_pem(mut self, file: impl Into<String>, pem: impl Into<String>) -> Self {
+        self.upstream_ca_inline.push(InlineCertificate {
+            file: file.into(),
+            pem: pem.into(),
+        });
+        self
+    }
+
+    /// Reads and merges the policies, applies their ceilings, checks everything else.
+    pub fn build(self) -> Result<RunSpec, SpecError> {
+        if self.command.is_empty() {
+            return Err(SpecError::NoCommand);
+        }
+        let mut sources = Vec::new();
+        let mut policies = Vec::new();
+        let mut warnings = Vec::new();
+        let mut errors = Vec::new();
+        for path in &self.policy_files {
+            let (shown, source) = read_policy(path)?;
+            match Policy::from_yaml(&shown, &source.yaml) {
+                Ok((policy, found)) => {
+                    policies.push(policy);
+                    warnings.extend(found);
+                }
+                Err(error) => errors.extend(error.diagnostics),
+            }
+            sources.push(source);
+        }
+        for source in self.inline_policies {
+            match Policy::from_yaml(&source.file_name, &source.yaml) {
+                Ok((policy, found)) => {
+                    policies.push(policy);
+                    warnings.extend(found);
+                }
+                Err(error) => errors.extend(error.diagnostics),
+            }
+            sources.push(source);
+        }
+        if !self.allow.is_empty() {
+            match Policy::from_allow_flags(&self.allow) {
+                Ok(policy) => policies.push(policy),
+                Err(error) => errors.extend(error.diagnostics),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(PolicyError {
+                diagnostics: errors,
+            }
+            .into());
+        }
+        check_policy_sizes(&sources)?;
+        let notices = mode_notices::mode_notices(&policies);
+        // Conflicting credentials are refused where the proxy starts: it merges these same
+        // policies from its handoff and names the first conflict.
+        let policy_set = PolicySet::merge(policies)
+            .unwrap_or_else(CredentialConflicts::into_set_refused_by_proxy);
+
+        let requested = Requested {
+            timeout: self.timeout,
+            memory: self.memory,
+            cpus: self.cpus,
+            pids: self.pids,
+            tmp: self.tmp,
+            output: self.output,
+        };
+        let limits = resolve_limits(&requested, policy_set.limits(), policy_set.name())?;
+        let runtime = resolve_runtime(
+            self.runtime,
+            policy_set.limits().runtime.as_deref(),
+            policy_set.name(),
+        )?;
+
+        let mounts = self
+            .mounts
+            .into_iter()
+            .map(|(source, target, writable)| check_mount(&source, &target, writable))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (key, value) in &self.env {
+            check_env(key, value)?;
+        }
+        let credentials = RunCredentials::check(
+            &policy_set,
+            self.secrets,
+            &self.upstream_ca,
+            self.upstream_ca_inline,
+            &self.env,
+        )?;
+        if let Some(dir) = &self.workdir
+            && !dir.starts_with('/')
+        {
+            return Err(invalid("--workdir", dir, "must be an absolute path"));
+        }
+        // As a mount's target: a `..` could climb anywhere, so it is refused, not resolved.
+        if let Some(dir) = &self.workdir
+            && dir.split('/').any(|part| part == "..")
+        {
+            return Err(invalid("--workdir", dir, "must not contain `..`"));
+        }
+        // No command line can carry a NUL byte; an API request can, and Docker would fail
+        // on it only after the network and the proxy exist.
+        // The message quotes the value with `{:?}`, which escapes the NUL (and any other
+        // control) once.
+        let nul =
+            |flag: &'static str, value: &str| Err(invalid(flag, value, "cannot hold a NUL byte"));
+        if let Some(arg) = self.command.iter().find(|arg| arg.contains('\0')) {
+            return nul("argv", arg);
+        }
+        if let Some(dir) = self.workdir.as_deref().filter(|dir| dir.contains('\0')) {
+            return nul("--workdir", dir);
+        }
+        let mut files_bytes = 0u64;
+        for file in &self.files {
+            task_files::check_path(&file.path)
+                .map_err(|reason| invalid("files", &file.path, reason))?;
+            files_bytes += file.contents.len() as u64;
+        }
+        task_files::check_paths(self.files.iter().map(|file| file.path.as_str()))
+            .map_err(|(path, reason)| invalid("files", &path, reason))?;
+        let files_limit = limits.tmp.min(task_files::MAX_TASK_FILES_BYTES);
+        if files_bytes > files_limit {
+            return Err(invalid(
+                "files",
+                format!("{files_bytes} bytes"),
+                format!("more than /task holds ({files_limit} bytes: the tmp size, at most 64MiB)"),
+            ));
+        }
+        let workdir = match self.workdir {
+            None if !self.files.is_empty() => Some(task_files::TASK_DIR.to_string()),
+            workdir => workdir,
+        };
+        let resolve = self
+            .resolve
+            .into_iter()
+            .map(|(name, ip)| {
+                // `::ffff:a.b.c.d` pins `a.b.c.d`, as `parse_pin` has it.
+                HostName::parse(&name)
+                    .map(|host| (host, ip.to_canonical()))
+                    .map_err(|error| {
+                        invalid("--resolve", format!("{name}={ip}"), error.to_string())
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(image) = &self.image
+            && (image.is_empty()
+                || image.starts_with('-')
+                || image.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(invalid("--image", image, "not an image reference"));
+        }
+        if let Some(network) = &self.egress_network
+            && (network.is_empty() || network.chars().any(char::is_control))
+        {
+            return Err(invalid("--egress-network", network, "not a network name"));
+        }
+        if let Some(runtime) = &runtime
+            && (runtime.is_empty() || runtime.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(invalid("--runtime", runtime, "not a runtime name"));
+        }
+        let audit_limit = self.audit_limit.unwrap_or(DEFAULT_AUDIT_LIMIT);
+        if audit_limit == 0 {
+            return Err(invalid(
+                "--audit-limit",
+                "0",
+                "must be at least 1: every run keeps a record of its attempts",
+            ));
+        }
+        let subnet_pool = match self.subnet_pool {
+            Some(pool) => check_pool(pool, "subnet pool")?,
+            None => subnet_pool_from_env()?,
+        };
+
+        Ok(RunSpec {
+            command: self.command,
+            image: self.image,
+            policies: sources,
+            allow: self.allow,
+            policy_set,
+            warnings,
+            notices,
+            limits,
+            mounts,
+            env: self.env,
+            workdir,
+            resolve,
+            audit_log: self.audit_log,
+            audit_limit,
+            on_audit_limit: self.on_audit_limit.unwrap_or_default(),
+            egress_network: self.egress_network,
+            runtime,
+            subnet_pool,
+            files: self.files,
+            credentials,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_limit_defaults_and_refuses_zero() {
+        let spec = RunSpec::builder(["true"]).build().unwrap();
+        assert_eq!(spec.audit_limit(), DEFAULT_AUDIT_LIMIT);
+        let spec = RunSpec::builder(["true"]).audit_limit(5).build().unwrap();
+        assert_eq!(spec.audit_limit(), 5);
+        let error = RunSpec::builder(["true"])
+            .audit_limit(0)
+            .build()
+            .unwrap_err();
+        assert!(
+            error.to_string().starts_with("invalid --audit-limit"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn pins_are_checked_and_mapped_addresses_canonical() {
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        let spec = RunSpec::builder(["true"])
+            .resolve("API.test.", mapped)
+            .build()
+            .unwrap();
+        assert_eq!(
+            spec.resolve,
+            vec![(
+                HostName::parse("api.test").unwrap(),
+                "203.0.113.7".parse::<IpAddr>().unwrap()
+            )]
+        );
+        let ip: IpAddr = "203.0.113.7".parse().unwrap();
+        assert!(
+            RunSpec::builder(["true"])
+                .resolve("a b", ip)
+                .build()
+                .is_err()
+        );
+    }
+}

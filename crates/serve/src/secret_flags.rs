@@ -1,0 +1,175 @@
+//! `--secret NAME`, `--secret NAME=env:VAR`, `--secret NAME=file:PATH`: where a secret's
+//! value comes from, for `run` and `proxy`. The value itself never appears in an error.
+
+use std::path::{Path, PathBuf};
+
+use egress_core::policy::check_secret_name;
+use egress_core::secret::SecretValue;
+use egress_core::text::visible;
+
+/// Largest secret file read: a key or token, not a document.
+const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// A `--secret` flag that cannot be used. The message names the flag as typed and says
+/// what is wrong, never the value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretFlagError {
+    #[error("--secret: {0}")]
+    Name(String),
+    #[error(
+        "--secret {name}={}: the source must be env:VAR or file:PATH",
+        visible(given)
+    )]
+    Source { name: String, given: String },
+    #[error(
+        "--secret {name}: the environment variable {} is not set (or not UTF-8)",
+        visible(variable)
+    )]
+    Unset { name: String, variable: String },
+    /// The file's error is part of the message, so every caller shows it whole.
+    #[error("--secret {name}: cannot read {}: {cause}", path.display())]
+    Read {
+        name: String,
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("--secret {name}: {} is not a regular file", path.display())]
+    NotAFile { name: String, path: PathBuf },
+    #[error("--secret {name}: {} is larger than {MAX_SECRET_FILE_BYTES} bytes", path.display())]
+    TooLarge { name: String, path: PathBuf },
+    #[error("--secret {name}: {} is not UTF-8 text", path.display())]
+    NotText { name: String, path: PathBuf },
+    #[error("--secret {name}: {problem}")]
+    Value { name: String, problem: &'static str },
+}
+
+/// One `--secret` flag read: the name and the value (from the environment or a file).
+pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue), SecretFlagError> {
+    let (name, source) = match raw.split_once('=') {
+        Some((name, source)) => (name, Some(source)),
+        None => (raw, None),
+    };
+    check_secret_name(name).map_err(SecretFlagError::Name)?;
+    let value = match source {
+        None => from_env(name, name)?,
+        Some(source) => match source.split_once(':') {
+            Some(("env", var)) => from_env(name, var)?,
+            Some(("file", path)) => from_file(name, Path::new(path))?,
+            _ => {
+                return Err(SecretFlagError::Source {
+                    name: name.to_owned(),
+                    given: source.to_owned(),
+                });
+            }
+        },
+    };
+    let value = check_secret_value(value).map_err(|problem| SecretFlagError::Value {
+        name: name.to_owned(),
+        problem,
+    })?;
+    Ok((name.to_owned(), value))
+}
+
+/// A value that can go in an HTTP header and be told from ordinary text: at least
+/// [`egress_core::secret::MIN_SECRET_BYTES`] bytes, printable ASCII. The error says
+/// what is wrong, never the value.
+pub fn check_secret_value(value: String) -> Result<SecretValue, &'static str> {
+    if value.is_empty() {
+        return Err("the value is empty");
+    }
+    if value.len() < egress_core::secret::MIN_SECRET_BYTES {
+        return Err(
+            "the value is shorter than 6 bytes: the proxy could not tell it from ordinary text when it keeps it out of answers",
+        );
+    }
+    if value.bytes().any(|b| b.is_ascii_control() || b >= 0x80) {
+        return Err(
+            "the value holds control or non-ASCII characters; it cannot go in an HTTP header",
+        );
+    }
+    Ok(SecretValue::new(value))
+}
+
+fn from_env(name: &str, var: &str) -> Result<String, SecretFlagError> {
+    std::env::var(var).map_err(|_| SecretFlagError::Unset {
+        name: name.to_owned(),
+        variable: var.to_owned(),
+    })
+}
+
+fn from_file(name: &str, path: &Path) -> Result<String, SecretFlagError> {
+    let read_error = |cause| SecretFlagError::Read {
+        name: name.to_owned(),
+        path: path.to_owned(),
+        cause,
+    };
+    let metadata = std::fs::metadata(path).map_err(read_error)?;
+    if !metadata.is_file() {
+        return Err(SecretFlagError::NotAFile {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        });
+    }
+    if metadata.len() > MAX_SECRET_FILE_BYTES {
+        return Err(SecretFlagError::TooLarge {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        });
+    }
+    let bytes = std::fs::read(path).map_err(read_error)?;
+    let mut text = String::from_utf8(bytes).map_err(|_| SecretFlagError::NotText {
+        name: name.to_owned(),
+        path: path.to_owned(),
+    })?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_come_from_env_or_file_and_errors_never_show_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "sk-from-file\n").unwrap();
+        let (name, value) = read_secret_flag(&format!("K=file:{}", file.display())).unwrap();
+        assert_eq!((name.as_str(), value.expose()), ("K", "sk-from-file"));
+
+        let missing = read_secret_flag("K=env:EGRESS_SANDBOX_TEST_SURELY_UNSET").unwrap_err();
+        assert!(missing.to_string().contains("not set"), "{missing}");
+        let unreadable = read_secret_flag("K=file:/nonexistent/key").unwrap_err();
+        assert!(
+            format!("{unreadable:#}").contains("cannot read"),
+            "{unreadable:#}"
+        );
+        assert!(read_secret_flag("1K").is_err());
+        assert!(read_secret_flag("K=vault:x").is_err());
+
+        std::fs::write(&file, "sk-secret\r\nmore\n").unwrap();
+        let bad = read_secret_flag(&format!("K=file:{}", file.display())).unwrap_err();
+        assert!(!bad.to_string().contains("sk-secret"), "{bad}");
+    }
+
+    #[test]
+    fn a_value_too_short_to_scrub_is_refused() {
+        let short = "a".repeat(egress_core::secret::MIN_SECRET_BYTES - 1);
+        let problem = check_secret_value(short).unwrap_err();
+        assert!(
+            problem.contains(&format!(
+                "shorter than {} bytes",
+                egress_core::secret::MIN_SECRET_BYTES
+            )),
+            "{problem}"
+        );
+        let long = "a".repeat(egress_core::secret::MIN_SECRET_BYTES);
+        assert!(check_secret_value(long).is_ok());
+    }
+}
