@@ -315,7 +315,8 @@ fn report_mode_never_lets_deny_rules_or_the_floor_through() {
     assert_eq!(decide(&merged, "other.test", 443).verdict, Verdict::Block);
 }
 
-/// Addresses an allowed name must never lead to (DESIGN.md's floor), in many spellings.
+/// Addresses an allowed name must never lead to (the private-address floor of
+/// `docs/src/security/model.md`), in many spellings.
 const PRIVATE: &[&str] = &[
     "127.0.0.1",
     "127.255.255.254",
