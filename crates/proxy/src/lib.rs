@@ -73,7 +73,8 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use egress_proxy::{Proxy, ProxyConfig, policy::{Policy, PolicySet}};
+//! use egress_core::policy::{Policy, PolicySet};
+//! use egress_proxy::{Proxy, ProxyConfig};
 //! let policy = PolicySet::from(Policy::from_allow_flags(&["example.com".into()])?);
 //! let proxy = Proxy::bind(ProxyConfig::new(policy, "127.0.0.1:0".parse()?)).await?;
 //! println!("listening on {}", proxy.local_addrs().listen);
