@@ -209,7 +209,7 @@ def retry_after(value: Optional[str]) -> Optional[float]:
         return None
     value = value.strip()
     if value.isdigit():
-        return float(value)
+        return int(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
