@@ -1,6 +1,8 @@
 //! The Python and Node clients (`clients/`) against a real daemon: each runs a program with
 //! a file, stdin and env, sees its output live and its blocked attempt, gets a 400 as an
-//! exception naming the field, and cancels a run.
+//! InvalidRequest naming the field, refuses a string as the command itself, cancels a run,
+//! and asks a daemon at its `--max-runs` again after its Retry-After within the call's
+//! timeout.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,7 +15,7 @@ use crate::support::TestNetwork;
 const PYTHON_SCENARIO: &str = r#"
 import json, sys, threading
 sys.path.insert(0, sys.argv[1])
-from egress_sandbox import Client, RequestRefused
+from egress_sandbox import Client, InvalidRequest
 client = Client(sys.argv[2])
 network = sys.argv[3]
 seen = []
@@ -25,19 +27,24 @@ result = client.run(
 try:
     client.run([], egress_network=network)
     refused = None
-except RequestRefused as error:
+except InvalidRequest as error:
     refused = error.field
+try:
+    client.run("ls -la", egress_network=network)
+    string_command = "accepted"
+except InvalidRequest as error:
+    string_command = error.field
 tiny = client.run(["sleep", "5"], egress_network=network, timeout=0.0001)
 try:
     client.run(["true"], egress_network=network, timeout=0)
     zero_timeout = "accepted"
-except ValueError:
-    zero_timeout = "refused"
+except InvalidRequest as error:
+    zero_timeout = "refused" if error.field == "timeout" else error.field
 refused_flags = []
 for flag in ({"audit_limit": 0}, {"runtime": "run c"}):
     try:
         client.run(["true"], egress_network=network, **flag)
-    except RequestRefused as error:
+    except InvalidRequest as error:
         refused_flags.append(error.field)
 started = []
 def cancel_when_started(run_id):
@@ -49,6 +56,7 @@ print(json.dumps({
     "stdout": result.stdout.decode(), "stderr": result.stderr.decode(),
     "blocked": result.blocked, "records": result.records, "run_id": result.run_id,
     "seen": sorted(set(seen)), "refused": refused, "refused_flags": refused_flags,
+    "string_command": string_command,
     "tiny_timeout": [tiny.status, tiny.exit_code], "zero_timeout": zero_timeout,
     "cancelled": [cancelled.status, cancelled.exit_code, cancelled.run_id],
 }))
@@ -56,7 +64,7 @@ print(json.dumps({
 
 const NODE_SCENARIO: &str = r#"
 const [clientPath, socket, network] = process.argv.slice(1);
-const { Client, RequestRefused } = await import(clientPath);
+const { Client, InvalidRequest } = await import(clientPath);
 const client = new Client(socket);
 const seen = new Set();
 const result = await client.run(
@@ -66,30 +74,95 @@ const result = await client.run(
     onOutput: (stream) => seen.add(stream) });
 let refused = null;
 try { await client.run([], { egressNetwork: network }); } catch (error) {
-  if (error instanceof RequestRefused) refused = error.field; else throw error;
+  if (error instanceof InvalidRequest) refused = error.field; else throw error;
+}
+let stringCommand = "accepted";
+try { await client.run("ls -la", { egressNetwork: network }); } catch (error) {
+  if (error instanceof InvalidRequest) stringCommand = error.field; else throw error;
 }
 const tiny = await client.run(["sleep", "5"], { egressNetwork: network, timeout: 0.0001 });
 let zeroTimeout = "accepted";
 try { await client.run(["true"], { egressNetwork: network, timeout: 0 }); } catch (error) {
-  if (error instanceof RangeError) zeroTimeout = "refused"; else throw error;
+  if (error instanceof InvalidRequest && error.field === "timeout") zeroTimeout = "refused"; else throw error;
 }
 const refusedFlags = [];
 for (const flag of [{ auditLimit: 0 }, { runtime: "run c" }]) {
   try { await client.run(["true"], { egressNetwork: network, stdin: null, ...flag }); } catch (error) {
-    if (error instanceof RequestRefused) refusedFlags.push(error.field); else throw error;
+    if (error instanceof InvalidRequest) refusedFlags.push(error.field); else throw error;
   }
 }
 const cancelled = await client.run(["sleep", "60"], {
   egressNetwork: network, onStarted: (runId) => { client.cancel(runId); } });
 console.log(JSON.stringify({
-  exit_code: result.exit_code, status: result.status,
+  exit_code: result.exitCode, status: result.status,
   stdout: result.stdout.toString(), stderr: result.stderr.toString(),
-  blocked: result.blocked, records: result.records, run_id: result.run_id,
-  seen: [...seen].sort(), refused, refused_flags: refusedFlags,
-  tiny_timeout: [tiny.status, tiny.exit_code], zero_timeout: zeroTimeout,
-  cancelled: [cancelled.status, cancelled.exit_code, cancelled.run_id],
+  blocked: result.blocked, records: result.records, run_id: result.runId,
+  seen: [...seen].sort(), refused, refused_flags: refusedFlags, string_command: stringCommand,
+  tiny_timeout: [tiny.status, tiny.exitCode], zero_timeout: zeroTimeout,
+  cancelled: [cancelled.status, cancelled.exitCode, cancelled.runId],
 }));
 "#;
+
+/// With `--max-runs 1` and a run live: a call whose timeout ends before the daemon's
+/// Retry-After is DaemonBusy at once; one with time enough is asked again until it runs.
+const PYTHON_RETRY: &str = r#"
+import json, sys, threading
+sys.path.insert(0, sys.argv[1])
+from egress_sandbox import Client, DaemonBusy
+client = Client(sys.argv[2])
+network = sys.argv[3]
+started = threading.Event()
+outcome = {}
+def first():
+    outcome["first"] = client.run(["sleep", "4"], egress_network=network, timeout=60,
+                                  on_started=lambda run_id: started.set()).status
+thread = threading.Thread(target=first)
+thread.start()
+if not started.wait(120):
+    sys.exit("the first run did not start")
+try:
+    client.run(["true"], egress_network=network, timeout=1)
+    outcome["short"] = "accepted"
+except DaemonBusy as error:
+    outcome["short"] = [error.status, error.retry_after, error.attempts]
+second = client.run(["echo", "after"], egress_network=network, timeout=120)
+outcome["waited"] = [second.status, second.exit_code, second.stdout.decode()]
+thread.join()
+print(json.dumps(outcome))
+"#;
+
+const NODE_RETRY: &str = r#"
+const [clientPath, socket, network] = process.argv.slice(1);
+const { Client, DaemonBusy } = await import(clientPath);
+const client = new Client(socket);
+let started;
+const running = new Promise((resolve) => { started = resolve; });
+const first = client.run(["sleep", "4"], { egressNetwork: network, timeout: 60, onStarted: started });
+await running;
+let short = "accepted";
+try { await client.run(["true"], { egressNetwork: network, timeout: 1 }); } catch (error) {
+  if (error instanceof DaemonBusy) short = [error.status, error.retryAfter, error.attempts]; else throw error;
+}
+const second = await client.run(["echo", "after"], { egressNetwork: network, timeout: 120 });
+console.log(JSON.stringify({
+  first: (await first).status, short,
+  waited: [second.status, second.exitCode, second.stdout.toString()],
+}));
+"#;
+
+fn check_retry(outcome: &Value) {
+    assert_eq!(outcome["first"], "exited", "{outcome:#}");
+    assert_eq!(
+        outcome["short"],
+        serde_json::json!([503, 1, 1]),
+        "{outcome:#}"
+    );
+    assert_eq!(
+        outcome["waited"],
+        serde_json::json!(["exited", 0, "after\n"]),
+        "{outcome:#}"
+    );
+}
 
 fn clients_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/clients"))
@@ -113,8 +186,10 @@ fn check(outcome: &Value, expected_stdout: &str) {
     );
     assert_eq!(outcome["seen"][0], "stdout", "{outcome:#}");
     assert_eq!(outcome["refused"], "argv");
-    // A timeout in seconds below a millisecond is 1ms (it went as "0ms" and was refused);
-    // zero is refused by the client itself.
+    // A string as the command is refused by the client itself, before anything is sent.
+    assert_eq!(outcome["string_command"], "argv", "{outcome:#}");
+    // A timeout in seconds below a millisecond is 1ms, not "0ms" (which the daemon would
+    // refuse); zero is refused by the client itself.
     assert_eq!(
         outcome["tiny_timeout"],
         serde_json::json!(["timeout", 124]),
@@ -178,7 +253,40 @@ fn the_node_client_runs_streams_refuses_and_cancels() {
     daemon.stop();
 }
 
-/// A daemon that is not there: both clients' errors name the socket they tried.
+#[test]
+fn the_python_client_asks_a_busy_daemon_again_within_its_timeout() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start_with(&["--pool", "0", "--max-runs", "1"]);
+    let output = Command::new("python3")
+        .arg("-c")
+        .arg(PYTHON_RETRY)
+        .arg(clients_dir().join("python"))
+        .arg(&daemon.socket)
+        .arg(&network.name)
+        .output()
+        .expect("python3 runs");
+    check_retry(&scenario_output(output));
+    daemon.stop();
+}
+
+#[test]
+fn the_node_client_asks_a_busy_daemon_again_within_its_timeout() {
+    let network = TestNetwork::create();
+    let daemon = Daemon::start_with(&["--pool", "0", "--max-runs", "1"]);
+    let output = Command::new("node")
+        .arg("--input-type=module")
+        .arg("-e")
+        .arg(NODE_RETRY)
+        .arg(clients_dir().join("node/egress-sandbox.mjs"))
+        .arg(&daemon.socket)
+        .arg(&network.name)
+        .output()
+        .expect("node runs");
+    check_retry(&scenario_output(output));
+    daemon.stop();
+}
+
+/// A daemon that is not there: both clients' DaemonUnreachable names the socket they tried.
 #[test]
 fn the_clients_name_the_socket_they_cannot_reach() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,5 +313,6 @@ fn the_clients_name_the_socket_they_cannot_reach() {
             stderr.contains(socket.to_str().unwrap()),
             "{client} does not name the socket: {stderr}"
         );
+        assert!(stderr.contains("DaemonUnreachable"), "{client}: {stderr}");
     }
 }

@@ -1,16 +1,26 @@
-"""The asyncio client: `AsyncClient`. Cancelling the task that awaits `run` closes the
-connection, which cancels the run on the daemon."""
+"""The asyncio client: `AsyncClient`, and `AsyncRunEvents`, the async iterator of a run's
+events. Cancelling the task that awaits `run` closes the connection, which cancels the run
+on the daemon."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, Optional
 
-from ._common import (Certificate, Data, Duration, Env, Events, OnOutput, OnStarted, OnWarning,
-                      Policy, Result, check_peer, check_socket, default_socket, refusal,
-                      request_body)
+from ._errors import DaemonError, SandboxError, refusal
+from ._request import (Certificate, Data, Deadline, Duration, Env, OnOutput, OnStarted,
+                       OnWarning, Policy, cancel_path, check_callbacks, request_body,
+                       retry_after)
+from ._socket import default_socket, open_connection
+from ._types import (Event, ExitEvent, Follower, OutputEvent, Result, StartedEvent,
+                     WarningEvent)
+from ._warnings import Caller, caller, policy_key, warn
+
+# What a broken connection raises while an answer is read.
+_BROKEN = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+           ValueError)
 
 
 class _Response:
@@ -47,77 +57,115 @@ class _Response:
                 yield line
 
 
+class AsyncRunEvents(AsyncIterator[Event]):
+    """A run's events as they come, the last an ExitEvent with the Result. Closing it
+    (`aclose()`, or leaving its `async with` block) before the end closes the connection,
+    which cancels the run."""
+
+    def __init__(self, events: AsyncGenerator[Event, None]) -> None:
+        self._events = events
+
+    def __aiter__(self) -> AsyncRunEvents:
+        return self
+
+    async def __anext__(self) -> Event:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    async def __aenter__(self) -> AsyncRunEvents:
+        return self
+
+    async def __aexit__(self, *exception: Any) -> None:
+        await self.aclose()
+
+
 class AsyncClient:
     """The daemon at `socket` (default: `EGRESS_SANDBOX_SERVER` or the default path), for
-    asyncio code: the same methods and arguments as `Client`, awaited."""
+    asyncio code: the same methods and arguments as `Client`, awaited (`events` gives an
+    async iterator)."""
 
     def __init__(self, socket: Optional[str] = None) -> None:
         self.socket = socket or default_socket()
 
-    async def _request(self, method: str, path: str, body: Optional[str] = None):
-        check_socket(self.socket)
+    async def _exchange(self, method: str, path: str,
+                        body: Optional[str] = None) -> tuple[asyncio.StreamWriter, _Response]:
+        reader, writer = await open_connection(self.socket)
         try:
-            reader, writer = await asyncio.open_unix_connection(self.socket)
-        except OSError as error:
-            error.filename = self.socket
+            payload = (body or "").encode()
+            head = "%s %s HTTP/1.1\r\nHost: egress-sandbox\r\nConnection: close\r\n" % (
+                method, path)
+            if body is not None:
+                head += "Content-Type: application/json\r\n"
+            head += "Content-Length: %d\r\n\r\n" % len(payload)
+            writer.write(head.encode() + payload)
+            await writer.drain()
+            status_line = await reader.readline()
+            if not status_line:
+                raise EOFError("the connection closed")
+            status = int(status_line.split()[1])
+            headers: dict[str, str] = {}
+            while True:
+                line = (await reader.readline()).decode("latin-1").strip()
+                if not line:
+                    break
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        except SandboxError:
+            writer.close()
             raise
-        try:
-            check_peer(writer.get_extra_info("socket"), self.socket)
+        except (*_BROKEN, IndexError) as error:
+            writer.close()
+            raise DaemonError("the daemon at %s did not answer: %s" % (self.socket, error)) \
+                from error
         except BaseException:
             writer.close()
             raise
-        payload = (body or "").encode()
-        head = "%s %s HTTP/1.1\r\nHost: egress-sandbox\r\nConnection: close\r\n" % (method, path)
-        if body is not None:
-            head += "Content-Type: application/json\r\n"
-        head += "Content-Length: %d\r\n\r\n" % len(payload)
-        writer.write(head.encode() + payload)
-        await writer.drain()
-        status_line = await reader.readline()
-        status = int(status_line.split()[1])
-        headers: dict[str, str] = {}
-        while True:
-            line = (await reader.readline()).decode("latin-1").strip()
-            if not line:
-                break
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
         return writer, _Response(reader, status, headers)
 
-    async def health(self) -> dict[str, Any]:
-        writer, response = await self._request("GET", "/v1/health")
-        try:
-            return json.loads(await response.body())
-        finally:
-            writer.close()
-
-    async def cancel(self, run_id: str, terminate: bool = False) -> None:
-        """Cancels a run in progress (it ends `interrupted`, exit 130, or 143 with terminate)."""
-        path = "/v1/runs/%s%s" % (run_id, "?signal=TERM" if terminate else "")
-        writer, response = await self._request("DELETE", path)
+    async def _answer(self, method: str, path: str) -> Any:
+        writer, response = await self._exchange(method, path)
         try:
             body = await response.body()
-            if response.status != 200:
-                raise refusal(response.status, body)
+        except _BROKEN as error:
+            raise DaemonError("the daemon at %s broke off its answer: %s" % (self.socket, error)) \
+                from error
         finally:
             writer.close()
+        if response.status != 200:
+            raise refusal(response.status, body)
+        return json.loads(body)
 
-    async def run(self, argv: Sequence[str], allow: Optional[Sequence[str]] = None,
-                  timeout: Optional[Duration] = None, files: Optional[Mapping[str, Data]] = None,
-                  env: Optional[Env] = None, on_output: Optional[OnOutput] = None,
-                  stdin: Optional[Data] = None, policies: Optional[Sequence[Policy]] = None,
-                  memory: Optional[str] = None, cpus: Optional[float] = None,
-                  pids: Optional[int] = None, tmp: Optional[str] = None,
-                  output_limit: Optional[str] = None, workdir: Optional[str] = None,
-                  image: Optional[str] = None, resolve: Optional[Mapping[str, str]] = None,
-                  egress_network: Optional[str] = None, on_started: Optional[OnStarted] = None,
-                  secrets: Optional[Mapping[str, str]] = None,
-                  upstream_ca: Optional[Sequence[Certificate]] = None,
-                  runtime: Optional[str] = None, audit_limit: Optional[int] = None,
-                  on_audit_limit: Optional[str] = None,
-                  mounts: Optional[Sequence[str]] = None,
-                  on_warning: Optional[OnWarning] = None) -> Result:
-        """As `Client.run`. The callbacks are called from the event loop's thread."""
+    async def health(self) -> dict[str, Any]:
+        """As `Client.health`."""
+        health: dict[str, Any] = await self._answer("GET", "/v1/health")
+        return health
+
+    async def cancel(self, run_id: str, terminate: bool = False) -> None:
+        """Cancels a run in progress (it ends `interrupted`, exit 130, or 143 with terminate).
+        An unknown id is a RequestRefused with status 404."""
+        await self._answer("DELETE", cancel_path(run_id, terminate))
+
+    def events(self, argv: Sequence[str], allow: Optional[Sequence[str]] = None,
+               timeout: Optional[Duration] = None, files: Optional[Mapping[str, Data]] = None,
+               env: Optional[Env] = None, stdin: Optional[Data] = None,
+               policies: Optional[Sequence[Policy]] = None, memory: Optional[str] = None,
+               cpus: Optional[float] = None, pids: Optional[int] = None,
+               tmp: Optional[str] = None, output_limit: Optional[str] = None,
+               workdir: Optional[str] = None, image: Optional[str] = None,
+               resolve: Optional[Mapping[str, str]] = None,
+               egress_network: Optional[str] = None,
+               secrets: Optional[Mapping[str, str]] = None,
+               upstream_ca: Optional[Sequence[Certificate]] = None,
+               runtime: Optional[str] = None, audit_limit: Optional[int] = None,
+               on_audit_limit: Optional[str] = None,
+               mounts: Optional[Sequence[str]] = None) -> AsyncRunEvents:
+        """As `Client.events`, an async iterator:
+
+            async with client.events(["make", "test"]) as events:
+                async for event in events:
+                    ..."""
         request = request_body(
             argv, allow=allow, timeout=timeout, files=files, env=env, stdin=stdin,
             policies=policies, memory=memory, cpus=cpus, pids=pids, tmp=tmp,
@@ -125,18 +173,91 @@ class AsyncClient:
             egress_network=egress_network, secrets=secrets, upstream_ca=upstream_ca,
             runtime=runtime, audit_limit=audit_limit, on_audit_limit=on_audit_limit,
             mounts=mounts)
-        writer, response = await self._request("POST", "/v1/runs", json.dumps(request))
+        return AsyncRunEvents(self._follow(Deadline(request, timeout)))
+
+    async def _follow(self, deadline: Deadline) -> AsyncGenerator[Event, None]:
+        while True:
+            writer, response = await self._exchange("POST", "/v1/runs", deadline.body())
+            if response.status == 200:
+                break
+            try:
+                refused = refusal(response.status, await response.body(),
+                                  retry_after(response.headers.get("retry-after")))
+            except _BROKEN as error:
+                raise DaemonError("the daemon at %s broke off its answer: %s"
+                                  % (self.socket, error)) from error
+            finally:
+                writer.close()
+            await asyncio.sleep(deadline.wait_before_retry(refused))
+        follower = Follower()
         try:
-            if response.status != 200:
-                raise refusal(response.status, await response.body())
-            events = Events(on_output, on_started, on_warning)
-            async for line in response.lines():
-                result = events.take(json.loads(line))
-                if result is not None:
-                    return result
-            raise Events.ended()
+            lines = response.lines()
+            while True:
+                try:
+                    line = await lines.__anext__()
+                    wire = json.loads(line)
+                except StopAsyncIteration:
+                    raise follower.ended() from None
+                except _BROKEN as error:
+                    raise follower.ended() from error
+                event = follower.take(wire)
+                if event is not None:
+                    yield event
+                if isinstance(event, ExitEvent):
+                    return
         finally:
             writer.close()
 
+    def run(self, argv: Sequence[str], allow: Optional[Sequence[str]] = None,
+            timeout: Optional[Duration] = None, files: Optional[Mapping[str, Data]] = None,
+            env: Optional[Env] = None, on_output: Optional[OnOutput] = None,
+            stdin: Optional[Data] = None, policies: Optional[Sequence[Policy]] = None,
+            memory: Optional[str] = None, cpus: Optional[float] = None,
+            pids: Optional[int] = None, tmp: Optional[str] = None,
+            output_limit: Optional[str] = None, workdir: Optional[str] = None,
+            image: Optional[str] = None, resolve: Optional[Mapping[str, str]] = None,
+            egress_network: Optional[str] = None, on_started: Optional[OnStarted] = None,
+            secrets: Optional[Mapping[str, str]] = None,
+            upstream_ca: Optional[Sequence[Certificate]] = None,
+            runtime: Optional[str] = None, audit_limit: Optional[int] = None,
+            on_audit_limit: Optional[str] = None,
+            mounts: Optional[Sequence[str]] = None,
+            on_warning: Optional[OnWarning] = None) -> Awaitable[Result]:
+        """As `Client.run`, to be awaited. The callbacks are called from the event loop's
+        thread. (Not an `async def`: the caller's line, for warnings, is the one that calls
+        `run`, even when the awaiting happens in another task.)"""
+        where = caller()
+        options = dict(
+            allow=allow, timeout=timeout, files=files, env=env, stdin=stdin,
+            policies=policies, memory=memory, cpus=cpus, pids=pids, tmp=tmp,
+            output_limit=output_limit, workdir=workdir, image=image, resolve=resolve,
+            egress_network=egress_network, secrets=secrets, upstream_ca=upstream_ca,
+            runtime=runtime, audit_limit=audit_limit, on_audit_limit=on_audit_limit,
+            mounts=mounts)
+        return self._run(where, argv, options, on_output, on_started, on_warning)
 
-__all__ = ["AsyncClient"]
+    async def _run(self, where: Optional[Caller], argv: Sequence[str], options: dict[str, Any],
+                   on_output: Optional[OnOutput], on_started: Optional[OnStarted],
+                   on_warning: Optional[OnWarning]) -> Result:
+        check_callbacks(on_output=on_output, on_started=on_started, on_warning=on_warning)
+        request = request_body(argv, **options)
+        policy = policy_key(request)
+        async with AsyncRunEvents(self._follow(Deadline(request, options["timeout"]))) as events:
+            async for event in events:
+                if isinstance(event, WarningEvent):
+                    if on_warning:
+                        on_warning(event.text)
+                    else:
+                        warn(event.text, policy, where)
+                elif isinstance(event, StartedEvent):
+                    if on_started:
+                        on_started(event.run_id)
+                elif isinstance(event, OutputEvent):
+                    if on_output:
+                        on_output(event.stream, event.data)
+                elif isinstance(event, ExitEvent):
+                    return event.result
+        raise DaemonError("the daemon's answer ended before the run's end")
+
+
+__all__ = ["AsyncClient", "AsyncRunEvents"]

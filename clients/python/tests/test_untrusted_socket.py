@@ -227,8 +227,8 @@ class UntrustedSocketTests(unittest.TestCase):
         self.assertIn(SECRET, received)
         for name in ("sync", "asyncio"):
             with self.subTest(name):
-                # The fake daemon's answer to every request: the client did reach it.
-                self.assertEqual(outcomes[name], ["RequestRefused", "fake daemon"])
+                # The fake daemon's answer to every request (a 400): the client did reach it.
+                self.assertEqual(outcomes[name], ["InvalidRequest", "fake daemon"])
 
 
 if __name__ == "__main__":
