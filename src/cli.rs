@@ -54,6 +54,10 @@ pub enum Command {
     /// unless OWNER said first that it removed them itself (it was killed otherwise).
     #[command(hide = true)]
     Watchdog(WatchdogArgs),
+    /// The helper handshake: one line naming this binary's version and the formats it reads
+    /// (`egress-sandbox-helper VERSION handoff N launch M`), as the helper binary answers it.
+    #[command(hide = true)]
+    Version,
 }
 
 #[derive(Debug, Args)]

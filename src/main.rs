@@ -38,6 +38,10 @@ fn main() -> ExitCode {
         Command::Mcp(args) => commands::mcp::run(args),
         Command::SandboxLauncher(args) => commands::sandbox_launcher::run(args),
         Command::Watchdog(args) => commands::watchdog::run(args),
+        Command::Version => {
+            println!("{}", egress_sandbox_helper::version_line());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

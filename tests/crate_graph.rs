@@ -5,6 +5,8 @@
 //! - `egress-core`: pure (no tokio, hyper or rustls), depends on no workspace crate.
 //! - `egress-proxy`, `egress-sandbox`, `egress-audit`: on `egress-core` only. The sandbox
 //!   library never compiles the proxy: its helper binary runs it.
+//! - `egress-sandbox-helper`: that binary, on `egress-core`, `egress-proxy` and
+//!   `egress-sandbox`, and lean: none of the command line's crates.
 //! - `egress-serve`: on `egress-core` and `egress-sandbox`.
 //! - `egress-sandbox-cli`: on every crate; nothing depends on it.
 
@@ -19,6 +21,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("egress-proxy", &["egress-core"]),
     ("egress-sandbox", &["egress-core"]),
     ("egress-audit", &["egress-core"]),
+    (
+        "egress-sandbox-helper",
+        &["egress-core", "egress-proxy", "egress-sandbox"],
+    ),
     ("egress-serve", &["egress-core", "egress-sandbox"]),
     (
         "egress-sandbox-cli",
@@ -26,6 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "egress-core",
             "egress-proxy",
             "egress-sandbox",
+            "egress-sandbox-helper",
             "egress-serve",
             "egress-audit",
         ],
@@ -51,6 +58,17 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "egress-audit",
         &["tokio", "hyper", "bollard", "rustls", "clap"],
+    ),
+    (
+        "egress-sandbox-helper",
+        &[
+            "egress-serve",
+            "egress-audit",
+            "clap",
+            "rmcp",
+            "anyhow",
+            "tracing-subscriber",
+        ],
     ),
     ("egress-serve", &["egress-proxy", "clap", "rmcp", "rcgen"]),
 ];

@@ -6,6 +6,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use egress_core::handoff::HANDOFF_VERSION;
+
 struct ProxyProcess {
     child: Child,
     stdout: BufReader<std::process::ChildStdout>,
@@ -361,7 +363,10 @@ fn a_handoffs_door_ports_become_transparent_doors_beside_the_explicit_one() {
     let mut stdin = child.stdin.take().unwrap();
     stdin
         .write_all(
-            format!("{{\"allow\":[\"site.test:{port}\"],\"door_ports\":[{port}]}}\n").as_bytes(),
+            format!(
+                "{{\"v\":{HANDOFF_VERSION},\"allow\":[\"site.test:{port}\"],\"door_ports\":[{port}]}}\n"
+            )
+            .as_bytes(),
         )
         .unwrap();
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -401,7 +406,9 @@ fn a_handoff_with_a_bad_sandbox_hostname_refuses_to_start() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"{\"sandbox_hostname\":\"not a name\"}\n")
+        .write_all(
+            format!("{{\"v\":{HANDOFF_VERSION},\"sandbox_hostname\":\"not a name\"}}\n").as_bytes(),
+        )
         .unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(!output.status.success());

@@ -5,12 +5,22 @@
 //! name can hold any character (`a=b.yaml`), so what is the run's own — its policies, its
 //! pins, and anything secret — travels here instead. A warm proxy (one started before its run
 //! is known) waits on this line; it is the only input the proxy takes after its start.
-//! Both sides use this one type, so they cannot disagree about a field.
+//! Both sides use this one type, so they cannot disagree about a field; the line carries
+//! [`HANDOFF_VERSION`] (`"v"`, [`crate::wire`]), so a proxy built from another version of it
+//! says so instead of misreading a field.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read};
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::wire::{self, WireError};
+
+/// The version of the handoff line's format, its `"v"`: raised whenever a field is added,
+/// removed or changes its meaning, so that a library and a helper binary of different
+/// versions refuse each other in words.
+pub const HANDOFF_VERSION: u32 = 1;
 
 /// The handoff line is refused past this many bytes: a policy is small (1 MiB at most).
 pub const MAX_HANDOFF_BYTES: u64 = 16 * 1024 * 1024;
@@ -36,9 +46,9 @@ pub struct Handoff {
     /// `HOST[:PORT]` allow flags, as `--allow`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
-    /// `NAME=IP` pins, as `--resolve`.
+    /// Names pinned to addresses, as `--resolve NAME=IP`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resolve: Vec<String>,
+    pub pins: Vec<Pin>,
     /// The run id written into every audit record (overrides `--run-id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
@@ -73,6 +83,15 @@ pub struct Handoff {
     /// passed listeners the sandbox's launcher binds raw doors on them instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub door_ports: Vec<u16>,
+}
+
+/// One name pinned to an address instead of DNS: the pair as typed values, checked again by
+/// the proxy as any pin is ([`crate::pin::check_pin`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    pub name: String,
+    pub addr: IpAddr,
 }
 
 /// A PEM file's text, with its name for errors.
@@ -112,14 +131,32 @@ pub enum ReadError {
     Closed,
     #[error("the run's configuration on stdin is over {MAX_HANDOFF_BYTES} bytes")]
     TooLarge,
+    /// The line is of another handoff version than this reader's: the library that wrote
+    /// it and the proxy that reads it were not built together.
+    #[error(
+        "the run's configuration on stdin is handoff version {}, this proxy reads version {expected}: \
+         the library and its helper binary were built from different versions of egress-sandbox",
+        wire::shown_version(*found)
+    )]
+    Version { found: Option<u64>, expected: u32 },
     #[error("the run's configuration on stdin is not valid: {0}")]
     Invalid(#[from] serde_json::Error),
 }
 
+impl From<WireError> for ReadError {
+    fn from(error: WireError) -> Self {
+        match error {
+            WireError::Version { found, expected } => ReadError::Version { found, expected },
+            WireError::Invalid(error) => ReadError::Invalid(error),
+        }
+    }
+}
+
 impl Handoff {
-    /// The handoff as the one line the proxy reads (with its newline).
+    /// The handoff as the one line the proxy reads (with its newline), version first.
     pub fn to_line(&self) -> String {
-        let mut line = serde_json::to_string(self).expect("a Handoff always serialises");
+        let json = wire::to_versioned_json(HANDOFF_VERSION, self);
+        let mut line = String::from_utf8(json).expect("JSON is UTF-8");
         line.push('\n');
         line
     }
@@ -136,7 +173,7 @@ impl Handoff {
                 ReadError::Closed
             });
         }
-        Ok(serde_json::from_slice(&line)?)
+        Ok(wire::from_versioned_json(&line, HANDOFF_VERSION)?)
     }
 }
 
@@ -152,7 +189,10 @@ mod tests {
                 yaml: "version: 1\nallow:\n  - host: x.example\n".into(),
             }],
             allow: vec!["api.example.com:8443".into()],
-            resolve: vec!["api.example.com=203.0.113.5".into()],
+            pins: vec![Pin {
+                name: "api.example.com".into(),
+                addr: "203.0.113.5".parse().unwrap(),
+            }],
             run_id: Some("r-1".into()),
             secrets: Secrets(BTreeMap::from([("K".to_owned(), "sk-1\n2".to_owned())])),
             placeholders: BTreeMap::from([(
@@ -175,15 +215,57 @@ mod tests {
         );
         let line = handoff.to_line();
         assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
+        assert!(
+            line.starts_with(&format!("{{\"v\":{HANDOFF_VERSION},")),
+            "{line}"
+        );
+        assert!(
+            line.contains(r#""pins":[{"name":"api.example.com","addr":"203.0.113.5"}]"#),
+            "pins are typed pairs: {line}"
+        );
         assert_eq!(Handoff::read_line(line.as_bytes()).unwrap(), handoff);
     }
 
     #[test]
     fn an_empty_object_is_an_empty_handoff() {
+        let line = format!("{{\"v\":{HANDOFF_VERSION}}}\n");
         assert_eq!(
-            Handoff::read_line(&b"{}\n"[..]).unwrap(),
+            Handoff::read_line(line.as_bytes()).unwrap(),
             Handoff::default()
         );
+        assert_eq!(Handoff::default().to_line(), line);
+    }
+
+    /// A line of another version, or of none, is refused for its version, whatever its
+    /// fields: not with a complaint about a field this reader does not know.
+    #[test]
+    fn a_line_of_another_handoff_version_is_refused_by_its_version() {
+        let other = HANDOFF_VERSION + 1;
+        let unversioned = &b"{\"resolve\":[\"a.test=203.0.113.5\"]}\n"[..];
+        let newer = format!("{{\"v\":{other},\"unheard_of\":true}}\n");
+        for (line, found) in [
+            (unversioned, None),
+            (newer.as_bytes(), Some(u64::from(other))),
+        ] {
+            let error = Handoff::read_line(line).unwrap_err();
+            assert!(
+                matches!(error, ReadError::Version { found: f, expected } if f == found && expected == HANDOFF_VERSION),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("this proxy reads version {HANDOFF_VERSION}")),
+                "{message}"
+            );
+            assert!(
+                message.contains("built from different versions of egress-sandbox"),
+                "{message}"
+            );
+            assert!(
+                !message.contains("unknown field"),
+                "the version, not a field: {message}"
+            );
+        }
     }
 
     #[test]
@@ -196,8 +278,14 @@ mod tests {
             Handoff::read_line(&b"{}"[..]),
             Err(ReadError::Closed)
         ));
+        let misspelt = format!("{{\"v\":{HANDOFF_VERSION},\"allw\":[]}}\n");
         assert!(matches!(
-            Handoff::read_line(&b"{\"allw\":[]}\n"[..]),
+            Handoff::read_line(misspelt.as_bytes()),
+            Err(ReadError::Invalid(_))
+        ));
+        let string_pin = format!("{{\"v\":{HANDOFF_VERSION},\"pins\":[\"a.test=203.0.113.5\"]}}\n");
+        assert!(matches!(
+            Handoff::read_line(string_pin.as_bytes()),
             Err(ReadError::Invalid(_))
         ));
         let huge = vec![b' '; MAX_HANDOFF_BYTES as usize + 10];

@@ -20,6 +20,7 @@
 //! - [`upstream_ca`]: extra CA certificates trusted for upstream TLS.
 //! - [`handoff`]: the one JSON line a run hands its proxy.
 //! - [`doors`]: where a sandbox's doors are bound, and the socket they are passed over.
+//! - [`wire`]: the version every object the library hands its helper binary carries.
 #![deny(unsafe_code)]
 #![deny(unreachable_pub)]
 
@@ -35,3 +36,4 @@ pub mod target;
 pub mod text;
 pub mod units;
 pub mod upstream_ca;
+pub mod wire;

@@ -47,6 +47,17 @@ pub fn parse_pin(raw: &str) -> Result<(HostName, IpAddr), PinError> {
     Ok((name, ip))
 }
 
+/// A pin given as a typed pair (the handoff's [`Pin`](crate::handoff::Pin)), checked as
+/// [`parse_pin`] checks `NAME=IP`: the name normalised like any target, the address in its
+/// one spelling (`::ffff:a.b.c.d` is `a.b.c.d`). An error quotes the pair as `NAME=IP`.
+pub fn check_pin(name: &str, addr: IpAddr) -> Result<(HostName, IpAddr), PinError> {
+    let name = HostName::parse(name).map_err(|error| PinError::Name {
+        pin: format!("{name}={addr}"),
+        error,
+    })?;
+    Ok((name, addr.to_canonical()))
+}
+
 /// The address of a pin, written in full: `203.0.113.7`, `2001:db8::1` or `[2001:db8::1]`.
 /// Shorthands a resolver would also take (`127.1`, `0x7f000001`, `2852039166`, `010.0.0.1`)
 /// are refused with the address they stand for: like a policy's `cidr`, a pin is written
@@ -90,6 +101,19 @@ mod tests {
             parse_pin("1.2.3.4=1.2.3.4"),
             Err(PinError::Name { .. })
         ));
+    }
+
+    #[test]
+    fn typed_pins_are_normalised_and_checked_as_written_ones() {
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        let (name, ip) = check_pin("API.Example.com.", mapped).unwrap();
+        assert_eq!(name.as_str(), "api.example.com");
+        assert_eq!(ip, "203.0.113.7".parse::<IpAddr>().unwrap());
+        let error = check_pin("1.2.3.4", "1.2.3.4".parse().unwrap()).unwrap_err();
+        assert!(
+            matches!(&error, PinError::Name { pin, .. } if pin == "1.2.3.4=1.2.3.4"),
+            "{error:?}"
+        );
     }
 
     /// Where `run` and `proxy` used to disagree: `proxy` took `127.1` as 127.0.0.1, `run`

@@ -153,9 +153,9 @@ impl ProxyConfig {
         handoff: Handoff,
         mut new_placeholder: impl FnMut() -> String,
     ) -> Result<(), HandoffError> {
-        for raw in &handoff.resolve {
+        for pin in &handoff.pins {
             self.pins
-                .push(egress_core::pin::parse_pin(raw).map_err(HandoffError::Pin)?);
+                .push(egress_core::pin::check_pin(&pin.name, pin.addr).map_err(HandoffError::Pin)?);
         }
         if let Some(run_id) = handoff.run_id {
             self.run_id = Some(run_id);
@@ -269,8 +269,8 @@ impl ProxyConfig {
 pub enum HandoffError {
     #[error(transparent)]
     Read(#[from] egress_core::handoff::ReadError),
-    /// One of the handoff's `resolve` pins.
-    #[error("the run's configuration on stdin has resolve {0}")]
+    /// One of the handoff's `pins`.
+    #[error("the run's configuration on stdin has the pin {0}")]
     Pin(egress_core::pin::PinError),
     /// A secret of the handoff that the configuration already has.
     #[error("the secret {0} is given twice: in the run's configuration on stdin and before it")]
@@ -323,7 +323,10 @@ mod tests {
             placeholder: "own-placeholder-0000".into(),
         });
         let handoff = Handoff {
-            resolve: vec!["handed.test=127.0.0.3".into()],
+            pins: vec![egress_core::handoff::Pin {
+                name: "handed.test".into(),
+                addr: "127.0.0.3".parse().unwrap(),
+            }],
             run_id: Some("run-1".into()),
             secrets: Secrets([("HANDED".to_owned(), "handed-secret-value".to_owned())].into()),
             placeholders: [("OWN".to_owned(), "handed-placeholder-00".to_owned())].into(),
@@ -421,7 +424,10 @@ mod tests {
         };
         assert!(matches!(merge(handoff), HandoffError::AuditLimitZero));
         let handoff = Handoff {
-            resolve: vec!["no-address.test".into()],
+            pins: vec![egress_core::handoff::Pin {
+                name: "203.0.113.9".into(),
+                addr: "203.0.113.9".parse().unwrap(),
+            }],
             ..Handoff::default()
         };
         assert!(matches!(merge(handoff), HandoffError::Pin(_)));

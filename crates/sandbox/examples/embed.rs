@@ -2,18 +2,20 @@
 //! would: one [`Sandbox`] handle, a [`RunSpec`] with an allow rule, the command's output on
 //! this program's stdout and stderr, and the proxy's audit records streamed back live.
 //!
-//! The proxy image (and the sandbox's gate) is made from a static `egress-sandbox` binary,
-//! which the handle names explicitly:
+//! A run needs one binary besides this program: `egress-sandbox-helper` (the proxy in its
+//! container, the sandbox's launcher, the watchdog), which the handle finds beside this
+//! program, in the directory above it, or on `PATH` (or where `EGRESS_SANDBOX_HELPER` names
+//! it), and checks by its version before anything starts:
 //!
 //! ```text
-//! cargo build --bin egress-sandbox --example embed
-//! B=target/$(rustc --print host-tuple)/debug
-//! $B/examples/embed $B/egress-sandbox
+//! cargo build -p egress-sandbox-helper
+//! cargo build -p egress-sandbox --example embed
+//! target/$(rustc --print host-tuple)/debug/examples/embed
 //! ```
 //!
-//! (or set `EGRESS_SANDBOX_BINARY` instead of the argument). The command tries a host the
-//! policy does not allow: the proxy refuses it, so nothing leaves the machine, and the
-//! refusal comes back as a typed audit record, its decision and reason read as fields.
+//! The command tries a host the policy does not allow: the proxy refuses it, so nothing
+//! leaves the machine, and the refusal comes back as a typed audit record, its decision and
+//! reason read as fields.
 //! Exits non-zero if the run does not go as expected (CI runs it).
 
 use std::process::ExitCode;
@@ -53,17 +55,14 @@ async fn main() -> ExitCode {
 }
 
 async fn embed() -> Result<(), Box<dyn std::error::Error>> {
-    let binary = std::env::args_os()
-        .nth(1)
-        .or_else(|| std::env::var_os("EGRESS_SANDBOX_BINARY"))
-        .ok_or("usage: embed EGRESS_SANDBOX_BINARY (or set EGRESS_SANDBOX_BINARY)")?;
-
-    // Connects to Docker (DOCKER_HOST, else the local socket) once; runs share the handle.
-    let sandbox = Sandbox::connect(&binary)
+    // Finds the helper and checks its version, then connects to Docker (DOCKER_HOST, else
+    // the local socket) once; runs share the handle.
+    let sandbox = Sandbox::connect_with_helper()
         .await?
         .on_progress(|progress| eprintln!("embed: {progress}"));
-    // If this program is killed (kill -9) while a run is live, the watchdog (a child
-    // process made from the same binary) removes the run's containers and network.
+    eprintln!("embed: helper {}", sandbox.proxy_binary().display());
+    // If this program is killed (kill -9) while a run is live, the watchdog (the helper,
+    // as a child process) removes the run's containers and network.
     let _watchdog = Watchdog::spawn(&sandbox)?;
 
     let spec = RunSpec::builder(["python3", "-c", CODE])

@@ -14,7 +14,7 @@ use bollard::models::{
     NetworkingConfig, ResourcesUlimits,
 };
 
-use egress_core::handoff::{Handoff, InlinePolicy, Secrets};
+use egress_core::handoff::{Handoff, InlinePolicy, Pin, Secrets};
 
 use crate::docker::bind_mount;
 use crate::launch_signal::LaunchSetup;
@@ -194,10 +194,13 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
             })
             .collect(),
         allow: spec.allow.clone(),
-        resolve: spec
+        pins: spec
             .resolve
             .iter()
-            .map(|(name, ip)| format!("{name}={ip}"))
+            .map(|(name, addr)| Pin {
+                name: name.to_string(),
+                addr: *addr,
+            })
             .collect(),
         run_id: Some(run_id.to_string()),
         audit_limit: Some(spec.audit_limit()),
@@ -693,7 +696,13 @@ mod tests {
         assert_eq!(handoff.policies[0].file, "a=b.yaml");
         assert!(handoff.policies[0].yaml.contains("x.example"));
         assert_eq!(handoff.allow, ["api.example.com"]);
-        assert_eq!(handoff.resolve, ["api.example.com=203.0.113.5"]);
+        assert_eq!(
+            handoff.pins,
+            [Pin {
+                name: "api.example.com".into(),
+                addr: "203.0.113.5".parse().unwrap()
+            }]
+        );
         assert_eq!(handoff.run_id.as_deref(), Some("r-00000001"));
         assert_eq!(handoff.audit_limit, Some(100_000));
         let spec = RunSpec::builder(["true"]).audit_limit(7).build().unwrap();

@@ -2,9 +2,10 @@
 //! `serve` daemon and programs that embed the library.
 //!
 //! A handle is made once: it connects to the engine, resolves the proxy binary it was
-//! given to one file (the proxy image and the sandbox's launcher are made from it: a static
-//! `egress-sandbox` binary), and identifies this process for the owner label that `gc`
-//! reads. Then it runs any number of [`RunSpec`]s, one after another or concurrently
+//! given to one file (the proxy image and the sandbox's launcher are made from it: the
+//! static helper, which [`Sandbox::connect_with_helper`] finds and checks, or the
+//! `egress-sandbox` command itself), and identifies this process for the owner label that
+//! `gc` reads. Then it runs any number of [`RunSpec`]s, one after another or concurrently
 //! (it is cheap to clone; clones share one engine connection).
 //!
 //! The library prints nothing: output and audit records go to the [`OutputSinks`] of each
@@ -32,8 +33,9 @@ pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
 /// use egress_sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
 ///
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// // The proxy image is made from a static egress-sandbox binary: name it.
-/// let sandbox = Sandbox::connect("/usr/local/bin/egress-sandbox")
+/// // The helper binary (egress-sandbox-helper) found beside this program or on PATH and
+/// // checked by its version; the proxy image is made from it.
+/// let sandbox = Sandbox::connect_with_helper()
 ///     .await?
 ///     .on_progress(|progress| tracing::info!("{progress}"));
 /// let spec = RunSpec::builder(["python3", "-c", "print('hello')"])

@@ -7,12 +7,23 @@
 //! (a warm pool slot), and a cold run takes the same path. Everything after the signal on the same
 //! stdin is the caller's input to the command, so the launcher reads exactly the signal and not
 //! one byte more (no buffered reader).
+//!
+//! The JSON carries [`LAUNCH_VERSION`] (`"v"`, [`egress_core::wire`]): the launcher is the
+//! helper binary, built apart from the library that signals it, and one of another version
+//! says so rather than run a command it may have misread. The plain `\n` means "go, as you
+//! are" in every version.
 
 use std::io::{self, Read};
 
 use serde::{Deserialize, Serialize};
 
+use egress_core::wire::{self, WireError};
+
 use crate::task_files::TaskFile;
+
+/// The version of the signal's JSON, its `"v"`: raised whenever a field of [`LaunchSetup`] is
+/// added, removed or changes its meaning.
+pub const LAUNCH_VERSION: u32 = 1;
 
 /// The header line is a decimal length: no more digits than this.
 const MAX_HEADER: usize = 20;
@@ -46,19 +57,37 @@ pub struct LaunchSetup {
     pub raw_ports: Vec<u16>,
 }
 
+/// Why no signal could be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignalError {
+    #[error("cannot read the launch signal: {0}")]
+    Read(#[from] io::Error),
+    #[error("not a launch signal: {0}")]
+    Invalid(String),
+    /// The setup is of another version than this launcher's: the library that signalled it
+    /// and the helper binary were not built together.
+    #[error(
+        "the launch signal is version {}, this launcher reads version {expected}: the library \
+         and its helper binary were built from different versions of egress-sandbox",
+        wire::shown_version(*found)
+    )]
+    Version { found: Option<u64>, expected: u32 },
+}
+
 /// The bytes that open the launcher with `setup`.
 pub fn encode(setup: &LaunchSetup) -> Vec<u8> {
     if *setup == LaunchSetup::default() {
         return b"\n".to_vec();
     }
-    let json = serde_json::to_vec(setup).expect("a launcher setup always serialises");
+    let json = wire::to_versioned_json(LAUNCH_VERSION, setup);
     let mut signal = format!("{}\n", json.len()).into_bytes();
     signal.extend_from_slice(&json);
     signal
 }
 
 /// Reads one signal from `input`; `Ok(None)` if it ended first (the caller gave up).
-pub fn read(input: &mut impl Read) -> io::Result<Option<LaunchSetup>> {
+pub fn read(input: &mut impl Read) -> Result<Option<LaunchSetup>, SignalError> {
     let mut header = Vec::new();
     let mut byte = [0u8; 1];
     loop {
@@ -69,10 +98,7 @@ pub fn read(input: &mut impl Read) -> io::Result<Option<LaunchSetup>> {
             break;
         }
         if !byte[0].is_ascii_digit() || header.len() == MAX_HEADER {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "not a launcher signal",
-            ));
+            return Err(SignalError::Invalid("its header is no length".into()));
         }
         header.push(byte[0]);
     }
@@ -82,15 +108,19 @@ pub fn read(input: &mut impl Read) -> io::Result<Option<LaunchSetup>> {
     let length: u64 = std::str::from_utf8(&header)
         .ok()
         .and_then(|digits| digits.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad launcher signal length"))?;
+        .ok_or_else(|| SignalError::Invalid("bad length".into()))?;
     let mut json = Vec::new();
     input.take(length).read_to_end(&mut json)?;
     if json.len() as u64 != length {
         return Ok(None);
     }
-    serde_json::from_slice(&json)
-        .map(Some)
-        .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
+    match wire::from_versioned_json(&json, LAUNCH_VERSION) {
+        Ok(setup) => Ok(Some(setup)),
+        Err(WireError::Version { found, expected }) => {
+            Err(SignalError::Version { found, expected })
+        }
+        Err(error) => Err(SignalError::Invalid(error.to_string())),
+    }
 }
 
 #[cfg(test)]
@@ -133,5 +163,41 @@ mod tests {
         }
         let mut garbage: &[u8] = b"x\n";
         assert!(read(&mut garbage).is_err());
+    }
+
+    /// A setup of another version, or of none, is refused for its version, whatever its
+    /// fields say, and the input after it is left alone.
+    #[test]
+    fn a_setup_of_another_version_is_refused_by_its_version() {
+        let other = LAUNCH_VERSION + 1;
+        for (json, found) in [
+            (r#"{"argv":["true"]}"#.to_owned(), None),
+            (
+                format!(r#"{{"v":{other},"argv":["true"],"unheard_of":1}}"#),
+                Some(u64::from(other)),
+            ),
+        ] {
+            let bytes = format!("{}\n{json}", json.len());
+            let error = read(&mut bytes.as_bytes()).unwrap_err();
+            assert!(
+                matches!(error, SignalError::Version { found: f, expected } if f == found && expected == LAUNCH_VERSION),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("this launcher reads version {LAUNCH_VERSION}")),
+                "{message}"
+            );
+            assert!(!message.contains("unknown field"), "{message}");
+        }
+        let encoded = encode(&LaunchSetup {
+            argv: vec!["true".into()],
+            ..LaunchSetup::default()
+        });
+        let text = String::from_utf8(encoded).unwrap();
+        assert!(
+            text.ends_with(&format!(r#"{{"v":{LAUNCH_VERSION},"argv":["true"]}}"#)),
+            "{text}"
+        );
     }
 }

@@ -45,6 +45,9 @@
 //! - [`watchdog`]: removes a process's runs when it dies without doing so (`kill -9`).
 //! - [`handle`]: [`Sandbox`], the handle every caller runs specs through (the CLI, the
 //!   daemon, embedders): it names its proxy binary and connects to the engine once.
+//! - [`helper`]: that binary, `egress-sandbox-helper` (the proxy, the launcher, the
+//!   watchdog), found beside the program or on `PATH` and checked by a version handshake
+//!   ([`Sandbox::connect_with_helper`]).
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
 //!   [`RunOutcome`](outcome::RunOutcome).
 //! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
@@ -66,6 +69,7 @@ pub mod docker;
 pub mod events;
 pub mod gc;
 pub mod handle;
+pub mod helper;
 pub(crate) mod host_dirs;
 pub mod images;
 pub mod labels;
@@ -93,6 +97,7 @@ pub use credentials::{CredentialError, RunCredentials};
 pub use docker::{DockerError, Engine, EngineError};
 pub use events::{AuditEntry, RunEvent};
 pub use handle::Sandbox;
+pub use helper::{Helper, HelperError, HelperVersion};
 pub use images::{ImageError, Progress};
 pub use network::{EGRESS_NETWORK, NetworkError};
 pub use outcome::{Interruption, RunError, RunOutcome, RunStatus};

@@ -138,6 +138,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// The helper binary could not be found, or answered as no helper of this library.
+    #[error(transparent)]
+    Helper(#[from] crate::helper::HelperError),
     #[error("cannot find the proxy binary {}: {source}", path.display())]
     ProxyBinary {
         path: PathBuf,

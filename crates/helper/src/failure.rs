@@ -1,0 +1,88 @@
+//! [`Failure`]: why a mode could not do its work, already in words.
+
+use std::error::Error;
+use std::fmt;
+
+/// Why a mode could not do its work: one message, its causes joined with `: ` (each said
+/// once, as the `egress-sandbox` command says its errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(String);
+
+impl Failure {
+    pub fn new(message: impl Into<String>) -> Failure {
+        Failure(message.into())
+    }
+
+    /// `error` and its causes.
+    pub fn from_error(error: &(dyn Error + 'static)) -> Failure {
+        let mut message = String::new();
+        let mut next = Some(error);
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if !message.contains(&text) {
+                if !message.is_empty() {
+                    message.push_str(": ");
+                }
+                message.push_str(&text);
+            }
+            next = cause.source();
+        }
+        Failure(message)
+    }
+
+    /// `context`, then `error` and its causes.
+    pub fn in_context(context: impl fmt::Display, error: &(dyn Error + 'static)) -> Failure {
+        let cause = Failure::from_error(error);
+        Failure(format!("{context}: {}", cause.0))
+    }
+
+    /// For `map_err`: the error under `context`.
+    pub fn context<E: Error + 'static>(context: impl fmt::Display) -> impl FnOnce(E) -> Failure {
+        move |error| Failure::in_context(context, &error)
+    }
+
+    /// Says the failure on stderr as the `egress-sandbox` command says its errors, its
+    /// controls as visible escapes (messages quote paths and policy text).
+    pub fn report(&self) {
+        eprintln!(
+            "{}",
+            egress_core::text::visible(&format!("egress-sandbox: error: {}", self.0))
+        );
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Quoting(std::io::Error);
+    impl fmt::Display for Quoting {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "cannot read x: {}", self.0)
+        }
+    }
+    impl Error for Quoting {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_quoted_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone (os error 2)");
+        let failure = Failure::in_context("cannot serve", &Quoting(io));
+        assert_eq!(
+            failure.to_string(),
+            "cannot serve: cannot read x: gone (os error 2)"
+        );
+    }
+}
