@@ -66,8 +66,10 @@ def warn(text: str, policy: str, where: Optional[Caller]) -> None:
         warnings.warn(text, SandboxWarning, stacklevel=2)
     else:
         registry = where.globals.setdefault("__warningregistry__", {})
+        # No module_globals: for code run with `python -c` the loader named there cannot
+        # give its source, and warn_explicit would fail on it instead of warning.
         warnings.warn_explicit(text, SandboxWarning, where.filename, where.lineno,
-                               where.module, registry, where.globals)
+                               where.module, registry)
     with _lock:
         _told[mark] = None
         while len(_told) > _REMEMBERED:
