@@ -1,25 +1,33 @@
 //! The audit record's schema: one JSON line per attempt
-//! (`docs/src/reference/audit-record.md`), and the chain that links a run's lines.
+//! (`docs/src/reference/audit-record.md`), the chain that links a run's lines, and the reader
+//! that takes a log back apart.
 //!
 //! The proxy writes these records; the sandbox, the daemon and the audit tools read them
-//! back with the same types, so writer and readers cannot disagree on a field.
+//! back with the same types, so writer and readers cannot disagree on a field. A reader of
+//! logs from other versions reads through [`read_log`]: a record's reason this version does
+//! not know is kept as its text ([`RecordedReason`]), fields it does not know are ignored.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
+use serde::de::IntoDeserializer as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::policy::{Reason, Verdict};
 use crate::text::{must_escape, push_escape};
 
 mod budget;
 mod chain;
+mod read;
+mod time;
 
 pub use budget::{OnAuditLimit, OnAuditLimitError, reserve_for};
 pub use chain::{
     AuditLine, Chain, DroppedByDecision, EndKind, EndRecord, LimitKind, LimitRecord, genesis,
     sha256_hex,
 };
+pub use read::{ChainLink, LineError, LogLine, LogReader, read_log};
+pub use time::{epoch_millis, timestamp};
 
 /// The schema version written in every record's `v`.
 pub const AUDIT_VERSION: u32 = 1;
@@ -97,10 +105,14 @@ impl From<Verdict> for Outcome {
     }
 }
 
-/// One line of the audit log. Field order is the order of
+/// One attempt's line of the audit log. Field order is the order of
 /// `docs/src/reference/audit-record.md`.
+///
+/// `R` is the type of `reason`: [`Reason`] where this version writes or checks records,
+/// [`RecordedReason`] where a log of any version is read back ([`read_log`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditRecord {
+#[non_exhaustive]
+pub struct AuditRecord<R = Reason> {
     pub v: u32,
     /// RFC 3339 UTC with milliseconds, e.g. `2026-11-29T18:40:43.123Z`.
     pub ts: String,
@@ -117,7 +129,7 @@ pub struct AuditRecord {
     pub host: String,
     pub port: Option<u16>,
     pub decision: Outcome,
-    pub reason: Reason,
+    pub reason: R,
     pub rule: Option<String>,
     pub addr: Option<String>,
     /// Refusals after resolution only (`private_address`, a deny `cidr`): every address the
@@ -132,12 +144,20 @@ pub struct AuditRecord {
     /// and for inspected requests `credential`.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestFields>,
+    /// The line's place in its run's chain, from 0. The writer leaves it out and the chain
+    /// appends it as it seals the line ([`Chain::seal`]); a line read back has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// Hex SHA-256 of the run's previous line, as [`seq`](Self::seq) is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<String>,
 }
 
 /// What a request read in clear (plain or inspected) adds to its `http` record. `path`
 /// never holds the query string; `credential` is the name of the secret an inspected
 /// request had added, never a value, and null on plain requests.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RequestFields {
     pub method: String,
     pub path: String,
@@ -151,10 +171,24 @@ pub struct RequestFields {
     pub reflected: Option<u64>,
 }
 
-impl AuditRecord {
+impl RequestFields {
+    /// A request's `method` and `path` (already made safe for the log), with no status,
+    /// credential or reflected secret yet.
+    pub fn new(method: impl Into<String>, path: impl Into<String>) -> Self {
+        RequestFields {
+            method: method.into(),
+            path: path.into(),
+            status: None,
+            credential: None,
+            reflected: None,
+        }
+    }
+}
+
+impl<R> AuditRecord<R> {
     /// A record of this version, stamped now, of an attempt of `kind` at `host`: no run,
     /// policy, client, port, rule or address, nothing moved. The writer fills in the rest.
-    pub fn new(kind: Kind, host: impl Into<String>, decision: Outcome, reason: Reason) -> Self {
+    pub fn new(kind: Kind, host: impl Into<String>, decision: Outcome, reason: R) -> Self {
         AuditRecord {
             v: AUDIT_VERSION,
             ts: timestamp(SystemTime::now()),
@@ -174,9 +208,18 @@ impl AuditRecord {
             bytes_down: 0,
             duration_ms: 0,
             request: None,
+            seq: None,
+            prev: None,
         }
     }
 
+    /// Refused, or would have been refused under enforce (report mode).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self.decision, Outcome::Blocked | Outcome::WouldBlock)
+    }
+}
+
+impl<R: Serialize> AuditRecord<R> {
     /// The record as one JSON line, without the newline. serde_json escapes every control
     /// character, so the line can never contain a raw newline whatever a client sent.
     pub fn to_line(&self) -> String {
@@ -184,9 +227,75 @@ impl AuditRecord {
     }
 }
 
-/// `ts` format: RFC 3339 UTC with milliseconds.
-pub fn timestamp(at: SystemTime) -> String {
-    humantime::format_rfc3339_millis(at).to_string()
+/// A record's `reason` as read back from a log: one of this version's [`Reason`]s, or the
+/// text of one a newer writer added, so that its record still reads and still counts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RecordedReason {
+    Known(Reason),
+    /// As written. It comes from the log, so it is shown to a person only through
+    /// `text::visible`, as a host is.
+    Unknown(String),
+}
+
+impl RecordedReason {
+    /// The reason as the record spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            RecordedReason::Known(reason) => reason.as_str(),
+            RecordedReason::Unknown(text) => text,
+        }
+    }
+
+    /// The reason, when this version knows it.
+    pub fn known(&self) -> Option<Reason> {
+        match self {
+            RecordedReason::Known(reason) => Some(*reason),
+            RecordedReason::Unknown(_) => None,
+        }
+    }
+}
+
+impl From<Reason> for RecordedReason {
+    fn from(reason: Reason) -> Self {
+        RecordedReason::Known(reason)
+    }
+}
+
+/// Text as a record spells a reason: [`Known`](RecordedReason::Known) exactly when it is
+/// how this version's [`Reason`] is written (`not_allowed`, not `Not_Allowed`).
+impl From<String> for RecordedReason {
+    fn from(text: String) -> Self {
+        let spelled: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+            text.as_str().into_deserializer();
+        match Reason::deserialize(spelled) {
+            Ok(reason) => RecordedReason::Known(reason),
+            Err(_) => RecordedReason::Unknown(text),
+        }
+    }
+}
+
+impl PartialEq<Reason> for RecordedReason {
+    fn eq(&self, other: &Reason) -> bool {
+        self.known() == Some(*other)
+    }
+}
+
+impl std::fmt::Display for RecordedReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RecordedReason {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordedReason {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(RecordedReason::from)
+    }
 }
 
 /// An untrusted host (or label, SNI, path) as bytes, made safe for the log at the source:
@@ -316,6 +425,8 @@ mod tests {
             bytes_down: 0,
             duration_ms: 0,
             request: None,
+            seq: None,
+            prev: None,
         };
         let line = record.to_line();
         assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
@@ -336,13 +447,5 @@ mod tests {
         let host = raw_host_for_log(odd.as_bytes());
         assert_eq!(host.len(), MAX_RAW_HOST_BYTES - 1);
         assert!(host.starts_with("aé"));
-    }
-
-    #[test]
-    fn timestamps_are_rfc3339_utc_millis() {
-        assert_eq!(
-            timestamp(SystemTime::UNIX_EPOCH),
-            "1970-01-01T00:00:00.000Z"
-        );
     }
 }

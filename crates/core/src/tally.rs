@@ -310,30 +310,17 @@ pub(crate) mod tests {
         decision: Outcome,
         reason: Reason,
     ) -> AuditRecord {
-        AuditRecord {
-            v: 1,
-            ts: "2026-11-29T18:40:43.123Z".into(),
-            run: Some("r-00000001".into()),
-            policy: Some("p".into()),
-            kind: if port.is_some() {
-                Kind::Connect
-            } else {
-                Kind::Dns
-            },
-            client: None,
-            sandbox_hostname: None,
-            host: host.into(),
-            port,
-            decision,
-            reason,
-            rule: None,
-            addr: None,
-            addrs: Vec::new(),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-            request: None,
-        }
+        let kind = if port.is_some() {
+            Kind::Connect
+        } else {
+            Kind::Dns
+        };
+        let mut record = AuditRecord::new(kind, host, decision, reason);
+        record.ts = "2026-11-29T18:40:43.123Z".into();
+        record.run = Some("r-00000001".into());
+        record.policy = Some("p".into());
+        record.port = port;
+        record
     }
 
     fn blocked_dns(host: &str) -> AuditRecord {

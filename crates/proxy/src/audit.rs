@@ -288,30 +288,23 @@ impl Attempt {
         if std::mem::replace(&mut self.sent, true) {
             return None;
         }
-        Some(AuditRecord {
-            v: AUDIT_VERSION,
-            ts: timestamp(self.started_at),
-            run: None,
-            policy: None,
-            kind: self.kind,
-            client: self.client.map(|c| c.to_string()),
-            sandbox_hostname: None,
-            // Whatever a door put here, no control character or secret leaves raw.
-            host: text_for_log(&self.sink.redactor.redact(&self.host)),
-            port: self.port,
-            decision: self.decision,
-            reason: self.reason,
-            rule: self.rule.take(),
-            addr: self.addr.map(|a| a.ip().to_string()),
-            addrs: self.refused_addrs.iter().map(ToString::to_string).collect(),
-            bytes_up: self.bytes_up,
-            bytes_down: self.bytes_down,
-            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            request: self.request.take().map(|mut fields| {
-                fields.path = self.sink.redactor.redact(&fields.path).into_owned();
-                fields
-            }),
-        })
+        // Whatever a door put in the host, no control character or secret leaves raw.
+        let host = text_for_log(&self.sink.redactor.redact(&self.host));
+        let mut record = AuditRecord::new(self.kind, host, self.decision, self.reason);
+        record.ts = timestamp(self.started_at);
+        record.client = self.client.map(|c| c.to_string());
+        record.port = self.port;
+        record.rule = self.rule.take();
+        record.addr = self.addr.map(|a| a.ip().to_string());
+        record.addrs = self.refused_addrs.iter().map(ToString::to_string).collect();
+        record.bytes_up = self.bytes_up;
+        record.bytes_down = self.bytes_down;
+        record.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        record.request = self.request.take().map(|mut fields| {
+            fields.path = self.sink.redactor.redact(&fields.path).into_owned();
+            fields
+        });
+        Some(record)
     }
 
     /// Sets `host` from an untrusted raw value (secrets redacted, escaped and cut).

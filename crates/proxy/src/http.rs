@@ -379,13 +379,10 @@ pub(crate) fn request_target<B>(
 /// plain door adds none.
 fn plain_request_fields(parts: &http::request::Parts) -> RequestFields {
     let path_and_query = origin_form(&parts.uri);
-    RequestFields {
-        method: crate::text::visible(parts.method.as_str()).into_owned(),
-        path: crate::text::visible(split_path(&path_and_query)).into_owned(),
-        status: None,
-        credential: None,
-        reflected: None,
-    }
+    RequestFields::new(
+        crate::text::visible(parts.method.as_str()),
+        crate::text::visible(split_path(&path_and_query)),
+    )
 }
 
 /// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the

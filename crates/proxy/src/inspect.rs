@@ -434,13 +434,12 @@ fn judge(
     let path = split_path(&path_and_query);
     attempt.host = name.to_string();
     attempt.port = Some(port);
-    attempt.request = Some(RequestFields {
-        method: crate::text::visible(parts.method.as_str()).into_owned(),
-        path: crate::text::visible(path).into_owned(),
-        status: None,
-        credential: credential.as_ref().map(|c| c.secret.clone()),
-        reflected: None,
-    });
+    let mut request = RequestFields::new(
+        crate::text::visible(parts.method.as_str()),
+        crate::text::visible(path),
+    );
+    request.credential = credential.as_ref().map(|c| c.secret.clone());
+    attempt.request = Some(request);
     // Before any rule: a real secret in the path must not be refused as a path (its record
     // shows where it sat as `«secret:NAME»` either way).
     if let Some(misuse) = inspector.misuse(parts, credential.as_ref().map(|c| c.secret.as_str())) {

@@ -3,9 +3,8 @@
 //! sloppy policy author would try. Each case asserts the safe outcome.
 
 use std::net::IpAddr;
-use std::time::SystemTime;
 
-use egress_core::audit::{AuditRecord, Kind, Outcome, raw_host_for_log, timestamp};
+use egress_core::audit::{AuditRecord, Kind, Outcome, raw_host_for_log};
 use egress_core::floor::is_private;
 use egress_core::policy::{Decision, Policy, PolicySet, Reason, Verdict};
 use egress_core::target::{HostName, Target};
@@ -621,26 +620,9 @@ fn audit_records_stay_one_well_formed_line_whatever_the_host() {
     for raw in hostile {
         let host = raw_host_for_log(raw);
         assert!(host.len() <= 256);
-        let record = AuditRecord {
-            v: 1,
-            ts: timestamp(SystemTime::now()),
-            run: Some("r".into()),
-            policy: Some("p".into()),
-            kind: Kind::Http,
-            client: None,
-            sandbox_hostname: None,
-            host,
-            port: None,
-            decision: Outcome::Blocked,
-            reason: Reason::BadRequest,
-            rule: None,
-            addr: None,
-            addrs: Vec::new(),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-            request: None,
-        };
+        let mut record = AuditRecord::new(Kind::Http, host, Outcome::Blocked, Reason::BadRequest);
+        record.run = Some("r".into());
+        record.policy = Some("p".into());
         let line = record.to_line();
         // Python's str.splitlines() and JavaScript split there too: a record must stay
         // one line for every reader, so C1 controls and the Unicode separators are escaped.

@@ -7,10 +7,11 @@
 //! record closes it so a cut-off tail shows too. Only the single writer thread seals lines,
 //! so concurrent doors can never interleave within a chain.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::AuditRecord;
+use super::{AUDIT_VERSION, AuditRecord, OnAuditLimit, Reason, reserve_for, timestamp};
 
 /// Hex SHA-256 of `bytes`: how `prev` and a report's `audit_head` name a line.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -90,6 +91,7 @@ pub enum EndKind {
 /// counted (the end record's `dropped`), not written, and only attempts that held their
 /// place before they acted (egress, from the reserve) are written.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LimitRecord {
     pub v: u32,
     pub ts: String,
@@ -115,6 +117,7 @@ pub struct LimitRecord {
 
 /// The last line of a run, written at proxy shutdown.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EndRecord {
     pub v: u32,
     pub ts: String,
@@ -132,6 +135,57 @@ pub struct EndRecord {
     pub seq: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev: Option<String>,
+}
+
+impl LimitRecord {
+    /// The record of `run` (under `policy`) reaching its audit limit of `limit` records,
+    /// stamped now, with what new egress gets past it (`on_limit`) and the reserve that
+    /// leaves. The chain adds `seq` and `prev` as it seals the line.
+    pub fn new(
+        run: Option<String>,
+        policy: Option<String>,
+        limit: u64,
+        on_limit: OnAuditLimit,
+    ) -> Self {
+        LimitRecord {
+            v: AUDIT_VERSION,
+            ts: timestamp(std::time::SystemTime::now()),
+            run,
+            policy,
+            kind: LimitKind::Limit,
+            reason: Reason::AuditLimit.as_str().to_owned(),
+            limit,
+            on_audit_limit: Some(on_limit.as_str().to_owned()),
+            reserve: Some(reserve_for(limit, on_limit)),
+            seq: None,
+            prev: None,
+        }
+    }
+}
+
+impl EndRecord {
+    /// The record closing `run` (under `policy`), stamped now: `records` lines written
+    /// before it, and the attempts only counted, by decision. The chain adds `seq` and
+    /// `prev` as it seals the line.
+    pub fn new(
+        run: Option<String>,
+        policy: Option<String>,
+        records: u64,
+        dropped: DroppedByDecision,
+    ) -> Self {
+        EndRecord {
+            v: AUDIT_VERSION,
+            ts: timestamp(std::time::SystemTime::now()),
+            run,
+            policy,
+            kind: EndKind::End,
+            records,
+            dropped: dropped.total(),
+            dropped_by_decision: Some(dropped),
+            seq: None,
+            prev: None,
+        }
+    }
 }
 
 /// Attempts counted but not written, by the decision they got. Only refusals are ever
@@ -166,16 +220,18 @@ impl DroppedByDecision {
 
 /// One line of an audit log, whichever kind it is. Readers that only want attempts take
 /// [`AuditLine::Attempt`] and skip the rest; unknown extra fields are accepted everywhere.
+/// `R` is the attempts' reason type, as for [`AuditRecord`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum AuditLine {
-    Attempt(Box<AuditRecord>),
+pub enum AuditLine<R = Reason> {
+    Attempt(Box<AuditRecord<R>>),
     Limit(LimitRecord),
     End(EndRecord),
 }
 
 impl AuditLine {
-    /// Parses one line (without its newline).
+    /// Parses one line (without its newline) as this version writes it: a reason it does
+    /// not know is an error. Logs of any version are read with [`read_log`](super::read_log).
     pub fn parse(line: &[u8]) -> Result<AuditLine, serde_json::Error> {
         #[derive(Deserialize)]
         struct Probe {
@@ -183,11 +239,51 @@ impl AuditLine {
             kind: Option<String>,
         }
         let probe: Probe = serde_json::from_slice(line)?;
-        Ok(match probe.kind.as_deref() {
+        AuditLine::parse_kind(probe.kind.as_deref(), line)
+    }
+}
+
+impl<R: DeserializeOwned> AuditLine<R> {
+    /// Parses one line whose `kind` field is already known to say `kind`: `limit`, `end`,
+    /// or else an attempt's record.
+    pub(super) fn parse_kind(
+        kind: Option<&str>,
+        line: &[u8],
+    ) -> Result<AuditLine<R>, serde_json::Error> {
+        Ok(match kind {
             Some("limit") => AuditLine::Limit(serde_json::from_slice(line)?),
             Some("end") => AuditLine::End(serde_json::from_slice(line)?),
             _ => AuditLine::Attempt(Box::new(serde_json::from_slice(line)?)),
         })
+    }
+}
+
+impl<R> AuditLine<R> {
+    /// The run the line belongs to (`None` for a proxy started without a run id).
+    pub fn run(&self) -> Option<&str> {
+        match self {
+            AuditLine::Attempt(record) => record.run.as_deref(),
+            AuditLine::Limit(limit) => limit.run.as_deref(),
+            AuditLine::End(end) => end.run.as_deref(),
+        }
+    }
+
+    /// When the line was written, as its `ts` says.
+    pub fn ts(&self) -> &str {
+        match self {
+            AuditLine::Attempt(record) => &record.ts,
+            AuditLine::Limit(limit) => &limit.ts,
+            AuditLine::End(end) => &end.ts,
+        }
+    }
+
+    /// The line's place in its run's chain, when it was read back from a log.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            AuditLine::Attempt(record) => record.seq,
+            AuditLine::Limit(limit) => limit.seq,
+            AuditLine::End(end) => end.seq,
+        }
     }
 }
 

@@ -15,13 +15,12 @@
 use std::io::{self, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::AuditRecord;
 use super::budget::Budget;
-use super::{AUDIT_VERSION, AuditRecord, timestamp};
-use egress_core::audit::{Chain, DroppedByDecision, EndKind, EndRecord, LimitKind, LimitRecord};
+use egress_core::audit::{Chain, DroppedByDecision, EndRecord, LimitRecord};
 use egress_core::audit::{OnAuditLimit, reserve_for};
 
 /// How often the writer drains the queue while records keep coming.
@@ -168,19 +167,12 @@ impl Writer {
             return;
         }
         let reserve = reserve_for(self.settings.limit, self.settings.on_limit);
-        let record = LimitRecord {
-            v: AUDIT_VERSION,
-            ts: timestamp(SystemTime::now()),
-            run: self.settings.run.clone(),
-            policy: Some(self.settings.policy.clone()),
-            kind: LimitKind::Limit,
-            reason: "audit_limit".to_owned(),
-            limit: self.settings.limit,
-            on_audit_limit: Some(self.settings.on_limit.as_str().to_owned()),
-            reserve: Some(reserve),
-            seq: None,
-            prev: None,
-        };
+        let record = LimitRecord::new(
+            self.settings.run.clone(),
+            Some(self.settings.policy.clone()),
+            self.settings.limit,
+            self.settings.on_limit,
+        );
         tracing::warn!(
             limit = self.settings.limit,
             reserve,
@@ -198,18 +190,12 @@ impl Writer {
         let mut dropped = self.dropped;
         // Queries over the DNS rate are answered REFUSED: refusals.
         dropped.blocked += self.settings.dropped_elsewhere.load(Ordering::Relaxed);
-        let record = EndRecord {
-            v: AUDIT_VERSION,
-            ts: timestamp(SystemTime::now()),
-            run: self.settings.run.clone(),
-            policy: Some(self.settings.policy.clone()),
-            kind: EndKind::End,
-            records: self.chain.len(),
-            dropped: dropped.total(),
-            dropped_by_decision: Some(dropped),
-            seq: None,
-            prev: None,
-        };
+        let record = EndRecord::new(
+            self.settings.run.clone(),
+            Some(self.settings.policy.clone()),
+            self.chain.len(),
+            dropped,
+        );
         self.emit(serde_json::to_string(&record).expect("an end record always serialises"));
     }
 
