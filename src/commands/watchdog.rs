@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::WatchdogArgs;
-use egress_sandbox::docker::Engine;
+use egress_sandbox::DockerEngine;
 use egress_sandbox::gc::sweep_owner;
 use egress_sandbox::labels::{Owner, OwnerLabel};
 use egress_sandbox::watchdog::STAND_DOWN;
@@ -32,7 +32,7 @@ pub fn run(args: WatchdogArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     let report = runtime.block_on(async {
-        let engine = Engine::connect().await?;
+        let engine = DockerEngine::connect().await?;
         anyhow::Ok(sweep_owner(&engine, &owner).await?)
     });
     let report = report.with_context(|| {

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use crate::docker::{Engine, EngineError};
+use crate::engine::{ContainerEngine, DockerError, EngineError, ListFilter};
 use crate::host_dirs;
 use crate::labels::{HostIdentity, OWNER_LABEL, Owner, OwnerLabel, RUN_LABEL};
 
@@ -113,9 +113,12 @@ fn judge(labels: &HashMap<String, String>, here: &HostIdentity) -> Verdict {
 
 /// Removes leftovers of dead runs of this host identity: containers first, then their
 /// networks. Reports what it removed and what it left, with the reason.
-pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, EngineError> {
-    let filters = HashMap::from([("label", vec![RUN_LABEL])]);
-    let mut report = remove_judged(engine, &filters, |labels| judge(labels, here)).await?;
+pub async fn sweep(
+    engine: &dyn ContainerEngine,
+    here: &HostIdentity,
+) -> Result<GcReport, EngineError> {
+    let filter = ListFilter::Label(RUN_LABEL.to_owned());
+    let mut report = remove_judged(engine, &filter, |labels| judge(labels, here)).await?;
     // A directory's owner is judged as its containers' are; those of live owners, other
     // hosts and unreadable names are left without a word (they are not Docker's objects).
     report.remove_host_dirs(|owner| {
@@ -127,10 +130,12 @@ pub async fn sweep(engine: &Engine, here: &HostIdentity) -> Result<GcReport, Eng
 /// Removes every object of one owner (its label value, `Owner`'s display form), without
 /// asking whether it lives: for the watchdog, which saw its process end. (While a dead
 /// process is a zombie, the kernel still answers for its pid: `gc`'s check would keep it.)
-pub async fn sweep_owner(engine: &Engine, owner: &str) -> Result<GcReport, EngineError> {
-    let label = format!("{OWNER_LABEL}={owner}");
-    let filters = HashMap::from([("label", vec![label.as_str()])]);
-    let mut report = remove_judged(engine, &filters, |_| Verdict::Remove).await?;
+pub async fn sweep_owner(
+    engine: &dyn ContainerEngine,
+    owner: &str,
+) -> Result<GcReport, EngineError> {
+    let filter = ListFilter::Label(format!("{OWNER_LABEL}={owner}"));
+    let mut report = remove_judged(engine, &filter, |_| Verdict::Remove).await?;
     report.remove_host_dirs(
         |named| matches!(named, OwnerLabel::Owner(named) if named.to_string() == owner),
     );
@@ -139,31 +144,40 @@ pub async fn sweep_owner(engine: &Engine, owner: &str) -> Result<GcReport, Engin
 
 /// Removes the containers, then the networks, that `filters` lists and `judge` condemns.
 async fn remove_judged(
-    engine: &Engine,
-    filters: &HashMap<&str, Vec<&str>>,
+    engine: &dyn ContainerEngine,
+    filter: &ListFilter,
     judge: impl Fn(&HashMap<String, String>) -> Verdict,
 ) -> Result<GcReport, EngineError> {
     let mut report = GcReport::default();
-    for container in engine.list_containers(filters).await? {
-        let Some(id) = container.id else { continue };
-        let name = container
-            .names
-            .and_then(|names| names.into_iter().next())
-            .map(|name| name.trim_start_matches('/').to_string())
-            .unwrap_or_else(|| id.clone());
-        let labels = container.labels.unwrap_or_default();
-        let remove = || engine.remove_container(&id);
+    let containers = engine
+        .list_containers(filter)
+        .await
+        .map_err(EngineError::api("list containers"))?;
+    for container in containers {
+        let remove = || engine.ensure_container_removed(&container.id);
         report
-            .settle("container", name, &labels, &judge, remove)
+            .settle(
+                "container",
+                container.name.clone(),
+                &container.labels,
+                &judge,
+                remove,
+            )
             .await;
     }
-    for network in engine.list_networks(filters).await? {
-        let Some(id) = network.id else { continue };
-        let name = network.name.unwrap_or_else(|| id.clone());
-        let labels = network.labels.unwrap_or_default();
-        let remove = || engine.remove_network(&id);
+    let networks = engine
+        .list_networks(filter)
+        .await
+        .map_err(EngineError::api("list networks"))?;
+    for network in networks {
+        let name = if network.name.is_empty() {
+            network.id.clone()
+        } else {
+            network.name.clone()
+        };
+        let remove = || engine.ensure_network_removed(&network.id);
         report
-            .settle("network", name, &labels, &judge, remove)
+            .settle("network", name, &network.labels, &judge, remove)
             .await;
     }
     Ok(report)
@@ -202,7 +216,7 @@ impl GcReport {
         judge: impl Fn(&HashMap<String, String>) -> Verdict,
         remove: impl FnOnce() -> F,
     ) where
-        F: std::future::Future<Output = Result<(), bollard::errors::Error>>,
+        F: std::future::Future<Output = Result<(), DockerError>>,
     {
         let run = labels.get(RUN_LABEL).cloned().unwrap_or_default();
         match judge(labels) {
