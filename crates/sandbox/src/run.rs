@@ -695,3 +695,6 @@ async fn collect_output(mut relay: JoinHandle<OutputStats>) -> OutputStats {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

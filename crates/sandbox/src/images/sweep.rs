@@ -104,7 +104,6 @@ mod tests {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap()
                 .as_secs() as i64,
-            ..Default::default()
         }
     }
 
