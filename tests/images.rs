@@ -12,7 +12,7 @@ use bollard::query_parameters::{
 };
 use futures_util::{StreamExt, TryStreamExt};
 
-use egress_sandbox::Engine;
+use egress_sandbox::DockerEngine;
 use egress_sandbox::images::{
     BASE_IMAGE, ImageError, PROXY_REPOSITORY, ensure_base_image, ensure_proxy_image,
     require_local_image, sweep_images,
@@ -20,8 +20,10 @@ use egress_sandbox::images::{
 
 const BINARY: &str = env!("CARGO_BIN_EXE_egress-sandbox");
 
-async fn engine() -> Engine {
-    Engine::connect().await.expect("Docker daemon reachable")
+async fn engine() -> DockerEngine {
+    DockerEngine::connect()
+        .await
+        .expect("Docker daemon reachable")
 }
 
 async fn docker() -> Docker {

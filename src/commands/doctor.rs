@@ -14,8 +14,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::DoctorArgs;
+use egress_sandbox::DockerEngine;
 use egress_sandbox::EGRESS_NETWORK;
-use egress_sandbox::docker::{Engine, EngineFacts};
+use egress_sandbox::engine::{ContainerEngine, EngineFacts};
 use egress_sandbox::images::{self, BASE_IMAGE};
 use egress_sandbox::labels::{Owner, RunNames};
 use egress_sandbox::private_dir;
@@ -98,7 +99,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 
 async fn checks() -> Vec<Check> {
     let mut checks = Vec::new();
-    let engine = match Engine::connect().await {
+    let engine = match DockerEngine::connect().await {
         Ok(engine) => engine,
         Err(error) => {
             checks.push(Check::not_ok(
@@ -110,6 +111,7 @@ async fn checks() -> Vec<Check> {
             return checks;
         }
     };
+    let engine: &dyn ContainerEngine = &engine;
     let facts = match engine.facts().await {
         Ok(facts) => facts,
         Err(error) => {
@@ -140,15 +142,15 @@ async fn checks() -> Vec<Check> {
     checks.push(storage_check(&facts));
     checks.push(cgroup_check(&facts));
     checks.push(temp_dir_check());
-    let proxy_image = proxy_image_check(&engine).await;
+    let proxy_image = proxy_image_check(engine).await;
     let probe_image = proxy_image.as_ref().ok().cloned();
     checks.push(match proxy_image {
         Ok(image) => Check::ok("proxy image", format!("{image} (made from this binary)")),
         Err(check) => check,
     });
-    checks.push(base_image_check(&engine).await);
-    checks.push(egress_network_check(&engine).await);
-    checks.extend(runtime_checks(&engine, probe_image.as_deref()).await);
+    checks.push(base_image_check(engine).await);
+    checks.push(egress_network_check(engine).await);
+    checks.extend(runtime_checks(engine, probe_image.as_deref()).await);
     checks
 }
 
@@ -235,7 +237,7 @@ fn temp_dir_check() -> Check {
     }
 }
 
-async fn proxy_image_check(engine: &Engine) -> Result<String, Check> {
+async fn proxy_image_check(engine: &dyn ContainerEngine) -> Result<String, Check> {
     let binary = std::env::current_exe().map_err(|error| {
         Check::not_ok(
             Status::Fail,
@@ -256,7 +258,7 @@ async fn proxy_image_check(engine: &Engine) -> Result<String, Check> {
         })
 }
 
-async fn base_image_check(engine: &Engine) -> Check {
+async fn base_image_check(engine: &dyn ContainerEngine) -> Check {
     match images::require_local_image(engine, BASE_IMAGE).await {
         Ok(()) => Check::ok("base image", BASE_IMAGE),
         Err(_) if on_path("debootstrap") => Check::not_ok(
@@ -280,7 +282,7 @@ fn on_path(program: &str) -> bool {
     })
 }
 
-async fn egress_network_check(engine: &Engine) -> Check {
+async fn egress_network_check(engine: &dyn ContainerEngine) -> Check {
     match engine.network_subnets(EGRESS_NETWORK).await {
         Ok(Some(subnets)) => Check::ok(
             "egress network",
@@ -302,7 +304,7 @@ async fn egress_network_check(engine: &Engine) -> Check {
 /// One line per registered runtime: does a container start under it, what it is, which
 /// wiring a run would get. Only the default runtime failing fails the report: runs that
 /// name no runtime still work.
-async fn runtime_checks(engine: &Engine, probe_image: Option<&str>) -> Vec<Check> {
+async fn runtime_checks(engine: &dyn ContainerEngine, probe_image: Option<&str>) -> Vec<Check> {
     let registry = match engine.runtime_registry().await {
         Ok(registry) => registry,
         Err(error) => {
@@ -357,7 +359,7 @@ async fn runtime_checks(engine: &Engine, probe_image: Option<&str>) -> Vec<Check
 }
 
 async fn probe(
-    engine: &Engine,
+    engine: &dyn ContainerEngine,
     info: &RuntimeInfo,
     image: &str,
     owner: &Owner,

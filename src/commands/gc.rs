@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use egress_sandbox::docker::Engine;
+use egress_sandbox::DockerEngine;
 use egress_sandbox::gc::sweep;
 use egress_sandbox::images::sweep_images;
 use egress_sandbox::labels::HostIdentity;
@@ -18,7 +18,7 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let here = HostIdentity::current().context("cannot read this host's identity from /proc")?;
     let (report, images) = runtime.block_on(async {
-        let engine = Engine::connect().await?;
+        let engine = DockerEngine::connect().await?;
         let report = sweep(&engine, &here).await?;
         let images = sweep_images(&engine).await;
         anyhow::Ok((report, images))

@@ -201,18 +201,21 @@ fn an_oom_kill_is_in_the_engines_events_and_a_self_kill_is_not() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let engine = egress_sandbox::Engine::connect().await.unwrap();
+        use egress_sandbox::ContainerEngine as _;
+        let engine = egress_sandbox::DockerEngine::connect().await.unwrap();
         let lookback = Duration::from_secs(600);
         assert!(
             engine
                 .saw_oom_event(&oom, lookback, Duration::from_secs(20))
-                .await,
+                .await
+                .unwrap(),
             "no oom event for the memory bomb: {stderr}"
         );
         assert!(
             !engine
                 .saw_oom_event(&killed, lookback, Duration::from_millis(500))
                 .await
+                .unwrap()
         );
     });
 }

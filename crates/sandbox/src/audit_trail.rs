@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::audit_tee::AuditTee;
-use crate::docker::LogOutput;
+use crate::engine::{DockerError, OutputFrame};
 use crate::events::AuditEntry;
 use egress_core::tally::AuditTally;
 
@@ -64,7 +64,7 @@ pub struct ProxyRecords {
 
 pub(super) fn spawn_reader<S>(frames: S, audit_log: Option<AuditTee>) -> ProxyOutput
 where
-    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send + Unpin + 'static,
+    S: Stream<Item = Result<OutputFrame, DockerError>> + Send + Unpin + 'static,
 {
     let (ready_tx, ready) = oneshot::channel();
     let records = tokio::spawn(read(frames, audit_log, ready_tx));
@@ -84,7 +84,7 @@ async fn read<S>(
     ready: oneshot::Sender<Result<Ready, NotReady>>,
 ) -> ProxyRecords
 where
-    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+    S: Stream<Item = Result<OutputFrame, DockerError>> + Unpin,
 {
     let mut reader = Reader {
         ready: Some(ready),
@@ -96,12 +96,12 @@ where
     let mut stderr = LineBuffer::default();
     while let Some(frame) = frames.next().await {
         match frame {
-            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+            Ok(OutputFrame::Stdout(message)) => {
                 for line in stdout.push(&message) {
                     reader.stdout_line(line).await;
                 }
             }
-            Ok(LogOutput::StdErr { message }) => {
+            Ok(OutputFrame::Stderr(message)) => {
                 reader.keep_stderr(&message);
                 for line in stderr.push(&message) {
                     tracing::info!(
@@ -110,7 +110,6 @@ where
                     );
                 }
             }
-            Ok(LogOutput::StdIn { .. }) => {}
             Err(error) => {
                 tracing::debug!(%error, "proxy output stream ended with an error");
                 break;
@@ -313,15 +312,14 @@ mod tests {
     async fn ready_then_records_are_counted_and_appended() {
         let record = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"connect","client":"10.213.0.3:5","host":"test.example.org","port":443,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0}"#;
         let frames = futures_util::stream::iter(vec![
-            Ok(LogOutput::StdOut {
-                message: Bytes::from(format!(
-                    "{{\"ready\":true,\"listen\":\"10.0.0.2:3128\",\"ca\":\"PEM\"}}\n{}",
-                    &record[..20]
-                )),
-            }),
-            Ok(LogOutput::StdOut {
-                message: Bytes::from(format!("{}\nnot json\n", &record[20..])),
-            }),
+            Ok(OutputFrame::Stdout(Bytes::from(format!(
+                "{{\"ready\":true,\"listen\":\"10.0.0.2:3128\",\"ca\":\"PEM\"}}\n{}",
+                &record[..20]
+            )))),
+            Ok(OutputFrame::Stdout(Bytes::from(format!(
+                "{}\nnot json\n",
+                &record[20..]
+            )))),
         ]);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
@@ -364,7 +362,7 @@ mod tests {
         // The daemon's sink holds the run's event stream: it must close.
         let (events, mut received) = tokio::sync::mpsc::channel(1);
         // A proxy that never writes another byte and never stops.
-        let frames = futures_util::stream::pending::<Result<LogOutput, bollard::errors::Error>>();
+        let frames = futures_util::stream::pending::<Result<OutputFrame, DockerError>>();
         let output = spawn_reader(
             frames,
             AuditTee::new(None, Some(EventSender::new(events)), Default::default()),
@@ -376,9 +374,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_proxy_that_dies_first_explains_itself() {
-        let frames = futures_util::stream::iter(vec![Ok(LogOutput::StdErr {
-            message: Bytes::from_static(b"error: cannot bind 10.0.0.2:53\n"),
-        })]);
+        let frames = futures_util::stream::iter(vec![Ok(OutputFrame::Stderr(Bytes::from_static(
+            b"error: cannot bind 10.0.0.2:53\n",
+        )))]);
         let mut output = spawn_reader(frames, None);
         let error = (&mut output.ready).await.unwrap().unwrap_err();
         assert!(error.detail.contains("cannot bind"));

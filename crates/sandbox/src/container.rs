@@ -17,6 +17,7 @@ use bollard::models::{
 use egress_core::handoff::{Handoff, InlinePolicy, Pin, Secrets};
 
 use crate::docker::bind_mount;
+use crate::engine::ContainerConfig;
 use crate::launch_signal::LaunchSetup;
 use crate::spec::{RunLimits, RunSpec};
 use crate::wiring::{self, PROXY_DOORS_DIR, SANDBOX_DOORS_DIR, Wiring};
@@ -485,6 +486,27 @@ pub fn sandbox_body(
         networking_config,
         ..ContainerCreateBody::default()
     }
+}
+
+/// A container that runs `command` in `image` under `runtime` with no network: `doctor`'s
+/// probe of whether a container starts under that runtime at all.
+pub(crate) fn runtime_probe(
+    runtime: &str,
+    image: &str,
+    command: Vec<String>,
+    labels: HashMap<String, String>,
+) -> ContainerConfig {
+    ContainerConfig::new(ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint: Some(command),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            runtime: Some(runtime.to_string()),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

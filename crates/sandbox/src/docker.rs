@@ -1,188 +1,46 @@
-//! The one place egress-sandbox talks to the Docker engine.
+//! [`DockerEngine`]: the [`ContainerEngine`] over the Docker API, the one place that holds a
+//! Docker client.
 //!
-//! [`Engine`] wraps a bollard client: it connects the way the docker CLI does (`DOCKER_HOST`,
-//! else the local socket), settles the API version with the engine (20.10 speaks 1.41, older
-//! than bollard's default), and gives the few calls a run needs. Removals are idempotent:
-//! removing something already gone is success, so every teardown path can simply try.
+//! It connects the way the docker CLI does (`DOCKER_HOST`, else the local socket), settles
+//! the API version with the engine (20.10 speaks 1.41, older than bollard's default), and
+//! answers each trait method with one request, its errors made [`DockerError`]s.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EndpointSettings, Mount,
-    MountType, Network, NetworkConnectRequest, NetworkCreateRequest, NetworkInspect,
-};
+use bollard::models::{EndpointSettings, Mount, MountType, NetworkConnectRequest};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
+    DownloadFromContainerOptions, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    ListImagesOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, WaitContainerOptionsBuilder,
 };
-use futures_util::{Stream, StreamExt};
+use futures_util::{StreamExt, TryStreamExt};
 
-pub(crate) use bollard::container::LogOutput;
-
-/// A writer to a container's stdin.
-pub type StdinWriter = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
-
-/// A container's output as Docker frames it (stdout and stderr chunks).
-pub(crate) type OutputFrames =
-    std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
+use crate::engine::{
+    ArchiveStream, Attached, ContainerConfig, ContainerEngine, ContainerState, ContainerSummary,
+    DockerError, EngineCall, EngineError, EngineInfo, EngineVersion, ImageArchive, ImageFacts,
+    ImageImport, ImageSummary, ListFilter, LiveLimits, NetworkConfig, NetworkSummary, OutputFrame,
+    OutputFrames,
+};
+use crate::runtime::RuntimeInfo;
 
 /// How long connecting and the version handshake may take before we call the engine unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A request the Docker engine refused or that never reached it. The message is the one
-/// the Docker client library gives; [`status`](Self::status) is the engine's HTTP status
-/// when it answered. The client library's own error stays behind this type (its
-/// [`source`](std::error::Error::source) chain is kept), so the public API does not
-/// depend on it.
-pub struct DockerError {
-    inner: Box<BollardError>,
-}
-
-impl DockerError {
-    /// The engine's HTTP status code, when the engine answered (404: no such object,
-    /// 409: conflict, …).
-    pub fn status(&self) -> Option<u16> {
-        match *self.inner {
-            BollardError::DockerResponseServerError { status_code, .. } => Some(status_code),
-            _ => None,
-        }
-    }
-
-    /// The engine's own message, when it answered.
-    pub fn engine_message(&self) -> Option<&str> {
-        server_message(&self.inner)
-    }
-
-    /// The engine's answer was "no such object".
-    pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404)
-    }
-}
-
-impl From<BollardError> for DockerError {
-    fn from(inner: BollardError) -> Self {
-        DockerError {
-            inner: Box::new(inner),
-        }
-    }
-}
-
-impl std::fmt::Display for DockerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.inner, f)
-    }
-}
-
-impl std::fmt::Debug for DockerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&self.inner, f)
-    }
-}
-
-impl std::error::Error for DockerError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        // This error stands for the client's: its cause is the client error's cause.
-        self.inner.source()
-    }
-}
-
-/// Why the engine could not be reached or asked.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EngineError {
-    #[error("cannot reach the Docker engine at {host}: {source}")]
-    Unreachable {
-        host: String,
-        #[source]
-        source: DockerError,
-    },
-    #[error("cannot reach the Docker engine at {host}: no answer within {}s", CONNECT_TIMEOUT.as_secs())]
-    NoAnswer { host: String },
-    #[error("Docker: {step}: {source}")]
-    Api {
-        step: String,
-        #[source]
-        source: DockerError,
-    },
-}
-
-impl EngineError {
-    fn api(step: impl Into<String>) -> impl FnOnce(BollardError) -> EngineError {
-        let step = step.into();
-        move |source| EngineError::Api {
-            step,
-            source: source.into(),
-        }
-    }
-}
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connected Docker engine.
 #[derive(Clone, Debug)]
-pub struct Engine {
+pub struct DockerEngine {
     docker: Docker,
     host: String,
 }
 
-/// The engine's answer was "no such object".
-pub(crate) fn is_not_found(error: &BollardError) -> bool {
-    matches!(
-        error,
-        BollardError::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-/// The engine's answer was a conflict (name in use, container not running …).
-pub(crate) fn is_conflict(error: &BollardError) -> bool {
-    matches!(
-        error,
-        BollardError::DockerResponseServerError {
-            status_code: 409,
-            ..
-        }
-    )
-}
-
-/// The message of an engine error response, for matching well-known refusals.
-pub(crate) fn server_message(error: &BollardError) -> Option<&str> {
-    match error {
-        BollardError::DockerResponseServerError { message, .. } => Some(message),
-        _ => None,
-    }
-}
-
-/// The engine as `doctor` reports it.
-#[derive(Clone, Debug)]
-pub struct EngineFacts {
-    pub version: String,
-    /// The newest API version the engine speaks, and the one this client agreed on.
-    pub api_version: String,
-    pub negotiated_api: String,
-    pub storage_driver: String,
-    pub cgroup_version: String,
-    pub memory_limit: bool,
-    pub swap_limit: bool,
-    pub cpu_quota: bool,
-    pub pids_limit: bool,
-}
-
-/// The engine's OCI runtimes by name, and the name of its default one.
-#[derive(Clone, Debug)]
-pub struct RuntimeRegistry {
-    pub runtimes: std::collections::BTreeMap<String, super::runtime::RuntimeInfo>,
-    pub default: String,
-}
-
-impl Engine {
+impl DockerEngine {
     /// Connects through `DOCKER_HOST` (or the default socket) and agrees on an API version;
     /// the version request doubles as the ping.
-    pub async fn connect() -> Result<Engine, EngineError> {
+    pub async fn connect() -> Result<DockerEngine, EngineError> {
         let host = std::env::var("DOCKER_HOST")
             .ok()
             .filter(|host| !host.is_empty())
@@ -190,358 +48,299 @@ impl Engine {
         let docker =
             Docker::connect_with_defaults().map_err(|source| EngineError::Unreachable {
                 host: host.clone(),
-                source: source.into(),
+                source: docker_error(source),
             })?;
         let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
             Ok(Ok(docker)) => docker,
             Ok(Err(source)) => {
                 return Err(EngineError::Unreachable {
                     host,
-                    source: source.into(),
+                    source: docker_error(source),
                 });
             }
             Err(_) => return Err(EngineError::NoAnswer { host }),
         };
-        Ok(Engine { docker, host })
+        Ok(DockerEngine { docker, host })
     }
+}
 
-    /// The bollard client, for modules that speak to it directly (images).
-    pub(crate) fn docker(&self) -> &Docker {
-        &self.docker
+/// The client's error as the engine's answer: its status when the engine answered, else
+/// the message with its causes (a connection error's cause says which socket).
+fn docker_error(error: BollardError) -> DockerError {
+    match error {
+        BollardError::DockerResponseServerError {
+            status_code,
+            message,
+        } => match status_code {
+            404 => DockerError::NotFound { message },
+            409 => DockerError::Conflict { message },
+            status => DockerError::Engine { status, message },
+        },
+        BollardError::JsonDataError { .. }
+        | BollardError::JsonSerdeError { .. }
+        | BollardError::DockerStreamError { .. }
+        | BollardError::DockerContainerWaitError { .. } => DockerError::Protocol {
+            message: with_causes(&error),
+        },
+        other => DockerError::Unreachable {
+            message: with_causes(&other),
+        },
     }
+}
 
-    pub fn host(&self) -> &str {
+fn with_causes(error: &BollardError) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// One request: `work` on a clone of the client (cheap: one shared connection pool).
+fn call<T, F>(docker: &Docker, work: impl FnOnce(Docker) -> F) -> EngineCall<'static, T>
+where
+    F: std::future::Future<Output = Result<T, BollardError>> + Send + 'static,
+{
+    let request = work(docker.clone());
+    Box::pin(async move { request.await.map_err(docker_error) })
+}
+
+fn label_filters(filter: &ListFilter) -> HashMap<String, Vec<String>> {
+    match filter {
+        ListFilter::All => HashMap::new(),
+        ListFilter::Label(label) => HashMap::from([("label".to_owned(), vec![label.clone()])]),
+        ListFilter::Name(name) => HashMap::from([("name".to_owned(), vec![name.clone()])]),
+    }
+}
+
+fn network_summary(network: bollard::models::NetworkInspect) -> NetworkSummary {
+    let configs = network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .unwrap_or_default();
+    NetworkSummary {
+        id: network.id.unwrap_or_default(),
+        name: network.name.unwrap_or_default(),
+        labels: network.labels.unwrap_or_default(),
+        subnets: configs.iter().filter_map(|c| c.subnet.clone()).collect(),
+        gateways: configs.iter().filter_map(|c| c.gateway.clone()).collect(),
+    }
+}
+
+fn listed_network(network: bollard::models::Network) -> NetworkSummary {
+    let configs = network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .unwrap_or_default();
+    NetworkSummary {
+        id: network.id.unwrap_or_default(),
+        name: network.name.unwrap_or_default(),
+        labels: network.labels.unwrap_or_default(),
+        subnets: configs.iter().filter_map(|c| c.subnet.clone()).collect(),
+        gateways: configs.iter().filter_map(|c| c.gateway.clone()).collect(),
+    }
+}
+
+fn output_frame(frame: bollard::container::LogOutput) -> Option<OutputFrame> {
+    use bollard::container::LogOutput;
+    match frame {
+        LogOutput::StdOut { message } | LogOutput::Console { message } => {
+            Some(OutputFrame::Stdout(message))
+        }
+        LogOutput::StdErr { message } => Some(OutputFrame::Stderr(message)),
+        LogOutput::StdIn { .. } => None,
+    }
+}
+
+impl ContainerEngine for DockerEngine {
+    fn host(&self) -> &str {
         &self.host
     }
 
-    /// Whether the engine runs on this machine (a Unix socket), so host paths are its paths.
-    pub fn is_local(&self) -> bool {
+    fn is_local(&self) -> bool {
         self.host.starts_with("unix://")
     }
 
-    /// What a run needs to know of `image`: its id (content-addressed: the same id is the
-    /// same files) and its own entrypoint, which the launcher goes in front of.
-    pub(crate) async fn image_facts(&self, image: &str) -> Result<ImageFacts, BollardError> {
-        let inspect = self.docker.inspect_image(image).await?;
-        Ok(ImageFacts {
-            id: inspect.id.unwrap_or_default(),
-            entrypoint: inspect
-                .config
-                .and_then(|config| config.entrypoint)
-                .unwrap_or_default(),
-        })
-    }
-
-    /// The OCI runtimes the engine offers (`docker info`), sorted.
-    pub async fn runtimes(&self) -> Result<Vec<String>, EngineError> {
-        Ok(self
-            .runtime_registry()
-            .await?
-            .runtimes
-            .into_keys()
-            .collect())
-    }
-
-    /// The engine's runtimes as it registers them (executable, arguments, what they are)
-    /// and which one it uses by default.
-    pub async fn runtime_registry(&self) -> Result<RuntimeRegistry, EngineError> {
-        let info = self
-            .docker
-            .info()
-            .await
-            .map_err(EngineError::api("ask the engine for its runtimes"))?;
-        Ok(RuntimeRegistry {
-            runtimes: info
-                .runtimes
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(name, runtime)| {
-                    let info = super::runtime::RuntimeInfo::new(
-                        name.clone(),
-                        runtime.path,
-                        runtime.runtime_args.unwrap_or_default(),
-                    );
-                    (name, info)
-                })
-                .collect(),
-            default: info.default_runtime.unwrap_or_else(|| "runc".into()),
-        })
-    }
-
-    /// What the runtime `name` (`None`: the engine's default) is; a name the engine does
-    /// not register is [`RuntimeKind::Other`](super::runtime::RuntimeKind::Other).
-    pub async fn runtime_kind(
-        &self,
-        name: Option<&str>,
-    ) -> Result<super::runtime::RuntimeKind, EngineError> {
-        let registry = self.runtime_registry().await?;
-        let name = name.unwrap_or(&registry.default);
-        Ok(registry
-            .runtimes
-            .get(name)
-            .map(|info| info.kind)
-            .unwrap_or(super::runtime::RuntimeKind::Other))
-    }
-
-    /// What `doctor` reports of the engine: versions, storage, the resource controls its
-    /// cgroups offer (each run limit needs one).
-    pub async fn facts(&self) -> Result<EngineFacts, EngineError> {
-        let (version, info) = tokio::try_join!(
-            async {
-                self.docker
-                    .version()
+    fn reconnect(&self) -> EngineCall<'_, std::sync::Arc<dyn ContainerEngine>> {
+        Box::pin(async {
+            let engine =
+                DockerEngine::connect()
                     .await
-                    .map_err(EngineError::api("ask the engine for its version"))
-            },
-            async {
-                self.docker
-                    .info()
-                    .await
-                    .map_err(EngineError::api("ask the engine about itself"))
-            },
-        )?;
-        Ok(EngineFacts {
-            version: version.version.unwrap_or_default(),
-            api_version: version.api_version.unwrap_or_default(),
-            negotiated_api: self.docker.client_version().to_string(),
-            storage_driver: info.driver.unwrap_or_default(),
-            cgroup_version: info
-                .cgroup_version
-                .map(|version| version.to_string())
-                .unwrap_or_default(),
-            memory_limit: info.memory_limit.unwrap_or(false),
-            swap_limit: info.swap_limit.unwrap_or(false),
-            cpu_quota: info.cpu_cfs_quota.unwrap_or(false),
-            pids_limit: info.pids_limit.unwrap_or(false),
+                    .map_err(|error| DockerError::Unreachable {
+                        message: error.to_string(),
+                    })?;
+            Ok(std::sync::Arc::new(engine) as std::sync::Arc<dyn ContainerEngine>)
         })
     }
 
-    /// Starts `command` in `image` under `runtime` with no network, waits for it and
-    /// removes it: whether a container starts under that runtime at all. `Err`: the
-    /// engine's own words.
-    pub async fn probe_runtime(
-        &self,
-        name: &str,
-        runtime: &str,
-        image: &str,
-        command: Vec<String>,
-        labels: HashMap<String, String>,
-    ) -> Result<(), String> {
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            entrypoint: Some(command),
-            labels: Some(labels),
-            host_config: Some(bollard::models::HostConfig {
-                runtime: Some(runtime.to_string()),
-                network_mode: Some("none".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let outcome = async {
-            self.create_container(name, body).await?;
-            self.start_container(name).await?;
-            self.wait_container(name).await
-        }
-        .await;
-        let _ = self.remove_container(name).await;
-        match outcome {
-            Ok(0) => Ok(()),
-            Ok(status) => Err(format!("its probe exited with status {status}")),
-            Err(error) => Err(server_message(&error)
-                .map(str::to_owned)
-                .unwrap_or_else(|| error.to_string())),
-        }
-    }
-
-    // ---- networks ----
-
-    pub(crate) async fn create_network(
-        &self,
-        request: NetworkCreateRequest,
-    ) -> Result<String, BollardError> {
-        let response = self.docker.create_network(request).await?;
-        Ok(response.id)
-    }
-
-    /// The subnets of network `name`, or `None` when it does not exist (yet): what
-    /// `doctor` says of the egress network.
-    pub async fn network_subnets(&self, name: &str) -> Result<Option<Vec<String>>, DockerError> {
-        match self.inspect_network(name).await {
-            Ok(network) => Ok(Some(
-                network
-                    .ipam
-                    .and_then(|ipam| ipam.config)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|config| config.subnet)
-                    .collect(),
-            )),
-            Err(error) if is_not_found(&error) => Ok(None),
-            Err(error) => Err(error.into()),
-        }
-    }
-
-    pub(crate) async fn inspect_network(&self, name: &str) -> Result<NetworkInspect, BollardError> {
-        self.docker
-            .inspect_network(
-                name,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
-            .await
-    }
-
-    /// Networks matching `filters` (Docker filter syntax, e.g. `label` → `["k=v"]`).
-    pub(crate) async fn list_networks(
-        &self,
-        filters: &HashMap<&str, Vec<&str>>,
-    ) -> Result<Vec<Network>, EngineError> {
-        let options = ListNetworksOptionsBuilder::default()
-            .filters(filters)
-            .build();
-        self.docker
-            .list_networks(Some(options))
-            .await
-            .map_err(EngineError::api("list networks"))
-    }
-
-    pub(crate) async fn connect_network(
-        &self,
-        network: &str,
-        container: &str,
-        endpoint: EndpointSettings,
-    ) -> Result<(), BollardError> {
-        let request = NetworkConnectRequest {
-            container: container.to_string(),
-            endpoint_config: Some(endpoint),
-        };
-        self.docker.connect_network(network, request).await
-    }
-
-    /// Removes a network; one that is already gone counts as removed. Endpoints of containers
-    /// removed a moment ago can linger briefly, so "active endpoints" is retried.
-    pub(crate) async fn remove_network(&self, name: &str) -> Result<(), BollardError> {
-        let mut attempt = 0;
-        loop {
-            match self.docker.remove_network(name).await {
-                Ok(()) => return Ok(()),
-                Err(error) if is_not_found(&error) => return Ok(()),
-                Err(error)
-                    if attempt < 40
-                        && server_message(&error)
-                            .is_some_and(|message| message.contains("active endpoints")) =>
-                {
-                    attempt += 1;
-                    // The endpoint goes once its container has fully stopped: poll closely.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
-    // ---- containers ----
-
-    pub(crate) async fn create_container(
-        &self,
-        name: &str,
-        body: ContainerCreateBody,
-    ) -> Result<String, BollardError> {
+    fn create_container(&self, name: &str, config: ContainerConfig) -> EngineCall<'_, String> {
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        Ok(self.docker.create_container(Some(options), body).await?.id)
+        call(&self.docker, move |docker| async move {
+            Ok(docker
+                .create_container(Some(options), config.body)
+                .await?
+                .id)
+        })
     }
 
-    /// As [`create_container`](Self::create_container), owning its arguments, for a task
-    /// that must finish even if its caller goes away.
-    pub(crate) async fn create_container_owned(
-        self,
-        name: String,
-        body: ContainerCreateBody,
-    ) -> Result<String, BollardError> {
-        self.create_container(&name, body).await
-    }
-
-    /// stdout and stderr of a container, from now on, as a stream of frames. Attach before
-    /// start so that nothing is missed; the stream ends when the container stops.
-    pub(crate) async fn attach_output(
-        &self,
-        container: &str,
-    ) -> Result<OutputFrames, BollardError> {
+    fn attach_container(&self, container: &str, stdin: bool) -> EngineCall<'_, Attached> {
         let options = AttachContainerOptionsBuilder::default()
+            .stdin(stdin)
             .stdout(true)
             .stderr(true)
             .stream(true)
             .logs(false)
             .build();
-        let attached = self
-            .docker
-            .attach_container(container, Some(options))
-            .await?;
-        Ok(attached.output)
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            let attached = docker.attach_container(&container, Some(options)).await?;
+            let output: OutputFrames = Box::pin(attached.output.filter_map(|frame| async {
+                match frame {
+                    Ok(frame) => output_frame(frame).map(Ok),
+                    Err(error) => Some(Err(docker_error(error))),
+                }
+            }));
+            Ok(Attached {
+                output,
+                stdin: stdin.then_some(attached.input),
+            })
+        })
     }
 
-    /// As [`attach_output`](Self::attach_output), plus a writer to the container's stdin.
-    pub(crate) async fn attach_with_stdin(
-        &self,
-        container: &str,
-    ) -> Result<(OutputFrames, StdinWriter), BollardError> {
-        let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .stream(true)
-            .logs(false)
-            .build();
-        let attached = self
-            .docker
-            .attach_container(container, Some(options))
-            .await?;
-        Ok((attached.output, attached.input))
+    fn start_container(&self, container: &str) -> EngineCall<'_, ()> {
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker
+                .start_container(
+                    &container,
+                    None::<bollard::query_parameters::StartContainerOptions>,
+                )
+                .await
+        })
     }
 
-    pub(crate) async fn start_container(&self, container: &str) -> Result<(), BollardError> {
-        self.docker
-            .start_container(
-                container,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-    }
-
-    /// Waits until the container is not running and returns its exit status.
-    pub(crate) async fn wait_container(&self, container: &str) -> Result<i64, BollardError> {
+    fn wait_container(&self, container: &str) -> EngineCall<'_, i64> {
         let options = WaitContainerOptionsBuilder::default()
             .condition("not-running")
             .build();
-        let mut stream = self.docker.wait_container(container, Some(options));
-        match stream.next().await {
-            Some(Ok(response)) => Ok(response.status_code),
-            // bollard turns a non-zero status into an error; for us it is just the status.
-            Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(error)) => Err(error),
-            None => Err(BollardError::DockerStreamError {
-                error: format!("wait on {container} ended without a status"),
-            }),
-        }
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            let mut stream = docker.wait_container(&container, Some(options));
+            match stream.next().await {
+                Some(Ok(response)) => Ok(response.status_code),
+                // bollard turns a non-zero status into an error; for us it is just the status.
+                Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Ok(code),
+                Some(Err(error)) => Err(error),
+                None => Err(BollardError::DockerStreamError {
+                    error: format!("wait on {container} ended without a status"),
+                }),
+            }
+        })
     }
 
-    pub(crate) async fn inspect_container(
+    fn inspect_container(&self, container: &str) -> EngineCall<'_, ContainerState> {
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            let inspect = docker
+                .inspect_container(
+                    &container,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await?;
+            let state = inspect.state.unwrap_or_default();
+            Ok(ContainerState {
+                running: state.running.unwrap_or(false),
+                exit_code: state.exit_code,
+                oom_killed: state.oom_killed.unwrap_or(false),
+            })
+        })
+    }
+
+    fn update_container(&self, container: &str, limits: LiveLimits) -> EngineCall<'_, ()> {
+        let memory = i64::try_from(limits.memory).unwrap_or(i64::MAX);
+        let body = bollard::models::ContainerUpdateBody {
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            nano_cpus: Some(limits.nano_cpus),
+            pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
+            ..Default::default()
+        };
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker.update_container(&container, body).await
+        })
+    }
+
+    fn kill_container(&self, container: &str, signal: &str) -> EngineCall<'_, ()> {
+        let options = KillContainerOptionsBuilder::default()
+            .signal(signal)
+            .build();
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker.kill_container(&container, Some(options)).await
+        })
+    }
+
+    fn remove_container(&self, container: &str) -> EngineCall<'_, ()> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        let container = container.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker.remove_container(&container, Some(options)).await
+        })
+    }
+
+    fn list_containers(&self, filter: &ListFilter) -> EngineCall<'_, Vec<ContainerSummary>> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&label_filters(filter))
+            .build();
+        call(&self.docker, move |docker| async move {
+            let containers = docker.list_containers(Some(options)).await?;
+            Ok(containers
+                .into_iter()
+                .filter_map(|container| {
+                    let id = container.id?;
+                    let name = container
+                        .names
+                        .and_then(|names| names.into_iter().next())
+                        .map(|name| name.trim_start_matches('/').to_string())
+                        .unwrap_or_else(|| id.clone());
+                    Some(ContainerSummary {
+                        id,
+                        name,
+                        labels: container.labels.unwrap_or_default(),
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn download_from_container(&self, container: &str, path: &str) -> ArchiveStream {
+        let options = DownloadFromContainerOptions {
+            path: path.to_owned(),
+        };
+        Box::pin(
+            self.docker
+                .download_from_container(container, Some(options))
+                .map_err(docker_error),
+        )
+    }
+
+    fn saw_oom_event(
         &self,
         container: &str,
-    ) -> Result<ContainerInspectResponse, BollardError> {
-        self.docker
-            .inspect_container(
-                container,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-    }
-
-    /// Whether the engine has logged an `oom` event for `container` in the last
-    /// `lookback`, waiting up to `wait` for one still on its way. The engine handles a
-    /// container's OOM and its exit as two events in no fixed order; when the exit comes
-    /// first, its `OOMKilled` stays false, but the `oom` event is still logged.
-    pub async fn saw_oom_event(&self, container: &str, lookback: Duration, wait: Duration) -> bool {
+        lookback: Duration,
+        wait: Duration,
+    ) -> EngineCall<'_, bool> {
         let since = std::time::SystemTime::now()
             .checked_sub(lookback)
             .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
@@ -552,81 +351,174 @@ impl Engine {
             .filters(&filters)
             .build();
         let mut events = self.docker.events(Some(options));
-        matches!(
-            tokio::time::timeout(wait, events.next()).await,
-            Ok(Some(Ok(_)))
-        )
+        Box::pin(async move {
+            match tokio::time::timeout(wait, events.next()).await {
+                Ok(Some(Ok(_))) => Ok(true),
+                Ok(Some(Err(error))) => Err(docker_error(error)),
+                Ok(None) | Err(_) => Ok(false),
+            }
+        })
     }
 
-    /// Sends `signal`; a container that is gone or not running needs no signal.
-    pub(crate) async fn kill_container(
-        &self,
-        container: &str,
-        signal: &str,
-    ) -> Result<(), BollardError> {
-        let options = KillContainerOptionsBuilder::default()
-            .signal(signal)
-            .build();
-        match self.docker.kill_container(container, Some(options)).await {
-            Err(error) if is_not_found(&error) || is_conflict(&error) => Ok(()),
-            other => other,
-        }
+    fn create_network(&self, config: NetworkConfig) -> EngineCall<'_, String> {
+        call(&self.docker, move |docker| async move {
+            Ok(docker.create_network(config.request).await?.id)
+        })
     }
 
-    /// Kills (if needed) and removes a container; one that is already gone counts as removed.
-    pub(crate) async fn remove_container(&self, container: &str) -> Result<(), BollardError> {
-        let options = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
-        match self.docker.remove_container(container, Some(options)).await {
-            Err(error) if is_not_found(&error) => Ok(()),
-            // "removal already in progress": someone else (gc, a second teardown) is on it.
-            Err(error) if is_conflict(&error) => Ok(()),
-            other => other,
-        }
+    fn inspect_network(&self, network: &str) -> EngineCall<'_, NetworkSummary> {
+        let network = network.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker
+                .inspect_network(
+                    &network,
+                    None::<bollard::query_parameters::InspectNetworkOptions>,
+                )
+                .await
+                .map(network_summary)
+        })
     }
 
-    /// Sets the limits Docker changes on a live container (no swap on top of memory).
-    pub async fn update_limits(
-        &self,
-        container: &str,
-        memory: u64,
-        nano_cpus: i64,
-        pids: u64,
-    ) -> Result<(), BollardError> {
-        let memory = i64::try_from(memory).unwrap_or(i64::MAX);
-        let body = bollard::models::ContainerUpdateBody {
-            memory: Some(memory),
-            memory_swap: Some(memory),
-            nano_cpus: Some(nano_cpus),
-            pids_limit: Some(i64::try_from(pids).unwrap_or(i64::MAX)),
-            ..Default::default()
+    fn connect_network(&self, network: &str, container: &str) -> EngineCall<'_, ()> {
+        let request = NetworkConnectRequest {
+            container: container.to_string(),
+            endpoint_config: Some(EndpointSettings::default()),
         };
-        self.docker.update_container(container, body).await
+        let network = network.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker.connect_network(&network, request).await
+        })
     }
 
-    /// Containers (running or not) matching `filters`.
-    pub(crate) async fn list_containers(
-        &self,
-        filters: &HashMap<&str, Vec<&str>>,
-    ) -> Result<Vec<ContainerSummary>, EngineError> {
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(filters)
+    fn remove_network(&self, network: &str) -> EngineCall<'_, ()> {
+        let network = network.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker.remove_network(&network).await
+        })
+    }
+
+    fn list_networks(&self, filter: &ListFilter) -> EngineCall<'_, Vec<NetworkSummary>> {
+        let options = ListNetworksOptionsBuilder::default()
+            .filters(&label_filters(filter))
             .build();
-        self.docker
-            .list_containers(Some(options))
-            .await
-            .map_err(EngineError::api("list containers"))
+        call(&self.docker, move |docker| async move {
+            let networks = docker.list_networks(Some(options)).await?;
+            Ok(networks.into_iter().map(listed_network).collect())
+        })
     }
-}
 
-/// See [`Engine::image_facts`].
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ImageFacts {
-    pub id: String,
-    pub entrypoint: Vec<String>,
+    fn inspect_image(&self, image: &str) -> EngineCall<'_, ImageFacts> {
+        let image = image.to_owned();
+        call(&self.docker, move |docker| async move {
+            let inspect = docker.inspect_image(&image).await?;
+            Ok(ImageFacts {
+                id: inspect.id.unwrap_or_default(),
+                entrypoint: inspect
+                    .config
+                    .and_then(|config| config.entrypoint)
+                    .unwrap_or_default(),
+            })
+        })
+    }
+
+    fn list_images(&self, label: &str) -> EngineCall<'_, Vec<ImageSummary>> {
+        let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        call(&self.docker, move |docker| async move {
+            let images = docker.list_images(Some(options)).await?;
+            Ok(images
+                .into_iter()
+                .map(|image| ImageSummary {
+                    id: image.id,
+                    repo_tags: image.repo_tags,
+                    created: image.created,
+                })
+                .collect())
+        })
+    }
+
+    fn import_image(&self, import: ImageImport) -> EngineCall<'_, ()> {
+        let options = CreateImageOptionsBuilder::default()
+            .from_src("-")
+            .repo(&import.repository)
+            .tag(&import.tag)
+            .message(&import.message)
+            .changes(import.changes)
+            .build();
+        let body = match import.archive {
+            ImageArchive::Whole(bytes) => bollard::body_full(bytes),
+            ImageArchive::Streamed(stream) => bollard::body_try_stream(stream),
+        };
+        call(&self.docker, move |docker| async move {
+            docker
+                .create_image(Some(options), Some(body), None)
+                .try_collect::<Vec<_>>()
+                .await
+                .map(drop)
+        })
+    }
+
+    fn remove_image(&self, image: &str, force: bool) -> EngineCall<'_, ()> {
+        let options = RemoveImageOptionsBuilder::default()
+            .force(force)
+            .noprune(false)
+            .build();
+        let image = image.to_owned();
+        call(&self.docker, move |docker| async move {
+            docker
+                .remove_image(&image, Some(options), None)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn version(&self) -> EngineCall<'_, EngineVersion> {
+        let negotiated_api = self.docker.client_version().to_string();
+        call(&self.docker, move |docker| async move {
+            let version = docker.version().await?;
+            Ok(EngineVersion {
+                version: version.version.unwrap_or_default(),
+                api_version: version.api_version.unwrap_or_default(),
+                negotiated_api,
+                os: version.os,
+                arch: version.arch,
+            })
+        })
+    }
+
+    fn info(&self) -> EngineCall<'_, EngineInfo> {
+        call(&self.docker, move |docker| async move {
+            let info = docker.info().await?;
+            let runtimes = info
+                .runtimes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, runtime)| {
+                    let registered = RuntimeInfo::new(
+                        name.clone(),
+                        runtime.path,
+                        runtime.runtime_args.unwrap_or_default(),
+                    );
+                    (name, registered)
+                })
+                .collect();
+            Ok(EngineInfo {
+                runtimes,
+                default_runtime: info.default_runtime,
+                storage_driver: info.driver.unwrap_or_default(),
+                cgroup_version: info
+                    .cgroup_version
+                    .map(|version| version.to_string())
+                    .unwrap_or_default(),
+                memory_limit: info.memory_limit.unwrap_or(false),
+                swap_limit: info.swap_limit.unwrap_or(false),
+                cpu_quota: info.cpu_cfs_quota.unwrap_or(false),
+                pids_limit: info.pids_limit.unwrap_or(false),
+            })
+        })
+    }
 }
 
 /// A bind mount of the host file or directory `source` at `target`.
@@ -637,5 +529,24 @@ pub(crate) fn bind_mount(source: &std::path::Path, target: &str, read_only: bool
         typ: Some(MountType::BIND),
         read_only: Some(read_only),
         ..Mount::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engines_answers_keep_their_status_and_a_broken_connection_its_causes() {
+        let answer = |status_code| BollardError::DockerResponseServerError {
+            status_code,
+            message: "m".into(),
+        };
+        assert!(docker_error(answer(404)).is_not_found());
+        assert!(docker_error(answer(409)).is_conflict());
+        assert_eq!(docker_error(answer(400)).status(), Some(400));
+        let unreachable = docker_error(BollardError::SocketNotFoundError("/x.sock".into()));
+        assert_eq!(unreachable.status(), None);
+        assert!(unreachable.to_string().contains("/x.sock"), "{unreachable}");
     }
 }

@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::docker::Engine;
+use crate::docker::DockerEngine;
+use crate::engine::ContainerEngine;
 use crate::images::{self, ImageError, Progress};
 use crate::labels::Owner;
 use crate::outcome::RunError;
@@ -76,7 +77,7 @@ pub struct Sandbox {
 
 #[derive(Clone)]
 struct Inner {
-    engine: Engine,
+    engine: Arc<dyn ContainerEngine>,
     proxy_binary: PathBuf,
     owner: Owner,
     progress: Option<Arc<ProgressFn>>,
@@ -121,15 +122,16 @@ impl Sandbox {
     /// cannot be found is refused before the engine is asked anything.
     pub async fn connect(proxy_binary: impl AsRef<Path>) -> Result<Sandbox, RunError> {
         let proxy_binary = resolve_binary(proxy_binary.as_ref())?;
-        let engine = Engine::connect().await?;
-        Sandbox::with_engine(engine, proxy_binary)
+        let engine = DockerEngine::connect().await?;
+        Sandbox::with_engine(Arc::new(engine), proxy_binary)
     }
 
-    /// A handle on `engine` whose proxy image and launcher are made from `proxy_binary`, a
-    /// static `egress-sandbox` binary (the `egress-sandbox` command passes its own). The
-    /// path is resolved (symlinks, relative paths) once, here.
+    /// A handle on `engine` (a [`DockerEngine`], or a fake in tests) whose proxy image and
+    /// launcher are made from `proxy_binary`, a static `egress-sandbox` binary (the
+    /// `egress-sandbox` command passes its own). The path is resolved (symlinks, relative
+    /// paths) once, here.
     pub fn with_engine(
-        engine: Engine,
+        engine: Arc<dyn ContainerEngine>,
         proxy_binary: impl AsRef<Path>,
     ) -> Result<Sandbox, RunError> {
         let proxy_binary = resolve_binary(proxy_binary.as_ref())?;
@@ -192,8 +194,13 @@ impl Sandbox {
     }
 
     /// The engine this handle talks to.
-    pub fn engine(&self) -> &Engine {
-        &self.inner.engine
+    pub fn engine(&self) -> &dyn ContainerEngine {
+        &*self.inner.engine
+    }
+
+    /// The engine, for what outlives a borrow of the handle (a run's teardown).
+    pub(crate) fn shared_engine(&self) -> Arc<dyn ContainerEngine> {
+        self.inner.engine.clone()
     }
 
     /// The proxy binary, resolved.
@@ -222,6 +229,14 @@ impl Sandbox {
         };
         *self.kept_proxy_image() = Some(tag.clone());
         Ok(tag)
+    }
+
+    /// As if the proxy image `tag` had been made for this handle's binary: a handle on the
+    /// fake engine skips the image's build (its binary is a stand-in, never executed).
+    #[cfg(any(test, feature = "fake-engine"))]
+    pub(crate) fn assume_proxy_image(self, tag: String) -> Sandbox {
+        *self.kept_proxy_image() = Some(tag);
+        self
     }
 
     fn kept_proxy_image(&self) -> std::sync::MutexGuard<'_, Option<String>> {

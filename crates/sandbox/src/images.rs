@@ -23,9 +23,7 @@ use std::fs::{File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use bollard::Docker;
-
-use crate::docker::{DockerError, Engine};
+use crate::engine::{ContainerEngine, DockerError};
 use crate::private_dir::{self, PlaceError};
 
 pub use base::{BASE_IMAGE, MIRROR_ENV};
@@ -155,11 +153,6 @@ impl std::fmt::Display for Progress {
 }
 
 impl ImageError {
-    /// A failed Docker request (the client's error stays out of the public API).
-    fn docker(error: bollard::errors::Error) -> Self {
-        ImageError::Docker(error.into())
-    }
-
     fn io(context: impl Into<String>) -> impl FnOnce(io::Error) -> Self {
         let context = context.into();
         move |source| Self::Io { context, source }
@@ -168,30 +161,30 @@ impl ImageError {
 
 /// The proxy image for `binary` (a static egress-sandbox binary); returns its tag,
 /// `egress-sandbox-proxy:<first 16 hex of sha256>`. Builds it when missing.
-pub async fn ensure_proxy_image(engine: &Engine, binary: &Path) -> Result<String, ImageError> {
-    proxy::ensure(engine.docker(), &private_cache_dir()?, binary, None).await
+pub async fn ensure_proxy_image(
+    engine: &dyn ContainerEngine,
+    binary: &Path,
+) -> Result<String, ImageError> {
+    proxy::ensure(engine, &private_cache_dir()?, binary, None).await
 }
 
 /// As [`ensure_proxy_image`], for a binary whose sha256 must be `expected` (a kept binary):
 /// [`ImageError::BinaryChanged`] if it is not, before any image is made from it.
 pub(crate) async fn ensure_proxy_image_of(
-    engine: &Engine,
+    engine: &dyn ContainerEngine,
     binary: &Path,
     expected: &str,
 ) -> Result<String, ImageError> {
-    proxy::ensure(
-        engine.docker(),
-        &private_cache_dir()?,
-        binary,
-        Some(expected),
-    )
-    .await
+    proxy::ensure(engine, &private_cache_dir()?, binary, Some(expected)).await
 }
 
 /// For a caller that keeps the tag [`ensure_proxy_image`] gave: whether that image still
 /// exists; if so it is marked as handed out (the sweep of other processes keeps it).
-pub async fn hand_out_proxy_image(engine: &Engine, tag: &str) -> Result<bool, ImageError> {
-    if !image_exists(engine.docker(), tag).await? {
+pub async fn hand_out_proxy_image(
+    engine: &dyn ContainerEngine,
+    tag: &str,
+) -> Result<bool, ImageError> {
+    if !image_exists(engine, tag).await? {
         return Ok(false);
     }
     handed_out::stamp(&private_cache_dir()?, tag);
@@ -201,41 +194,41 @@ pub async fn hand_out_proxy_image(engine: &Engine, tag: &str) -> Result<bool, Im
 /// The default sandbox image; returns its tag ([`BASE_IMAGE`]). The first call on a machine
 /// builds it (a few minutes, progress to `tracing` at info level); concurrent callers wait
 /// for that build.
-pub async fn ensure_base_image(engine: &Engine) -> Result<String, ImageError> {
+pub async fn ensure_base_image(engine: &dyn ContainerEngine) -> Result<String, ImageError> {
     ensure_base_image_with(engine, |step| tracing::info!("{step}")).await
 }
 
 /// As [`ensure_base_image`], with each step of a build handed to `progress` instead.
 pub async fn ensure_base_image_with(
-    engine: &Engine,
+    engine: &dyn ContainerEngine,
     progress: impl Fn(&Progress) + Send + Sync + 'static,
 ) -> Result<String, ImageError> {
     let progress: base::Report = std::sync::Arc::new(move |step: Progress| progress(&step));
-    base::ensure(engine.docker(), &private_cache_dir()?, progress).await
+    base::ensure(engine, &private_cache_dir()?, progress).await
 }
 
 /// For `--image`: Ok if `image` exists in the local engine, [`ImageError::Missing`] otherwise.
 /// A reference the engine cannot parse (`UPPER/case`, `a@sha256:zz`) is the flag's fault,
 /// said so, not the engine's (it was reported as "a Docker API request failed").
-pub async fn require_local_image(engine: &Engine, image: &str) -> Result<(), ImageError> {
-    match engine.docker().inspect_image(image).await {
+pub async fn require_local_image(
+    engine: &dyn ContainerEngine,
+    image: &str,
+) -> Result<(), ImageError> {
+    match engine.inspect_image(image).await {
         Ok(_) => Ok(()),
-        Err(error) if super::docker::is_not_found(&error) => Err(ImageError::Missing {
+        Err(error) if error.is_not_found() => Err(ImageError::Missing {
             image: image.to_owned(),
         }),
-        Err(error) => {
-            let error = DockerError::from(error);
-            match error.status() {
-                Some(400) => Err(ImageError::InvalidReference {
-                    image: image.to_owned(),
-                    message: error
-                        .engine_message()
-                        .unwrap_or("refused by the engine")
-                        .to_owned(),
-                }),
-                _ => Err(ImageError::Docker(error)),
-            }
-        }
+        Err(error) => match error.status() {
+            Some(400) => Err(ImageError::InvalidReference {
+                image: image.to_owned(),
+                message: error
+                    .engine_message()
+                    .unwrap_or("refused by the engine")
+                    .to_owned(),
+            }),
+            _ => Err(ImageError::Docker(error)),
+        },
     }
 }
 
@@ -243,9 +236,9 @@ pub async fn require_local_image(engine: &Engine, image: &str) -> Result<(), Ima
 /// binaries not handed out for 30 minutes, and untagged leftovers of concurrent builds.
 /// Never fails (images in use are kept); returns how many were removed. For `gc`; image
 /// builds also run it.
-pub async fn sweep_images(engine: &Engine) -> usize {
+pub async fn sweep_images(engine: &dyn ContainerEngine) -> usize {
     match private_cache_dir() {
-        Ok(cache) => sweep::remove_leftover_images(engine.docker(), &cache, None).await,
+        Ok(cache) => sweep::remove_leftover_images(engine, &cache, None).await,
         // Its stamps say which images to keep: not read from a place others control.
         Err(error) => {
             tracing::warn!(%error, "images not swept");
@@ -294,11 +287,11 @@ pub(crate) fn content_sha256(path: &Path) -> Result<String, ImageError> {
         .map_err(ImageError::io(format!("cannot read {}", path.display())))
 }
 
-async fn image_exists(docker: &Docker, image: &str) -> Result<bool, ImageError> {
-    match docker.inspect_image(image).await {
+async fn image_exists(engine: &dyn ContainerEngine, image: &str) -> Result<bool, ImageError> {
+    match engine.inspect_image(image).await {
         Ok(_) => Ok(true),
-        Err(error) if super::docker::is_not_found(&error) => Ok(false),
-        Err(error) => Err(ImageError::docker(error)),
+        Err(error) if error.is_not_found() => Ok(false),
+        Err(error) => Err(ImageError::Docker(error)),
     }
 }
 

@@ -8,14 +8,20 @@
 //! The public API is the [`Sandbox`] handle, [`RunSpec`] (built and checked by
 //! [`RunSpecBuilder`]), [`OutputSinks`] / [`RunEvent`] / [`AuditEntry`] for what a run sends
 //! back, and [`RunOutcome`]; errors are this crate's own ([`RunError`], [`SpecError`], …;
-//! Docker's failures are [`DockerError`]). Modules that build Docker requests are
+//! the engine's failures are [`DockerError`]). Modules that build Docker requests are
 //! crate-private, so no Docker client type is part of the API.
 //!
 //! # Layout
 //!
 //! - [`spec`]: what a run is asked to do ([`spec::RunSpec`]), checked completely before
 //!   Docker is touched (policies merged, limits against policy ceilings, mounts, env).
-//! - [`docker`]: the one place that talks to the engine ([`docker::Engine`]).
+//! - [`engine`]: what the lifecycle asks of a container engine, the [`ContainerEngine`]
+//!   trait (create, attach, start, wait, update, kill, remove, list; networks; images) with
+//!   its typed [`DockerError`]. Run, slot, pool, gc, teardown and images use nothing else.
+//! - [`docker`]: [`DockerEngine`], the trait over the Docker API (the one Docker client).
+//! - [`testing`] (this crate's tests, and the `fake-engine` feature): `FakeEngine`, the trait
+//!   in memory — containers, networks, scripted output and exit codes, an error injected at
+//!   any call — and a [`Sandbox`] on it.
 //! - [`images`]: the proxy image (built from the handle's static egress-sandbox binary)
 //!   and the base sandbox image.
 //! - `wiring`: how the sandbox reaches its proxy — on a local engine it has no network, its
@@ -66,6 +72,7 @@ pub(crate) mod audit_trail;
 pub(crate) mod container;
 pub(crate) mod credentials;
 pub mod docker;
+pub mod engine;
 pub mod events;
 pub mod gc;
 pub mod handle;
@@ -88,13 +95,16 @@ pub(crate) mod slot;
 pub mod spec;
 pub mod task_files;
 pub(crate) mod teardown;
+#[cfg(any(test, feature = "fake-engine"))]
+pub mod testing;
 pub(crate) mod trust;
 pub mod watchdog;
 pub(crate) mod wiring;
 
 pub use container::loopback_doors;
 pub use credentials::{CredentialError, RunCredentials};
-pub use docker::{DockerError, Engine, EngineError};
+pub use docker::DockerEngine;
+pub use engine::{ContainerEngine, DockerError, EngineError};
 pub use events::{AuditEntry, RunEvent};
 pub use handle::Sandbox;
 pub use helper::{Helper, HelperError, HelperVersion};

@@ -12,11 +12,14 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 
-use bollard::models::{Ipam, IpamConfig, Network, NetworkCreateRequest};
+use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
 use ipnet::Ipv4Net;
 
-use crate::docker::{DockerError, Engine, EngineError, is_conflict, is_not_found, server_message};
+use crate::engine::{
+    ContainerEngine, DockerError, EngineError, ListFilter, NetworkConfig, NetworkSummary,
+};
 use crate::labels::SHARED_LABEL;
 
 pub const EGRESS_NETWORK: &str = "egress-sandbox-egress";
@@ -46,12 +49,11 @@ impl RunSubnet {
 }
 
 /// IPv4 subnets in use by existing networks.
-fn used_subnets(networks: &[Network]) -> Vec<Ipv4Net> {
+fn used_subnets(networks: &[NetworkSummary]) -> Vec<Ipv4Net> {
     networks
         .iter()
-        .filter_map(|network| network.ipam.as_ref()?.config.as_ref())
-        .flatten()
-        .filter_map(|config| config.subnet.as_deref()?.parse::<Ipv4Net>().ok())
+        .flat_map(|network| &network.subnets)
+        .filter_map(|subnet| subnet.parse::<Ipv4Net>().ok())
         .collect()
 }
 
@@ -137,8 +139,8 @@ fn run_network_request(
 /// Creates the run network `name` on a free /29 of `pool`, retrying when a concurrent run
 /// took the same one. Owned arguments: it runs to completion as a task of its own (see
 /// `Teardown::complete`).
-pub async fn create_run_network(
-    engine: Engine,
+pub(crate) async fn create_run_network(
+    engine: Arc<dyn ContainerEngine>,
     pool: Ipv4Net,
     name: String,
     labels: HashMap<String, String>,
@@ -153,30 +155,24 @@ pub async fn create_run_network(
         let used = if attempt == 1 {
             Vec::new()
         } else {
-            used_subnets(&engine.list_networks(&HashMap::new()).await?)
+            used_subnets(
+                &engine
+                    .list_networks(&ListFilter::All)
+                    .await
+                    .map_err(EngineError::api("list networks"))?,
+            )
         };
         let subnet = pick_subnet(pool, &used, start)
             .map(|subnet| RunSubnet { subnet })
             .ok_or(NetworkError::PoolExhausted { pool })?;
-        match engine
-            .create_network(run_network_request(&name, subnet, &labels))
-            .await
-        {
+        let request = NetworkConfig::new(run_network_request(&name, subnet, &labels));
+        match engine.create_network(request).await {
             Ok(_) => return Ok(subnet),
-            Err(error)
-                if attempt < MAX_CREATE_ATTEMPTS
-                    && server_message(&error)
-                        .is_some_and(|message| message.contains("overlaps")) =>
-            {
+            Err(error) if attempt < MAX_CREATE_ATTEMPTS && error.says("overlaps") => {
                 tracing::debug!(%subnet.subnet, "subnet taken by a concurrent run; picking again");
                 start = rand::random_range(0..slots);
             }
-            Err(source) => {
-                return Err(NetworkError::Create {
-                    name,
-                    source: source.into(),
-                });
-            }
+            Err(source) => return Err(NetworkError::Create { name, source }),
         }
     }
 }
@@ -185,25 +181,26 @@ pub async fn create_run_network(
 /// exist) or the shared `egress-sandbox-egress`, created on first use — also when it is
 /// named explicitly.
 pub async fn egress_network(
-    engine: &Engine,
+    engine: &dyn ContainerEngine,
     requested: Option<&str>,
 ) -> Result<String, NetworkError> {
     if let Some(name) = requested.filter(|name| *name != EGRESS_NETWORK) {
         return match engine.inspect_network(name).await {
-            Ok(network) => Ok(network.id.unwrap_or_else(|| name.to_string())),
-            Err(error) if is_not_found(&error) => Err(NetworkError::EgressMissing {
+            Ok(network) if !network.id.is_empty() => Ok(network.id),
+            Ok(_) => Ok(name.to_string()),
+            Err(error) if error.is_not_found() => Err(NetworkError::EgressMissing {
                 name: name.to_string(),
             }),
             Err(source) => Err(NetworkError::Egress {
                 name: name.to_string(),
-                source: source.into(),
+                source,
             }),
         };
     }
     if let Some(id) = shared_egress_id(engine).await? {
         return Ok(id);
     }
-    let request = NetworkCreateRequest {
+    let request = NetworkConfig::new(NetworkCreateRequest {
         name: EGRESS_NETWORK.to_string(),
         driver: Some("bridge".into()),
         enable_ipv6: Some(false),
@@ -216,14 +213,14 @@ pub async fn egress_network(
             "egress".to_string(),
         )])),
         ..NetworkCreateRequest::default()
-    };
+    });
     match engine.create_network(request).await {
         Ok(_) => {}
-        Err(error) if is_conflict(&error) => {}
+        Err(error) if error.is_conflict() => {}
         Err(source) => {
             return Err(NetworkError::Egress {
                 name: EGRESS_NETWORK.to_string(),
-                source: source.into(),
+                source,
             });
         }
     }
@@ -238,7 +235,7 @@ pub async fn egress_network(
         });
     };
     for spare in &shared[1..] {
-        if let Err(error) = engine.remove_network(spare).await {
+        if let Err(error) = engine.ensure_network_removed(spare).await {
             tracing::debug!(%spare, %error, "spare egress network still in use");
         }
     }
@@ -247,20 +244,18 @@ pub async fn egress_network(
 
 /// The gateway addresses of network `id`: the host's own side of the bridge, which the
 /// proxy reaches directly (host listeners on 0.0.0.0 answer there).
-pub async fn gateways(engine: &Engine, id: &str) -> Result<Vec<IpAddr>, NetworkError> {
+pub async fn gateways(engine: &dyn ContainerEngine, id: &str) -> Result<Vec<IpAddr>, NetworkError> {
     let network = engine
         .inspect_network(id)
         .await
         .map_err(|source| NetworkError::Egress {
             name: id.to_string(),
-            source: source.into(),
+            source,
         })?;
     Ok(network
-        .ipam
-        .and_then(|ipam| ipam.config)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|config| config.gateway?.parse().ok())
+        .gateways
+        .iter()
+        .filter_map(|gateway| gateway.parse().ok())
         .collect())
 }
 
@@ -290,20 +285,22 @@ pub fn host_addresses() -> std::io::Result<Vec<IpAddr>> {
 }
 
 /// Ids of the shared egress networks (normally one), exact name match.
-async fn shared_egress_networks(engine: &Engine) -> Result<Vec<String>, NetworkError> {
-    let filters = HashMap::from([("name", vec![EGRESS_NETWORK])]);
-    let networks = engine.list_networks(&filters).await?;
+async fn shared_egress_networks(engine: &dyn ContainerEngine) -> Result<Vec<String>, NetworkError> {
+    let networks = engine
+        .list_networks(&ListFilter::Name(EGRESS_NETWORK.to_owned()))
+        .await
+        .map_err(EngineError::api("list networks"))?;
     Ok(networks
         .into_iter()
-        .filter(|network| network.name.as_deref() == Some(EGRESS_NETWORK))
-        .filter_map(|network| network.id)
+        .filter(|network| network.name == EGRESS_NETWORK)
+        .map(|network| network.id)
         .collect())
 }
 
-async fn shared_egress_id(engine: &Engine) -> Result<Option<String>, NetworkError> {
+async fn shared_egress_id(engine: &dyn ContainerEngine) -> Result<Option<String>, NetworkError> {
     match engine.inspect_network(EGRESS_NETWORK).await {
-        Ok(network) => Ok(network.id),
-        Err(error) if is_not_found(&error) => Ok(None),
+        Ok(network) => Ok((!network.id.is_empty()).then_some(network.id)),
+        Err(error) if error.is_not_found() => Ok(None),
         // Ambiguous name (two were created by a race): pick the same one everyone picks.
         Err(_) => {
             let mut shared = shared_egress_networks(engine).await?;

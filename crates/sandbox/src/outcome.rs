@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::docker::{DockerError, EngineError};
+use crate::engine::{DockerError, EngineError};
 use crate::images::ImageError;
 use crate::network::NetworkError;
 use crate::output::OutputStats;
@@ -192,12 +192,7 @@ impl RunError {
     }
 }
 
-pub(crate) fn docker_step(
-    step: impl Into<String>,
-) -> impl FnOnce(bollard::errors::Error) -> RunError {
+pub(crate) fn docker_step(step: impl Into<String>) -> impl FnOnce(DockerError) -> RunError {
     let step = step.into();
-    move |source| RunError::Docker {
-        step,
-        source: source.into(),
-    }
+    move |source| RunError::Docker { step, source }
 }

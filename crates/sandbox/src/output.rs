@@ -13,7 +13,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::docker::LogOutput;
+use crate::engine::{DockerError, OutputFrame};
 
 /// Where the command's output goes, and what it reads on its stdin. Made with
 /// [`stdio`](Self::stdio) or [`new`](Self::new), then [`with_events`](Self::with_events) /
@@ -222,7 +222,7 @@ pub(crate) async fn relay<S>(
     output_closed: CancellationToken,
 ) -> (OutputStats, StreamEnd)
 where
-    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+    S: Stream<Item = Result<OutputFrame, DockerError>> + Unpin,
 {
     let mut cap = OutputCap::new(limit);
     let closed = sinks.closed_pipe_ends_run.then_some(output_closed);
@@ -238,11 +238,8 @@ where
     };
     while let Some(frame) = frames.next().await {
         let (channel, message) = match frame {
-            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                (Channel::Stdout, message)
-            }
-            Ok(LogOutput::StdErr { message }) => (Channel::Stderr, message),
-            Ok(LogOutput::StdIn { .. }) => continue,
+            Ok(OutputFrame::Stdout(message)) => (Channel::Stdout, message),
+            Ok(OutputFrame::Stderr(message)) => (Channel::Stderr, message),
             Err(error) => {
                 tracing::debug!(%error, "output stream ended with an error");
                 return (cap.stats, StreamEnd::Error);
@@ -312,18 +309,10 @@ mod tests {
     #[tokio::test]
     async fn relay_splits_streams_and_marks_truncation_once() {
         let frames = futures_util::stream::iter(vec![
-            Ok(LogOutput::StdOut {
-                message: Bytes::from_static(b"hello\n"),
-            }),
-            Ok(LogOutput::StdErr {
-                message: Bytes::from_static(b"oops\n"),
-            }),
-            Ok(LogOutput::StdOut {
-                message: Bytes::from_static(b"0123456789"),
-            }),
-            Ok(LogOutput::StdOut {
-                message: Bytes::from_static(b"dropped"),
-            }),
+            Ok(OutputFrame::Stdout(Bytes::from_static(b"hello\n"))),
+            Ok(OutputFrame::Stderr(Bytes::from_static(b"oops\n"))),
+            Ok(OutputFrame::Stdout(Bytes::from_static(b"0123456789"))),
+            Ok(OutputFrame::Stdout(Bytes::from_static(b"dropped"))),
         ]);
         let (out_writer, mut out_reader) = tokio::io::duplex(1 << 16);
         let (err_writer, mut err_reader) = tokio::io::duplex(1 << 16);
@@ -355,11 +344,9 @@ mod tests {
     #[tokio::test]
     async fn a_broken_pipe_ends_the_run_only_for_sinks_that_ask() {
         for ends_run in [true, false] {
-            let frames = futures_util::stream::iter((0..3).map(|_| {
-                Ok(LogOutput::StdOut {
-                    message: Bytes::from_static(b"line\n"),
-                })
-            }));
+            let frames = futures_util::stream::iter(
+                (0..3).map(|_| Ok(OutputFrame::Stdout(Bytes::from_static(b"line\n")))),
+            );
             let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
             drop(reader);
             writer.set_nonblocking(true).unwrap();
@@ -383,11 +370,9 @@ mod tests {
 
     #[tokio::test]
     async fn once_the_run_is_over_output_nobody_reads_is_drained_into_nothing() {
-        let frames = futures_util::stream::iter((0..100).map(|_| {
-            Ok(LogOutput::StdOut {
-                message: Bytes::from(vec![b'y'; 1 << 16]),
-            })
-        }));
+        let frames = futures_util::stream::iter(
+            (0..100).map(|_| Ok(OutputFrame::Stdout(Bytes::from(vec![b'y'; 1 << 16])))),
+        );
         // Kept open and never read: the first write waits forever.
         let (out_writer, _out_reader) = tokio::io::duplex(1024);
         let run_over = CancellationToken::new();

@@ -307,7 +307,7 @@ async fn remove(objects: SlotObjects, sweep: bool) {
 /// is claimed or removed.
 async fn watch_slot(
     pool: Weak<Pool>,
-    engine: crate::docker::Engine,
+    engine: Arc<dyn crate::engine::ContainerEngine>,
     names: crate::labels::RunNames,
 ) {
     let (role, container, waited) = tokio::select! {
@@ -321,10 +321,7 @@ async fn watch_slot(
     let oom_killed = engine
         .inspect_container(container)
         .await
-        .ok()
-        .and_then(|inspect| inspect.state)
-        .and_then(|state| state.oom_killed)
-        .unwrap_or(false);
+        .is_ok_and(|state| state.oom_killed);
     if let Some(pool) = pool.upgrade() {
         pool.discard(&names.id, &how_it_stopped(role, status, oom_killed));
     }

@@ -40,23 +40,28 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::audit_tee::AuditTee;
 use crate::audit_trail::{self, ProxyOutput};
 use crate::container::launch_setup;
-use crate::docker::StdinWriter;
+use crate::engine::{DockerError, EngineCall, OutputFrames, StdinWriter};
 use crate::events::{EventSender, RunEvent};
 use crate::handle::Sandbox;
 use crate::launch_signal;
 use crate::outcome::docker_step;
 pub use crate::outcome::{Interruption, PROXY_FAILED_EXIT, RunError, RunOutcome, RunStatus};
 use crate::output::{self, OutputSinks, OutputStats, StreamEnd};
+use crate::runtime::RuntimeKind;
 use crate::slot::{Prepared, Slot, SlotObjects};
 use crate::spec::RunSpec;
 use crate::trust::TrustBundle;
+use crate::wiring::Wiring;
 use egress_core::tally::{AttemptCounts, AuditCounts};
 
 /// After SIGTERM the proxy closes tunnels, writes their records and exits (~1 s).
@@ -284,30 +289,47 @@ enum End {
     ProxyFailed,
 }
 
+/// How the sandbox's side of a running command and the proxy's tell each other what
+/// happened.
+#[derive(Default)]
+struct RunSignals {
+    /// The command is over: the proxy may stop. The output stream's end shows it well
+    /// before the engine reports the container stopped (~0.1 s: the engine's exit
+    /// bookkeeping), so both containers' exits overlap.
+    command_over: Arc<tokio::sync::Notify>,
+    /// Cancelled before a kill: the relay stops waiting on the caller (`output::relay`).
+    run_over: CancellationToken,
+    /// Cancelled when the output's reader went away and the sinks say that ends the run.
+    output_closed: CancellationToken,
+    /// Set before the run stops its own proxy: from then on the proxy's end is expected.
+    stopping_proxy: AtomicBool,
+}
+
+/// The sandbox's side of a run once its command is over.
+struct SandboxEnded {
+    status: RunStatus,
+    exit_code: i32,
+    duration: Duration,
+    output: OutputStats,
+}
+
 impl Run<'_> {
+    /// The run's steps: set-up (or an interrupt during it), the go signal, then the command
+    /// and its proxy side by side until both are over.
     async fn go<I>(
         &self,
         warm: Option<Slot>,
         audit_log: Option<AuditTee>,
-        sinks: OutputSinks,
+        mut sinks: OutputSinks,
         events: Option<EventSender>,
         interrupt: &mut std::pin::Pin<&mut I>,
     ) -> Result<RunOutcome, RunError>
     where
         I: Future<Output = Interruption>,
     {
-        let objects = self.objects;
-        // One path for both: a cold run prepares a slot of its own shape, then claims it.
-        let set_up = async {
-            let slot = match warm {
-                Some(slot) => slot,
-                None => objects.prepare(self.sandbox, self.spec).await?,
-            };
-            objects.claim(slot, self.spec, audit_log).await
-        };
-        let prepared = tokio::select! {
-            prepared = set_up => prepared?,
-            signal = interrupt.as_mut() => return Ok(self.outcome_before_start(signal)),
+        let prepared = match self.set_up(warm, audit_log, interrupt).await? {
+            Ok(prepared) => prepared,
+            Err(signal) => return Ok(self.outcome_before_start(signal)),
         };
         let Prepared {
             image,
@@ -317,178 +339,191 @@ impl Run<'_> {
             sandbox_output,
             launcher,
         } = prepared;
-        let engine = &objects.engine;
-        let names = &objects.names;
-        let sandbox = names.sandbox.as_str();
-
-        let mut sinks = sinks;
         let input = sinks.stdin.take();
         // Forwards the caller's input after the go signal; aborted when the run is over.
-        let mut forward_input = None;
-        match launcher {
-            // Already started behind the launcher: the proxy is ready, let the command run.
-            Some(mut go) => {
-                use tokio::io::AsyncWriteExt;
-                let mut setup = launch_setup(self.spec, wiring.proxy_ip());
-                if runtime.counts_tasks_itself() {
-                    setup.task_limit = Some(self.spec.limits.pids);
-                }
-                go.write_all(&launch_signal::encode(&setup))
-                    .await
-                    .map_err(|source| RunError::GoSignal { source })?;
-                forward_input = Some(AbortOnDropHandle::new(tokio::spawn(forward_stdin(
-                    input, go,
-                ))));
-            }
-            None => engine
-                .start_container(sandbox)
-                .await
-                .map_err(docker_step("start the sandbox"))?,
-        }
+        let forward_input = self.let_go(launcher, input, &wiring, runtime).await?;
         let started = Instant::now();
         tracing::debug!("sandbox started");
-        let emit = |event| {
-            let events = events.clone();
-            async move {
-                if let Some(events) = events {
-                    events.send(event).await;
-                }
-            }
-        };
-        // The proxy is stopped as soon as the command is over, which the output stream's
-        // end shows well before the engine reports the container stopped (~0.1 s: the
-        // engine's exit bookkeeping). Both containers' exits then overlap.
-        let command_over = std::sync::Arc::new(tokio::sync::Notify::new());
-        // Cancelled before a kill: the relay stops waiting on the caller (`output::relay`).
-        let run_over = tokio_util::sync::CancellationToken::new();
-        // Cancelled when the output's reader went away and the sinks say that ends the run.
-        let output_closed = tokio_util::sync::CancellationToken::new();
-        let relay = tokio::spawn({
-            let command_over = command_over.clone();
-            let relayed = output::relay(
-                sandbox_output,
-                sinks,
-                self.spec.limits.output,
-                run_over.clone(),
-                output_closed.clone(),
-            );
-            async move {
-                let (stats, end) = relayed.await;
-                tracing::debug!(?end, "sandbox output ended");
-                if end == StreamEnd::Eof {
-                    command_over.notify_one();
-                }
-                stats
-            }
-        });
-
-        // Set before the run stops its own proxy: from then on the proxy's end is expected.
-        let stopping_proxy = std::sync::atomic::AtomicBool::new(false);
-        let sandbox_side = async {
-            let wait = engine.wait_container(sandbox);
-            tokio::pin!(wait);
-            let run_end = async {
-                let end = tokio::select! {
-                    status = &mut wait => End::Exited(self.exit_status(status).await),
-                    () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
-                    signal = interrupt.as_mut() => End::Interrupted(signal),
-                    () = output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
-                    () = self.proxy_died(&stopping_proxy) => End::ProxyFailed,
-                };
-                // The run's end never waits for a receiver that is behind (`events`).
-                if let Some(events) = &events {
-                    events.stop_waiting();
-                }
-                end
-            };
-            // Alongside: a receiver that is behind must not hold the time limit.
-            let ((), end) = tokio::join!(emit(RunEvent::Started), run_end);
-            let duration = started.elapsed();
-            tracing::debug!("sandbox ended");
-            if !matches!(end, End::Exited(_)) {
-                // First: the engine's kill waits until the sandbox's output is read.
-                run_over.cancel();
-                // The container, not a process: a double-forked child that ignores SIGTERM
-                // dies too.
-                if let Err(error) = engine.kill_container(sandbox, "SIGKILL").await {
-                    tracing::warn!(%error, "cannot kill the sandbox; removing it");
-                    let _ = engine.remove_container(sandbox).await;
-                }
-                let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut wait).await;
-            }
-            emit(RunEvent::Ended).await;
-            command_over.notify_one();
-            let (status, exit_code) = match end {
-                End::Exited(code) if code == 137 && self.oom_killed().await => {
-                    (RunStatus::Oom, 137)
-                }
-                End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
-                End::Timeout => (RunStatus::Timeout, 124),
-                End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
-                End::ProxyFailed => (RunStatus::ProxyFailed, PROXY_FAILED_EXIT),
-            };
-            let mut relay = relay;
-            let output = match tokio::time::timeout(DRAIN_TIMEOUT, &mut relay).await {
-                Ok(Ok(stats)) => stats,
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "output relay failed");
-                    OutputStats::default()
-                }
-                Err(_) => {
-                    // Stopped, not left behind: it may be waiting on a caller that reads
-                    // nothing.
-                    relay.abort();
-                    tracing::warn!("output did not end after the sandbox stopped");
-                    OutputStats::default()
-                }
-            };
-            (status, exit_code, duration, output)
-        };
-        // Once the command is over: stop the proxy so it writes its last records (its
-        // output ends with the `end` record). Removing the containers and the network is
-        // left to the caller (`Leftovers`): the outcome does not wait for it.
-        let proxy_side = async {
-            command_over.notified().await;
-            stopping_proxy.store(true, std::sync::atomic::Ordering::SeqCst);
-            self.stop_proxy(proxy).await
-        };
-        let ((status, exit_code, duration, output), records) =
-            tokio::join!(sandbox_side, proxy_side);
+        let signals = RunSignals::default();
+        let relay = spawn_relay(sandbox_output, sinks, self.spec.limits.output, &signals);
+        let (ended, records) = tokio::join!(
+            self.sandbox_side(relay, &signals, events.as_ref(), interrupt, started),
+            self.proxy_side(proxy, &signals),
+        );
         drop(forward_input);
         tracing::debug!("proxy stopped: the outcome is known");
-        let (tally, head) = (records.tally, records.head);
-        let refusals = tally.refusals();
-        Ok(RunOutcome {
-            run_id: self.objects.names.id.clone(),
+        Ok(self.outcome(image, ended, records))
+    }
+
+    /// The slot (warm, or prepared now in the run's own shape) claimed for the spec: one
+    /// path for both. `Err` inside: the interrupt came first.
+    async fn set_up<I>(
+        &self,
+        warm: Option<Slot>,
+        audit_log: Option<AuditTee>,
+        interrupt: &mut std::pin::Pin<&mut I>,
+    ) -> Result<Result<Prepared, Interruption>, RunError>
+    where
+        I: Future<Output = Interruption>,
+    {
+        let objects = self.objects;
+        let set_up = async {
+            let slot = match warm {
+                Some(slot) => slot,
+                None => objects.prepare(self.sandbox, self.spec).await?,
+            };
+            objects.claim(slot, self.spec, audit_log).await
+        };
+        tokio::select! {
+            prepared = set_up => prepared.map(Ok),
+            signal = interrupt.as_mut() => Ok(Err(signal)),
+        }
+    }
+
+    /// Lets the command run: the go signal to its launcher (the proxy is ready), or, with
+    /// no launcher, the sandbox's start. Returns the task that forwards the caller's input.
+    async fn let_go(
+        &self,
+        launcher: Option<StdinWriter>,
+        input: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+        wiring: &Wiring,
+        runtime: RuntimeKind,
+    ) -> Result<Option<AbortOnDropHandle<()>>, RunError> {
+        use tokio::io::AsyncWriteExt;
+        let Some(mut go) = launcher else {
+            self.objects
+                .engine
+                .start_container(&self.objects.names.sandbox)
+                .await
+                .map_err(docker_step("start the sandbox"))?;
+            return Ok(None);
+        };
+        let mut setup = launch_setup(self.spec, wiring.proxy_ip());
+        if runtime.counts_tasks_itself() {
+            setup.task_limit = Some(self.spec.limits.pids);
+        }
+        go.write_all(&launch_signal::encode(&setup))
+            .await
+            .map_err(|source| RunError::GoSignal { source })?;
+        Ok(Some(AbortOnDropHandle::new(tokio::spawn(forward_stdin(
+            input, go,
+        )))))
+    }
+
+    /// Waits for the command's end, stops the sandbox if it did not exit by itself, and
+    /// says how it ended and what it wrote.
+    async fn sandbox_side<I>(
+        &self,
+        relay: JoinHandle<OutputStats>,
+        signals: &RunSignals,
+        events: Option<&EventSender>,
+        interrupt: &mut std::pin::Pin<&mut I>,
+        started: Instant,
+    ) -> SandboxEnded
+    where
+        I: Future<Output = Interruption>,
+    {
+        let mut wait = self
+            .objects
+            .engine
+            .wait_container(&self.objects.names.sandbox);
+        // Alongside: a receiver that is behind must not hold the time limit.
+        let ((), end) = tokio::join!(
+            emit(events, RunEvent::Started),
+            self.await_end(&mut wait, signals, events, interrupt),
+        );
+        let duration = started.elapsed();
+        tracing::debug!("sandbox ended");
+        if !matches!(end, End::Exited(_)) {
+            self.kill_sandbox(&signals.run_over, &mut wait).await;
+        }
+        emit(events, RunEvent::Ended).await;
+        signals.command_over.notify_one();
+        let (status, exit_code) = self.status_of(end).await;
+        SandboxEnded {
             status,
             exit_code,
             duration,
-            timeout: self.spec.limits.timeout,
-            image,
-            policy: self.spec.policy_name().to_string(),
-            output,
-            attempts: tally.attempts,
-            blocked: refusals.groups,
-            blocked_more: refusals.more,
-            audit: tally.audit(),
-            audit_head: head,
-            teardown_errors: Vec::new(),
-            audit_log_error: None,
-        })
+            output: collect_output(relay).await,
+        }
+    }
+
+    /// The first of: the sandbox's exit, the time limit, the interrupt, the output's reader
+    /// gone, the proxy's death.
+    async fn await_end<I>(
+        &self,
+        wait: &mut EngineCall<'_, i64>,
+        signals: &RunSignals,
+        events: Option<&EventSender>,
+        interrupt: &mut std::pin::Pin<&mut I>,
+    ) -> End
+    where
+        I: Future<Output = Interruption>,
+    {
+        let end = tokio::select! {
+            status = wait => End::Exited(self.exit_status(status).await),
+            () = tokio::time::sleep(self.spec.limits.timeout) => End::Timeout,
+            signal = interrupt.as_mut() => End::Interrupted(signal),
+            () = signals.output_closed.cancelled() => End::Interrupted(Interruption::OutputClosed),
+            () = self.proxy_died(&signals.stopping_proxy) => End::ProxyFailed,
+        };
+        // The run's end never waits for a receiver that is behind (`events`).
+        if let Some(events) = events {
+            events.stop_waiting();
+        }
+        end
+    }
+
+    /// Kills a sandbox whose command did not exit by itself and waits (bounded) for it.
+    async fn kill_sandbox(&self, run_over: &CancellationToken, wait: &mut EngineCall<'_, i64>) {
+        let engine = &self.objects.engine;
+        let sandbox = self.objects.names.sandbox.as_str();
+        // First: the engine's kill waits until the sandbox's output is read.
+        run_over.cancel();
+        // The container, not a process: a double-forked child that ignores SIGTERM dies too.
+        if let Err(error) = engine.signal_if_running(sandbox, "SIGKILL").await {
+            tracing::warn!(%error, "cannot kill the sandbox; removing it");
+            let _ = engine.ensure_container_removed(sandbox).await;
+        }
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, wait).await;
+    }
+
+    /// The run's status and exit code for how it ended.
+    async fn status_of(&self, end: End) -> (RunStatus, i32) {
+        match end {
+            End::Exited(137) if self.oom_killed().await => (RunStatus::Oom, 137),
+            End::Exited(code) => (RunStatus::Exited, i32::try_from(code).unwrap_or(255)),
+            End::Timeout => (RunStatus::Timeout, 124),
+            End::Interrupted(signal) => (RunStatus::Interrupted, signal.exit_code()),
+            End::ProxyFailed => (RunStatus::ProxyFailed, PROXY_FAILED_EXIT),
+        }
+    }
+
+    /// Once the command is over: stops the proxy so it writes its last records (its output
+    /// ends with the `end` record). Removing the containers and the network is left to the
+    /// caller (`Leftovers`): the outcome does not wait for it.
+    async fn proxy_side(
+        &self,
+        proxy: ProxyOutput,
+        signals: &RunSignals,
+    ) -> audit_trail::ProxyRecords {
+        signals.command_over.notified().await;
+        signals.stopping_proxy.store(true, Ordering::SeqCst);
+        self.stop_proxy(proxy).await
     }
 
     /// Resolves when the proxy container stops on its own while the command runs (killed,
     /// crashed, out of memory). Without its proxy a run cannot record its attempts, so the
     /// caller kills the sandbox. Never resolves once `stopping` says the run stops the
     /// proxy itself, nor when the engine cannot be asked (that is no proof of a death).
-    async fn proxy_died(&self, stopping: &std::sync::atomic::AtomicBool) {
+    async fn proxy_died(&self, stopping: &AtomicBool) {
         match self
             .objects
             .engine
             .wait_container(&self.objects.names.proxy)
             .await
         {
-            Ok(code) if !stopping.load(std::sync::atomic::Ordering::SeqCst) => {
+            Ok(code) if !stopping.load(Ordering::SeqCst) => {
                 tracing::warn!(
                     code,
                     "the proxy stopped during the run; killing the sandbox"
@@ -502,7 +537,7 @@ impl Run<'_> {
     }
 
     /// The wait answer, or the inspected exit code if the wait itself failed.
-    async fn exit_status(&self, waited: Result<i64, bollard::errors::Error>) -> i64 {
+    async fn exit_status(&self, waited: Result<i64, DockerError>) -> i64 {
         match waited {
             Ok(code) => code,
             Err(error) => {
@@ -512,7 +547,7 @@ impl Run<'_> {
                     .inspect_container(&self.objects.names.sandbox)
                     .await
                     .ok()
-                    .and_then(|inspect| inspect.state?.exit_code)
+                    .and_then(|state| state.exit_code)
                     .unwrap_or(125)
             }
         }
@@ -525,10 +560,7 @@ impl Run<'_> {
         let engine = &self.objects.engine;
         let sandbox = self.objects.names.sandbox.as_str();
         let flagged = match engine.inspect_container(sandbox).await {
-            Ok(inspect) => inspect
-                .state
-                .and_then(|state| state.oom_killed)
-                .unwrap_or(false),
+            Ok(state) => state.oom_killed,
             Err(error) => {
                 tracing::warn!(%error, "cannot inspect the sandbox for an OOM kill");
                 false
@@ -538,12 +570,14 @@ impl Run<'_> {
             || engine
                 .saw_oom_event(sandbox, OOM_LOOKBACK, OOM_EVENT_WAIT)
                 .await
+                .unwrap_or(false)
     }
 
     /// SIGTERM, then the rest of the audit records until the proxy's output ends.
     async fn stop_proxy(&self, mut proxy: ProxyOutput) -> audit_trail::ProxyRecords {
+        let engine = &self.objects.engine;
         let name = self.objects.names.proxy.as_str();
-        if let Err(error) = self.objects.engine.kill_container(name, "SIGTERM").await {
+        if let Err(error) = engine.signal_if_running(name, "SIGTERM").await {
             tracing::debug!(%error, "cannot signal the proxy");
         }
         tracing::debug!("proxy signalled");
@@ -552,13 +586,41 @@ impl Run<'_> {
             return joined.unwrap_or_default();
         }
         tracing::warn!("the proxy did not stop in time; killing it");
-        let _ = self.objects.engine.remove_container(name).await;
+        let _ = engine.ensure_container_removed(name).await;
         match tokio::time::timeout(Duration::from_secs(2), &mut proxy.records).await {
             Ok(joined) => joined.unwrap_or_default(),
             Err(_) => {
                 proxy.records.abort();
                 audit_trail::ProxyRecords::default()
             }
+        }
+    }
+
+    /// What the run amounted to, from the sandbox's end and the proxy's records.
+    fn outcome(
+        &self,
+        image: String,
+        ended: SandboxEnded,
+        records: audit_trail::ProxyRecords,
+    ) -> RunOutcome {
+        let (tally, head) = (records.tally, records.head);
+        let refusals = tally.refusals();
+        RunOutcome {
+            run_id: self.objects.names.id.clone(),
+            status: ended.status,
+            exit_code: ended.exit_code,
+            duration: ended.duration,
+            timeout: self.spec.limits.timeout,
+            image,
+            policy: self.spec.policy_name().to_string(),
+            output: ended.output,
+            attempts: tally.attempts,
+            blocked: refusals.groups,
+            blocked_more: refusals.more,
+            audit: tally.audit(),
+            audit_head: head,
+            teardown_errors: Vec::new(),
+            audit_log_error: None,
         }
     }
 
@@ -582,3 +644,57 @@ impl Run<'_> {
         }
     }
 }
+
+/// Sends `event` when the run is followed.
+async fn emit(events: Option<&EventSender>, event: RunEvent) {
+    if let Some(events) = events {
+        events.send(event).await;
+    }
+}
+
+/// Relays the sandbox's output into `sinks` as a task of its own; its end (the stream's
+/// EOF) says the command is over.
+fn spawn_relay(
+    output: OutputFrames,
+    sinks: OutputSinks,
+    limit: u64,
+    signals: &RunSignals,
+) -> JoinHandle<OutputStats> {
+    let relayed = output::relay(
+        output,
+        sinks,
+        limit,
+        signals.run_over.clone(),
+        signals.output_closed.clone(),
+    );
+    let command_over = signals.command_over.clone();
+    tokio::spawn(async move {
+        let (stats, end) = relayed.await;
+        tracing::debug!(?end, "sandbox output ended");
+        if end == StreamEnd::Eof {
+            command_over.notify_one();
+        }
+        stats
+    })
+}
+
+/// What the relay counted, once the sandbox stopped and its output ended (bounded: a stuck
+/// stream is stopped, not left behind).
+async fn collect_output(mut relay: JoinHandle<OutputStats>) -> OutputStats {
+    match tokio::time::timeout(DRAIN_TIMEOUT, &mut relay).await {
+        Ok(Ok(stats)) => stats,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "output relay failed");
+            OutputStats::default()
+        }
+        Err(_) => {
+            // Stopped, not left behind: it may be waiting on a caller that reads nothing.
+            relay.abort();
+            tracing::warn!("output did not end after the sandbox stopped");
+            OutputStats::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

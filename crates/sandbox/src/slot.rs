@@ -16,19 +16,22 @@
 //!   ([`launch_setup`](super::container::launch_setup)).
 //!
 //! A slot serves one run: its objects are that run's, named by its run id, labelled with
-//! its owner, registered with its [`Teardown`] before they exist.
+//! its owner, registered with its [`Teardown`] before they exist. Each step is a method of
+//! its own, talking to the engine through [`ContainerEngine`], so the fake engine's tests
+//! fail each call in turn.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, EndpointSettings};
-
 use crate::audit_tee::AuditTee;
 use crate::audit_trail::{self, ProxyOutput};
 use crate::container::{HeldStart, proxy_body, proxy_handoff, sandbox_body};
-use crate::docker::{Engine, ImageFacts, OutputFrames, StdinWriter};
+use crate::engine::{
+    ContainerConfig, ContainerEngine, DockerError, ImageFacts, LiveLimits, OutputFrames,
+    StdinWriter,
+};
 use crate::handle::Sandbox;
 use crate::images;
 use crate::labels::{Owner, RunNames, random_hostname};
@@ -45,15 +48,8 @@ use crate::wiring::{DoorsDir, Wiring};
 /// How long the proxy may take from its handoff to its ready line.
 pub(crate) const PROXY_READY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The limits Docker changes on a live container (`docker update`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct LiveLimits {
-    pub memory: u64,
-    pub nano_cpus: i64,
-    pub pids: u64,
-}
-
 impl LiveLimits {
+    /// The live limits `spec` asks for.
     pub(crate) fn of(spec: &RunSpec) -> LiveLimits {
         LiveLimits {
             memory: spec.limits.memory,
@@ -114,7 +110,7 @@ pub(crate) fn trust_fits(spec: &RunSpec, trust_mounted: bool) -> bool {
 
 /// One run's objects, from before they exist until they are removed.
 pub(crate) struct SlotObjects {
-    pub(crate) engine: Engine,
+    pub(crate) engine: Arc<dyn ContainerEngine>,
     pub(crate) names: RunNames,
     pub(crate) labels: HashMap<String, String>,
     /// Whose run this is: stamped in its host directories too (`host_dirs`).
@@ -181,7 +177,7 @@ impl SlotObjects {
     /// Fresh names and labels for one run of `sandbox`'s owner; nothing exists yet.
     pub(crate) fn new(sandbox: &Sandbox, trust: Option<TrustBundle>) -> SlotObjects {
         let names = RunNames::generate();
-        let engine = sandbox.engine();
+        let engine = sandbox.shared_engine();
         SlotObjects {
             engine: engine.clone(),
             labels: sandbox.owner().labels(&names.id),
@@ -202,131 +198,42 @@ impl SlotObjects {
         sandbox: &Sandbox,
         template: &RunSpec,
     ) -> Result<Slot, RunError> {
-        let engine = &self.engine;
-        let behind_launcher = engine.is_local();
+        let behind_launcher = self.engine.is_local();
         if !behind_launcher && !template.files.is_empty() {
             return Err(RunError::FilesNeedLocalEngine);
         }
-        let (proxy_image, (image, facts), (egress, floor_extra), wiring) = tokio::try_join!(
-            async { sandbox.proxy_image().await.map_err(RunError::from) },
-            async {
-                let image = match &template.image {
-                    Some(image) => images::require_local_image(engine, image)
-                        .await
-                        .map(|()| image.clone())?,
-                    None => sandbox.base_image().await?,
-                };
-                let facts = if behind_launcher {
-                    engine
-                        .image_facts(&image)
-                        .await
-                        .map_err(docker_step(format!("inspect the image {image}")))?
-                } else {
-                    ImageFacts::default()
-                };
-                Ok::<_, RunError>((image, facts))
-            },
-            async {
-                let egress =
-                    network::egress_network(engine, template.egress_network.as_deref()).await?;
-                let gateways = network::gateways(engine, &egress).await?;
-                // This host's addresses are the engine host's only when the engine is local.
-                let host_addresses = if behind_launcher {
-                    network::host_addresses().map_err(RunError::HostAddresses)?
-                } else {
-                    Vec::new()
-                };
-                let floor_extra = network::floor_extra(&gateways, &host_addresses);
-                Ok::<_, RunError>((egress, floor_extra))
-            },
-            async {
-                let runtime = engine.runtime_kind(template.runtime.as_deref()).await?;
-                match runtime.wiring(behind_launcher) {
-                    WiringChoice::PassedListeners => {}
-                    WiringChoice::RunNetwork => {
-                        return self
-                            .run_network(engine, template)
-                            .await
-                            .map(|wiring| (wiring, runtime));
-                    }
-                    WiringChoice::Unusable => {
-                        return Err(RunError::RuntimeUnreachable {
-                            name: template.runtime.clone().unwrap_or_default(),
-                            kind: runtime.describe(),
-                        });
-                    }
-                }
-                {
-                    // No network of its own: the launcher passes the sandbox's doors.
-                    let doors = DoorsDir::create(&self.owner).map_err(RunError::DoorsDir)?;
-                    let wiring = Wiring::PassedListeners {
-                        doors: doors.path().to_path_buf(),
-                    };
-                    let _ = self.doors.set(doors);
-                    Ok::<_, RunError>((wiring, runtime))
-                }
-            },
-        )?;
-        let (wiring, runtime) = wiring;
-        tracing::debug!(%proxy_image, %image, ?wiring, "images and wiring ready");
+        let ready = self.gather(sandbox, template, behind_launcher).await?;
+        tracing::debug!(proxy_image = %ready.proxy_image, image = %ready.image, wiring = ?ready.wiring, "images and wiring ready");
         let held = if behind_launcher {
-            // The proxy image's tag names the binary's content: the launcher's mount is named
-            // by it too (`launcher_binary`), not by where the binary lives.
-            let content_id = proxy_image
-                .rsplit(':')
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            let source = sandbox.proxy_binary().to_path_buf();
-            let binary = tokio::task::spawn_blocking(move || {
-                super::launcher_binary::place(&source, &content_id)
-            })
-            .await
-            .map_err(|error| RunError::LauncherBinary(std::io::Error::other(error)))??;
-            Some(HeldStart {
-                binary,
-                image_entrypoint: facts.entrypoint,
-            })
+            Some(held_start(sandbox, &ready.proxy_image, ready.facts.entrypoint.clone()).await?)
         } else {
             None
         };
-        // The image's own CA bundle: read from a probe container while the proxy starts,
-        // unless this handle read it for the same image before. (A trust bundle implies a
-        // local engine, so the image was inspected and its id is known.)
-        let image_bundle = async {
-            if self.trust.is_none() {
-                return Ok(Arc::from(&[][..]));
-            }
-            if let Some(bundle) = sandbox.kept_image_bundle(&facts.id) {
-                tracing::debug!(bytes = bundle.len(), "image CA bundle known");
-                return Ok(bundle);
-            }
-            let probe = trust::probe_name(&self.names.sandbox);
-            let bundle: Arc<[u8]> =
-                trust::image_bundle(engine, &self.teardown, &image, &probe, &self.labels)
-                    .await?
-                    .into();
-            tracing::debug!(bytes = bundle.len(), "image CA bundle read");
-            if !facts.id.is_empty() {
-                sandbox.keep_image_bundle(&facts.id, bundle.clone());
-            }
-            Ok::<_, RunError>(bundle)
-        };
         let hostname = random_hostname();
         let ((proxy_frames, proxy_stdin), (sandbox_output, launcher), image_bundle) = tokio::try_join!(
-            self.start_proxy(&proxy_image, &wiring, &egress, &floor_extra),
-            self.create_sandbox(template, &image, &wiring, runtime, &hostname, held.as_ref()),
-            image_bundle,
+            self.start_proxy(
+                &ready.proxy_image,
+                &ready.wiring,
+                &ready.egress,
+                &ready.floor_extra
+            ),
+            self.create_sandbox(
+                template,
+                &ready.image,
+                &ready.wiring,
+                ready.runtime,
+                &hostname,
+                held.as_ref()
+            ),
+            self.image_bundle(sandbox, &ready.image, &ready.facts.id),
         )?;
-        // The proxy answers this name itself only where resolv.conf sends lookups to it.
-        let resolv_hostname = behind_launcher.then_some(hostname);
         // With passed listeners the proxy is created on the egress network: nothing to connect.
-        let egress_connected = matches!(wiring, Wiring::PassedListeners { .. });
+        let egress_connected = matches!(ready.wiring, Wiring::PassedListeners { .. });
         Ok(Slot {
-            image,
-            wiring,
-            runtime,
-            egress,
+            image: ready.image,
+            wiring: ready.wiring,
+            runtime: ready.runtime,
+            egress: ready.egress,
             egress_connected,
             limits: LiveLimits::of(template),
             proxy_frames,
@@ -334,17 +241,116 @@ impl SlotObjects {
             sandbox_output,
             launcher,
             image_bundle,
-            resolv_hostname,
+            // The proxy answers this name itself only where resolv.conf sends lookups to it.
+            resolv_hostname: behind_launcher.then_some(hostname),
         })
     }
 
+    /// What the containers are made from, each part found or made alongside the others:
+    /// the proxy image, the run's image, the egress network and the proxy's floor, the wiring.
+    async fn gather(
+        &self,
+        sandbox: &Sandbox,
+        template: &RunSpec,
+        behind_launcher: bool,
+    ) -> Result<Ingredients, RunError> {
+        let (proxy_image, (image, facts), (egress, floor_extra), (wiring, runtime)) = tokio::try_join!(
+            async { sandbox.proxy_image().await.map_err(RunError::from) },
+            self.run_image(sandbox, template, behind_launcher),
+            self.egress(template, behind_launcher),
+            self.wiring(template, behind_launcher),
+        )?;
+        Ok(Ingredients {
+            proxy_image,
+            image,
+            facts,
+            egress,
+            floor_extra,
+            wiring,
+            runtime,
+        })
+    }
+
+    /// The image the sandbox runs (`--image`, which must exist, else the base image) and,
+    /// when a launcher goes in front of it, what the launcher needs of it.
+    async fn run_image(
+        &self,
+        sandbox: &Sandbox,
+        template: &RunSpec,
+        behind_launcher: bool,
+    ) -> Result<(String, ImageFacts), RunError> {
+        let image = match &template.image {
+            Some(image) => images::require_local_image(&*self.engine, image)
+                .await
+                .map(|()| image.clone())?,
+            None => sandbox.base_image().await?,
+        };
+        let facts = if behind_launcher {
+            self.engine
+                .inspect_image(&image)
+                .await
+                .map_err(docker_step(format!("inspect the image {image}")))?
+        } else {
+            ImageFacts::default()
+        };
+        Ok((image, facts))
+    }
+
+    /// The egress network's id and the addresses the proxy refuses besides the private
+    /// floor (the egress gateways; with a local engine, this host's own addresses).
+    async fn egress(
+        &self,
+        template: &RunSpec,
+        behind_launcher: bool,
+    ) -> Result<(String, Vec<IpAddr>), RunError> {
+        let engine = &*self.engine;
+        let egress = network::egress_network(engine, template.egress_network.as_deref()).await?;
+        let gateways = network::gateways(engine, &egress).await?;
+        // This host's addresses are the engine host's only when the engine is local.
+        let host_addresses = if behind_launcher {
+            network::host_addresses().map_err(RunError::HostAddresses)?
+        } else {
+            Vec::new()
+        };
+        Ok((egress, network::floor_extra(&gateways, &host_addresses)))
+    }
+
+    /// How the sandbox reaches its proxy under the template's runtime: the doors directory
+    /// its launcher passes them through, or a network of the run's own.
+    async fn wiring(
+        &self,
+        template: &RunSpec,
+        behind_launcher: bool,
+    ) -> Result<(Wiring, RuntimeKind), RunError> {
+        let runtime = self
+            .engine
+            .runtime_kind(template.runtime.as_deref())
+            .await?;
+        match runtime.wiring(behind_launcher) {
+            WiringChoice::PassedListeners => {
+                // No network of its own: the launcher passes the sandbox's doors.
+                let doors = DoorsDir::create(&self.owner).map_err(RunError::DoorsDir)?;
+                let wiring = Wiring::PassedListeners {
+                    doors: doors.path().to_path_buf(),
+                };
+                let _ = self.doors.set(doors);
+                Ok((wiring, runtime))
+            }
+            WiringChoice::RunNetwork => Ok((self.run_network(template).await?, runtime)),
+            WiringChoice::Unusable => Err(RunError::RuntimeUnreachable {
+                name: template.runtime.clone().unwrap_or_default(),
+                kind: runtime.describe(),
+            }),
+        }
+    }
+
     /// Both containers on a network of this run's own.
-    async fn run_network(&self, engine: &Engine, template: &RunSpec) -> Result<Wiring, RunError> {
+    async fn run_network(&self, template: &RunSpec) -> Result<Wiring, RunError> {
         self.teardown.track_network(&self.names.network);
         let subnet = self
             .teardown
             .complete(network::create_run_network(
-                engine.clone(),
+                self.engine.clone(),
                 template.subnet_pool,
                 self.names.network.clone(),
                 self.labels.clone(),
@@ -354,6 +360,35 @@ impl SlotObjects {
             network: self.names.network.clone(),
             subnet,
         })
+    }
+
+    /// The image's own CA bundle, when the trust bundle is to be filled at the claim: read
+    /// from a probe container while the proxy starts, unless this handle read it for the
+    /// same image (id `image_id`) before. (A trust bundle implies a local engine, so the
+    /// image was inspected and its id is known.)
+    async fn image_bundle(
+        &self,
+        sandbox: &Sandbox,
+        image: &str,
+        image_id: &str,
+    ) -> Result<Arc<[u8]>, RunError> {
+        if self.trust.is_none() {
+            return Ok(Arc::from(&[][..]));
+        }
+        if let Some(bundle) = sandbox.kept_image_bundle(image_id) {
+            tracing::debug!(bytes = bundle.len(), "image CA bundle known");
+            return Ok(bundle);
+        }
+        let probe = trust::probe_name(&self.names.sandbox);
+        let bundle: Arc<[u8]> =
+            trust::image_bundle(&self.engine, &self.teardown, image, &probe, &self.labels)
+                .await?
+                .into();
+        tracing::debug!(bytes = bundle.len(), "image CA bundle read");
+        if !image_id.is_empty() {
+            sandbox.keep_image_bundle(image_id, bundle.clone());
+        }
+        Ok(bundle)
     }
 
     /// Connects the slot's proxy to the egress network ahead of its claim. Safe before the
@@ -369,7 +404,7 @@ impl SlotObjects {
 
     async fn connect_proxy(&self, egress: &str) -> Result<(), RunError> {
         self.engine
-            .connect_network(egress, &self.names.proxy, EndpointSettings::default())
+            .connect_network(egress, &self.names.proxy)
             .await
             .map_err(docker_step("connect the proxy to the egress network"))?;
         tracing::debug!("proxy connected to the egress network");
@@ -384,74 +419,22 @@ impl SlotObjects {
         spec: &RunSpec,
         audit_log: Option<AuditTee>,
     ) -> Result<Prepared, RunError> {
-        let engine = &self.engine;
-        let limits = LiveLimits::of(spec);
-        let slot_limits = slot.limits;
-        let egress_connected = slot.egress_connected;
-        let egress = slot.egress.clone();
-        // Under a runtime whose limits stay those of the create, the slot fits only runs
-        // that need no update (`Slot::limits_fit`); the launcher lowers the task limit itself.
-        let updates = slot.runtime.updates_live_limits();
-        let update = async {
-            if limits != slot_limits && updates {
-                engine
-                    .update_limits(
-                        &self.names.sandbox,
-                        limits.memory,
-                        limits.nano_cpus,
-                        host_pids(slot.runtime, limits.pids),
-                    )
-                    .await
-                    .map_err(docker_step("update the sandbox's limits"))?;
-                tracing::debug!(?limits, "sandbox limits updated");
-            }
-            Ok::<_, RunError>(())
-        };
         let mut proxy = audit_trail::spawn_reader(slot.proxy_frames, audit_log);
-        let mut stdin = slot.proxy_stdin;
-        let handoff = async {
-            // The run's own configuration goes over stdin, never into arguments (visible
-            // to `docker inspect`); the proxy reads this one line before it binds anything.
-            use tokio::io::AsyncWriteExt;
-            let mut handoff = proxy_handoff(spec, &self.names.id);
-            handoff.sandbox_hostname = slot.resolv_hostname.clone();
-            let line = handoff.to_line();
-            stdin
-                .write_all(line.as_bytes())
-                .await
-                .and(stdin.shutdown().await)
-                .map_err(|source| RunError::Handoff { source })?;
-            tracing::debug!("handoff written to the proxy");
-            Ok::<_, RunError>(())
-        };
         // Connected after the start rather than before: a start with one network is
         // cheaper, and the proxy's ready line comes meanwhile. The launcher opens only after
         // both, so the command never runs before the proxy can reach the outside.
         let connect = async {
-            if !egress_connected {
-                self.connect_proxy(&egress).await?;
+            if !slot.egress_connected {
+                self.connect_proxy(&slot.egress).await?;
             }
             Ok::<_, RunError>(())
         };
-        tokio::try_join!(update, handoff, connect)?;
-        let ready = match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
-            Ok(Ok(Ok(ready))) => ready,
-            Ok(Ok(Err(not_ready))) => {
-                return Err(RunError::ProxyNotReady {
-                    detail: not_ready.detail,
-                });
-            }
-            Ok(Err(_)) => {
-                return Err(RunError::ProxyNotReady {
-                    detail: "its output ended".into(),
-                });
-            }
-            Err(_) => {
-                return Err(RunError::ProxyReadyTimeout {
-                    waited: PROXY_READY_TIMEOUT,
-                });
-            }
-        };
+        tokio::try_join!(
+            self.update_limits(slot.runtime, slot.limits, spec),
+            self.hand_off(slot.proxy_stdin, spec, slot.resolv_hostname.clone()),
+            connect,
+        )?;
+        let ready = await_ready(&mut proxy).await?;
         tracing::debug!("proxy ready");
         // The command is still held by its launcher: it sees the full bundle from its start.
         if let Some(trust) = &self.trust {
@@ -468,6 +451,52 @@ impl SlotObjects {
         })
     }
 
+    /// Sets `spec`'s live limits on the sandbox when they differ from the slot's. Under a
+    /// runtime whose limits stay those of the create, the slot fits only runs that need no
+    /// update (`Slot::limits_fit`); the launcher lowers the task limit itself.
+    async fn update_limits(
+        &self,
+        runtime: RuntimeKind,
+        slot_limits: LiveLimits,
+        spec: &RunSpec,
+    ) -> Result<(), RunError> {
+        let limits = LiveLimits::of(spec);
+        if limits == slot_limits || !runtime.updates_live_limits() {
+            return Ok(());
+        }
+        let host = LiveLimits {
+            pids: host_pids(runtime, limits.pids),
+            ..limits
+        };
+        self.engine
+            .update_container(&self.names.sandbox, host)
+            .await
+            .map_err(docker_step("update the sandbox's limits"))?;
+        tracing::debug!(?limits, "sandbox limits updated");
+        Ok(())
+    }
+
+    /// The run's own configuration goes over the proxy's stdin, never into arguments
+    /// (visible to `docker inspect`); the proxy reads this one line before it binds anything.
+    async fn hand_off(
+        &self,
+        mut stdin: StdinWriter,
+        spec: &RunSpec,
+        sandbox_hostname: Option<String>,
+    ) -> Result<(), RunError> {
+        use tokio::io::AsyncWriteExt;
+        let mut handoff = proxy_handoff(spec, &self.names.id);
+        handoff.sandbox_hostname = sandbox_hostname;
+        let line = handoff.to_line();
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .and(stdin.shutdown().await)
+            .map_err(|source| RunError::Handoff { source })?;
+        tracing::debug!("handoff written to the proxy");
+        Ok(())
+    }
+
     /// Creates, attaches to and starts the proxy; it waits for its handoff on stdin.
     async fn start_proxy(
         &self,
@@ -476,17 +505,17 @@ impl SlotObjects {
         egress: &str,
         floor_extra: &[IpAddr],
     ) -> Result<(OutputFrames, StdinWriter), RunError> {
-        let engine = &self.engine;
         let name = self.names.proxy.as_str();
         let body = proxy_body(image, wiring, egress, floor_extra, &self.labels);
-        self.create_tracked(name, body, "create the proxy container")
-            .await?;
+        self.create_tracked(
+            name,
+            ContainerConfig::new(body),
+            "create the proxy container",
+        )
+        .await?;
         tracing::debug!("proxy created");
-        let attached = engine
-            .attach_with_stdin(name)
-            .await
-            .map_err(docker_step("attach to the proxy"))?;
-        engine
+        let attached = self.attach_with_stdin(name, "attach to the proxy").await?;
+        self.engine
             .start_container(name)
             .await
             .map_err(docker_step("start the proxy"))?;
@@ -499,19 +528,38 @@ impl SlotObjects {
     async fn create_tracked(
         &self,
         name: &str,
-        body: ContainerCreateBody,
+        config: ContainerConfig,
         step: &str,
     ) -> Result<(), RunError> {
         self.teardown.track_container(name);
+        let creation = {
+            let (engine, name) = (self.engine.clone(), name.to_owned());
+            async move { engine.create_container(&name, config).await }
+        };
         self.teardown
-            .complete(
-                self.engine
-                    .clone()
-                    .create_container_owned(name.to_string(), body),
-            )
+            .complete(creation)
             .await
             .map_err(docker_step(step))?;
         Ok(())
+    }
+
+    /// The container's output and a writer to its stdin.
+    async fn attach_with_stdin(
+        &self,
+        name: &str,
+        step: &str,
+    ) -> Result<(OutputFrames, StdinWriter), RunError> {
+        let attached = self
+            .engine
+            .attach_container(name, true)
+            .await
+            .map_err(docker_step(step))?;
+        let stdin = attached.stdin.ok_or_else(|| {
+            docker_step(step)(DockerError::Protocol {
+                message: format!("the attach to {name} gave no stdin"),
+            })
+        })?;
+        Ok((attached.output, stdin))
     }
 
     /// Creates the sandbox and attaches to it; with a launcher, also starts it (the command
@@ -525,8 +573,41 @@ impl SlotObjects {
         hostname: &str,
         held: Option<&HeldStart>,
     ) -> Result<(OutputFrames, Option<StdinWriter>), RunError> {
-        let engine = &self.engine;
         let name = self.names.sandbox.as_str();
+        let config = self.sandbox_config(template, image, wiring, runtime, hostname, held)?;
+        self.create_tracked(name, config, "create the sandbox container")
+            .await?;
+        if held.is_none() {
+            let attached = self
+                .engine
+                .attach_container(name, false)
+                .await
+                .map_err(docker_step("attach to the sandbox"))?;
+            return Ok((attached.output, None));
+        }
+        let (output, stdin) = self
+            .attach_with_stdin(name, "attach to the sandbox")
+            .await?;
+        self.engine
+            .start_container(name)
+            .await
+            .map_err(docker_step("start the sandbox"))?;
+        tracing::debug!("sandbox started behind its launcher");
+        Ok((output, Some(stdin)))
+    }
+
+    /// The sandbox's create request: its host pids limit for `runtime`, the trust bundle's
+    /// mounts, and (behind a launcher, so a local engine: only that one mounts a host file)
+    /// its resolv.conf naming the proxy.
+    fn sandbox_config(
+        &self,
+        template: &RunSpec,
+        image: &str,
+        wiring: &Wiring,
+        runtime: RuntimeKind,
+        hostname: &str,
+        held: Option<&HeldStart>,
+    ) -> Result<ContainerConfig, RunError> {
         let mut body = sandbox_body(template, image, wiring, hostname, &self.labels, held);
         if let Some(host) = body.host_config.as_mut() {
             host.pids_limit = Some(host_pids(runtime, template.limits.pids) as i64);
@@ -534,32 +615,64 @@ impl SlotObjects {
         if let Some(trust) = &self.trust {
             trust.add_to(&mut body);
         }
-        // A host file can be mounted only by a local engine, which is the one with a launcher.
         if held.is_some() {
             let resolv =
                 ResolvConf::create(wiring.proxy_ip(), &self.owner).map_err(RunError::ResolvConf)?;
             resolv.add_to(&mut body);
             let _ = self.resolv.set(resolv);
         }
-        self.create_tracked(name, body, "create the sandbox container")
-            .await?;
-        if held.is_none() {
-            let output = engine
-                .attach_output(name)
-                .await
-                .map_err(docker_step("attach to the sandbox"))?;
-            return Ok((output, None));
-        }
-        let (output, stdin) = engine
-            .attach_with_stdin(name)
+        Ok(ContainerConfig::new(body))
+    }
+}
+
+/// What a slot's containers are made from ([`SlotObjects::gather`]).
+struct Ingredients {
+    proxy_image: String,
+    image: String,
+    facts: ImageFacts,
+    egress: String,
+    floor_extra: Vec<IpAddr>,
+    wiring: Wiring,
+    runtime: RuntimeKind,
+}
+
+/// The launcher in front of the sandbox's command: the handle's binary at a place named by
+/// its content (the proxy image's tag names that content too, `launcher_binary`), and the
+/// image's own entrypoint, which the command follows.
+async fn held_start(
+    sandbox: &Sandbox,
+    proxy_image: &str,
+    image_entrypoint: Vec<String>,
+) -> Result<HeldStart, RunError> {
+    let content_id = proxy_image
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let source = sandbox.proxy_binary().to_path_buf();
+    let binary =
+        tokio::task::spawn_blocking(move || super::launcher_binary::place(&source, &content_id))
             .await
-            .map_err(docker_step("attach to the sandbox"))?;
-        engine
-            .start_container(name)
-            .await
-            .map_err(docker_step("start the sandbox"))?;
-        tracing::debug!("sandbox started behind its launcher");
-        Ok((output, Some(stdin)))
+            .map_err(|error| RunError::LauncherBinary(std::io::Error::other(error)))??;
+    Ok(HeldStart {
+        binary,
+        image_entrypoint,
+    })
+}
+
+/// The proxy's ready line, within [`PROXY_READY_TIMEOUT`] of its handoff.
+async fn await_ready(proxy: &mut ProxyOutput) -> Result<audit_trail::Ready, RunError> {
+    match tokio::time::timeout(PROXY_READY_TIMEOUT, &mut proxy.ready).await {
+        Ok(Ok(Ok(ready))) => Ok(ready),
+        Ok(Ok(Err(not_ready))) => Err(RunError::ProxyNotReady {
+            detail: not_ready.detail,
+        }),
+        Ok(Err(_)) => Err(RunError::ProxyNotReady {
+            detail: "its output ended".into(),
+        }),
+        Err(_) => Err(RunError::ProxyReadyTimeout {
+            waited: PROXY_READY_TIMEOUT,
+        }),
     }
 }
 

@@ -11,10 +11,10 @@
 //! `Teardown` is dropped without having run (a panic, a dropped future), `Drop` does the
 //! same work on a thread of its own before returning, so nothing outlives the process.
 //!
-//! What teardown needs of the engine is the small [`DockerObjects`] trait, so these paths
-//! are tested without an engine (a fake whose creation completes late).
+//! Teardown talks to the engine through [`ContainerEngine`], so these paths are tested
+//! against the in-memory fake (a creation it completes late, a network it refuses to remove
+//! while containers hold endpoints).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use futures_util::future::Either;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::docker::Engine;
+use crate::engine::ContainerEngine;
 use crate::labels::RUN_LABEL;
 
 /// How long teardown waits for creations still in flight (each is one API request).
@@ -31,46 +31,6 @@ const PENDING_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `Drop` may take in all (it blocks the dropping thread; `Sandbox::run`
 /// documents this for callers who drop a run future).
 const DROP_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// What teardown asks of the engine. Removing something already gone is success.
-pub trait DockerObjects: Clone + Send + Sync + 'static {
-    fn remove_container(&self, name: &str) -> impl Future<Output = Result<(), String>> + Send;
-    fn remove_network(&self, name: &str) -> impl Future<Output = Result<(), String>> + Send;
-    /// Ids of the containers carrying `label` (`key=value`).
-    fn containers_labelled(
-        &self,
-        label: &str,
-    ) -> impl Future<Output = Result<Vec<String>, String>> + Send;
-    /// A handle usable on another runtime (`Drop` runs on one of its own).
-    fn reconnect(&self) -> impl Future<Output = Result<Self, String>> + Send;
-}
-
-impl DockerObjects for Engine {
-    async fn remove_container(&self, name: &str) -> Result<(), String> {
-        Engine::remove_container(self, name)
-            .await
-            .map_err(|error| error.to_string())
-    }
-
-    async fn remove_network(&self, name: &str) -> Result<(), String> {
-        Engine::remove_network(self, name)
-            .await
-            .map_err(|error| error.to_string())
-    }
-
-    async fn containers_labelled(&self, label: &str) -> Result<Vec<String>, String> {
-        let filters = HashMap::from([("label", vec![label])]);
-        let containers = self
-            .list_containers(&filters)
-            .await
-            .map_err(|error| error.to_string())?;
-        Ok(containers.into_iter().filter_map(|c| c.id).collect())
-    }
-
-    async fn reconnect(&self) -> Result<Engine, String> {
-        Engine::connect().await.map_err(|error| error.to_string())
-    }
-}
 
 #[derive(Default)]
 struct Objects {
@@ -119,8 +79,8 @@ impl Drop for ResolveOnDrop {
     }
 }
 
-pub struct Teardown<D: DockerObjects = Engine> {
-    engine: D,
+pub struct Teardown {
+    engine: Arc<dyn ContainerEngine>,
     run_id: String,
     objects: Mutex<Objects>,
     /// Creations registered before they were sent; awaited before removal so nothing is
@@ -128,8 +88,8 @@ pub struct Teardown<D: DockerObjects = Engine> {
     pending: Mutex<Vec<(Arc<Pending>, JoinHandle<()>)>>,
 }
 
-impl<D: DockerObjects> Teardown<D> {
-    pub fn new(engine: D, run_id: &str) -> Teardown<D> {
+impl Teardown {
+    pub fn new(engine: Arc<dyn ContainerEngine>, run_id: &str) -> Teardown {
         Teardown {
             engine,
             run_id: run_id.to_string(),
@@ -195,12 +155,12 @@ impl<D: DockerObjects> Teardown<D> {
             tracing::warn!("a Docker create request did not finish; removing what exists");
         }
         let objects = std::mem::take(&mut *self.objects.lock().expect("teardown lock"));
-        remove_all(&self.engine, &self.run_id, objects, sweep).await
+        remove_all(&*self.engine, &self.run_id, objects, sweep).await
     }
 }
 
-async fn remove_all<D: DockerObjects>(
-    engine: &D,
+async fn remove_all(
+    engine: &dyn ContainerEngine,
     run_id: &str,
     objects: Objects,
     sweep: bool,
@@ -210,7 +170,7 @@ async fn remove_all<D: DockerObjects>(
         objects
             .containers
             .iter()
-            .map(|name| async move { (name, engine.remove_container(name).await) }),
+            .map(|name| async move { (name, engine.ensure_container_removed(name).await) }),
     );
     // After a run that went to its end both containers are stopped, and a stopped container
     // holds no endpoint: the network can go while they are being removed (~0.1 s less for a
@@ -220,7 +180,7 @@ async fn remove_all<D: DockerObjects>(
     // be starting a container: then the network goes only after them.
     let (removed, network_gone) = match &objects.network {
         Some(network) if !sweep => {
-            let early_network = std::pin::pin!(engine.remove_network(network));
+            let early_network = std::pin::pin!(engine.ensure_network_removed(network));
             match futures_util::future::select(std::pin::pin!(removals), early_network).await {
                 Either::Left((removed, _abandoned)) => (removed, false),
                 Either::Right((network_result, removals)) => {
@@ -240,7 +200,7 @@ async fn remove_all<D: DockerObjects>(
         let label = format!("{RUN_LABEL}={run_id}");
         if let Ok(stragglers) = engine.containers_labelled(&label).await {
             for id in stragglers {
-                if let Err(error) = engine.remove_container(&id).await {
+                if let Err(error) = engine.ensure_container_removed(&id).await {
                     failures.push(format!("container {id}: {error}"));
                 }
             }
@@ -248,7 +208,7 @@ async fn remove_all<D: DockerObjects>(
     }
     if let Some(network) = &objects.network
         && !network_gone
-        && let Err(error) = engine.remove_network(network).await
+        && let Err(error) = engine.ensure_network_removed(network).await
     {
         failures.push(format!("network {network}: {error}"));
     }
@@ -262,7 +222,7 @@ fn on_current_thread_runtime() -> bool {
         .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
-impl<D: DockerObjects> Drop for Teardown<D> {
+impl Drop for Teardown {
     fn drop(&mut self) {
         let objects = std::mem::take(self.objects.get_mut().expect("teardown lock"));
         let pending: Vec<Arc<Pending>> =
@@ -292,7 +252,10 @@ impl<D: DockerObjects> Drop for Teardown<D> {
             let deadline = Instant::now() + DROP_TIMEOUT;
             runtime.block_on(async move {
                 match tokio::time::timeout(DROP_TIMEOUT, async {
-                    let engine = engine.reconnect().await.map_err(|e| vec![e])?;
+                    let engine = engine
+                        .reconnect()
+                        .await
+                        .map_err(|error| vec![error.to_string()])?;
                     if wait_for_creations {
                         let waited = tokio::task::spawn_blocking(move || {
                             pending.iter().all(|creation| creation.wait_until(deadline))
@@ -301,7 +264,7 @@ impl<D: DockerObjects> Drop for Teardown<D> {
                             tracing::warn!("a Docker create request did not finish");
                         }
                     }
-                    Ok::<_, Vec<String>>(remove_all(&engine, &run_id, objects, true).await)
+                    Ok::<_, Vec<String>>(remove_all(&*engine, &run_id, objects, true).await)
                 })
                 .await
                 {

@@ -18,12 +18,13 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::TryStreamExt;
 
-use crate::docker::{Engine, bind_mount, is_not_found};
+use crate::docker::bind_mount;
+use crate::engine::{ContainerConfig, ContainerEngine};
 use crate::host_dirs;
 use crate::labels::Owner;
 use crate::teardown::Teardown;
@@ -52,9 +53,9 @@ pub enum TrustError {
     #[error("cannot create the sandbox's CA bundle file: {0}")]
     Create(#[source] std::io::Error),
     #[error("cannot create a container to read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
-    Probe(#[source] super::docker::DockerError),
+    Probe(#[source] crate::engine::DockerError),
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
-    Download(#[source] super::docker::DockerError),
+    Download(#[source] crate::engine::DockerError),
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
     Archive(#[source] std::io::Error),
     #[error("cannot write the sandbox's CA bundle: {0}")]
@@ -135,14 +136,14 @@ pub fn probe_name(sandbox: &str) -> String {
 /// The image's own bundle (empty when it has none), read from a probe container named
 /// `name`: created from `image` with `labels` (so teardown and `gc` know it), never
 /// started, no network; removed once read.
-pub async fn image_bundle(
-    engine: &Engine,
+pub(crate) async fn image_bundle(
+    engine: &Arc<dyn ContainerEngine>,
     teardown: &Teardown,
     image: &str,
     name: &str,
     labels: &HashMap<String, String>,
 ) -> Result<Vec<u8>, TrustError> {
-    let body = ContainerCreateBody {
+    let config = ContainerConfig::new(ContainerCreateBody {
         image: Some(image.to_owned()),
         // Never run: a command only so that an image without one can be created.
         entrypoint: Some(vec!["/nonexistent-never-started".into()]),
@@ -154,14 +155,18 @@ pub async fn image_bundle(
             ..HostConfig::default()
         }),
         ..ContainerCreateBody::default()
-    };
+    });
     teardown.track_container(name);
+    let creation = {
+        let (engine, name) = (engine.clone(), name.to_owned());
+        async move { engine.create_container(&name, config).await }
+    };
     teardown
-        .complete(engine.clone().create_container_owned(name.to_owned(), body))
+        .complete(creation)
         .await
-        .map_err(|error| TrustError::Probe(error.into()))?;
-    let read = read_file(engine, name, IMAGE_BUNDLE).await;
-    match engine.remove_container(name).await {
+        .map_err(TrustError::Probe)?;
+    let read = read_file(&**engine, name, IMAGE_BUNDLE).await;
+    match engine.ensure_container_removed(name).await {
         Ok(()) => teardown.forget_container(name),
         Err(error) => tracing::debug!(%error, "probe removal failed; teardown retries"),
     }
@@ -170,20 +175,21 @@ pub async fn image_bundle(
 
 /// The file at `path` in the container (one symbolic link followed); empty when the image
 /// has none.
-async fn read_file(engine: &Engine, container: &str, path: &str) -> Result<Vec<u8>, TrustError> {
+async fn read_file(
+    engine: &dyn ContainerEngine,
+    container: &str,
+    path: &str,
+) -> Result<Vec<u8>, TrustError> {
     let mut path = path.to_owned();
     for _ in 0..2 {
-        let options = DownloadFromContainerOptions { path: path.clone() };
-        let mut stream = engine
-            .docker()
-            .download_from_container(container, Some(options));
+        let mut stream = engine.download_from_container(container, &path);
         let mut archive = Vec::new();
         loop {
             match stream.try_next().await {
                 Ok(Some(chunk)) => archive.extend_from_slice(&chunk),
                 Ok(None) => break,
-                Err(error) if is_not_found(&error) => return Ok(Vec::new()),
-                Err(error) => return Err(TrustError::Download(error.into())),
+                Err(error) if error.is_not_found() => return Ok(Vec::new()),
+                Err(error) => return Err(TrustError::Download(error)),
             }
             // The tar headers and padding on top of the largest bundle taken.
             if archive.len() as u64 > MAX_IMAGE_BUNDLE + (64 << 10) {

@@ -163,9 +163,9 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
     ready: impl FnOnce(&ServeOptions),
 ) -> Result<(), ServeError> {
-    let engine = sandbox.engine().clone();
+    let engine = sandbox.engine();
     match egress_sandbox::labels::HostIdentity::current() {
-        Ok(here) => match egress_sandbox::gc::sweep(&engine, &here).await {
+        Ok(here) => match egress_sandbox::gc::sweep(engine, &here).await {
             Ok(report) if !report.removed.is_empty() => {
                 tracing::info!(
                     objects = report.removed.len(),

@@ -11,16 +11,14 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Instant;
 
-use bollard::Docker;
-use bollard::query_parameters::{CreateImageOptionsBuilder, RemoveImageOptionsBuilder};
 use bytes::BytesMut;
-use futures_util::TryStreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::rootfs::{RootfsDir, prepare_for_image};
 use super::{IMAGE_LABEL, ImageError, Progress, image_exists, lock_exclusive, sweep};
+use crate::engine::{ContainerEngine, ImageArchive, ImageImport};
 
 /// Where the build reports its steps (the caller shows them; this module prints nothing).
 pub(super) type Report = std::sync::Arc<dyn Fn(Progress) + Send + Sync>;
@@ -37,11 +35,11 @@ const LOG_FILE: &str = "base-image-build.log";
 const ROOTFS_PREFIX: &str = "base-rootfs.";
 
 pub(super) async fn ensure(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     cache_dir: &Path,
     report: Report,
 ) -> Result<String, ImageError> {
-    if image_exists(docker, BASE_IMAGE).await? {
+    if image_exists(engine, BASE_IMAGE).await? {
         return Ok(BASE_IMAGE.to_owned());
     }
     let debootstrap = find_debootstrap().ok_or(ImageError::DebootstrapMissing)?;
@@ -57,12 +55,12 @@ pub(super) async fn ensure(
         waiting(Progress::WaitingForBaseImage)
     })
     .await?;
-    if image_exists(docker, BASE_IMAGE).await? {
+    if image_exists(engine, BASE_IMAGE).await? {
         return Ok(BASE_IMAGE.to_owned());
     }
-    build(docker, cache_dir, &debootstrap, &report).await?;
+    build(engine, cache_dir, &debootstrap, &report).await?;
     drop(lock);
-    sweep::remove_leftover_images(docker, cache_dir, None).await;
+    sweep::remove_leftover_images(engine, cache_dir, None).await;
     Ok(BASE_IMAGE.to_owned())
 }
 
@@ -104,7 +102,7 @@ fn build_error(message: impl Into<String>) -> ImageError {
 }
 
 async fn build(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     cache_dir: &Path,
     debootstrap: &Path,
     report: &Report,
@@ -155,7 +153,7 @@ async fn build(
         ))?;
 
     progress("importing into Docker");
-    import(docker, rootfs.path()).await?;
+    import(engine, rootfs.path()).await?;
     drop(rootfs);
     report(Progress::BaseImageReady {
         image: BASE_IMAGE.to_owned(),
@@ -290,7 +288,7 @@ fn remove_leftover_rootfs(cache_dir: &Path) {
 
 /// Streams the root filesystem as a tar made by the system `tar` (which keeps owners, modes,
 /// hard links and symlinks exactly) into an image import, then tags it.
-async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
+async fn import(engine: &dyn ContainerEngine, rootfs: &Path) -> Result<(), ImageError> {
     let mut tar = Command::new("tar")
         .args(["--numeric-owner", "-C"])
         .arg(rootfs)
@@ -308,15 +306,14 @@ async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
         let read = out.read_buf(&mut chunk).await?;
         Ok::<_, io::Error>((read > 0).then(|| (chunk.freeze(), out)))
     });
-    let (repo, tag) = BASE_IMAGE.split_once(':').expect("BASE_IMAGE is repo:tag");
-    let options = CreateImageOptionsBuilder::default()
-        .from_src("-")
-        .repo(repo)
-        .tag(tag)
-        .message(&format!(
+    let (repository, tag) = BASE_IMAGE.split_once(':').expect("BASE_IMAGE is repo:tag");
+    let import = ImageImport {
+        repository: repository.to_owned(),
+        tag: tag.to_owned(),
+        message: format!(
             "egress-sandbox base: debootstrap --variant=minbase bookworm + {PACKAGES}"
-        ))
-        .changes(vec![
+        ),
+        changes: vec![
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             "ENV LANG=C.UTF-8".into(),
             // `pip install PKG` as on a laptop: Debian marks its Python as externally managed
@@ -330,12 +327,10 @@ async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
             "ENV PIP_DISABLE_PIP_VERSION_CHECK=1".into(),
             r#"CMD ["/bin/sh"]"#.into(),
             format!("LABEL {IMAGE_LABEL}=base"),
-        ])
-        .build();
-    let imported = docker
-        .create_image(Some(options), Some(bollard::body_try_stream(body)), None)
-        .try_collect::<Vec<_>>()
-        .await;
+        ],
+        archive: ImageArchive::Streamed(Box::pin(body)),
+    };
+    let imported = engine.import_image(import).await;
     let mut tar_errors = String::new();
     let _ = stderr.read_to_string(&mut tar_errors).await;
     let tar_status = tar
@@ -349,8 +344,7 @@ async fn import(docker: &Docker, rootfs: &Path) -> Result<(), ImageError> {
     }
     if !tar_status.success() {
         // The archive was incomplete: do not leave an image that looks finished.
-        let options = RemoveImageOptionsBuilder::default().force(true).build();
-        let _ = docker.remove_image(BASE_IMAGE, Some(options), None).await;
+        let _ = engine.remove_image(BASE_IMAGE, true).await;
         return Err(build_error(format!(
             "tar {tar_status} while archiving the root filesystem: {}",
             tar_errors.trim()

@@ -8,9 +8,7 @@
 
 use std::path::Path;
 
-use bollard::Docker;
-use bollard::query_parameters::CreateImageOptionsBuilder;
-use futures_util::TryStreamExt;
+use crate::engine::{ContainerEngine, ImageArchive, ImageImport};
 
 use super::elf::{ElfLinkage, docker_architecture, elf_linkage};
 use super::handed_out::stamp;
@@ -24,12 +22,12 @@ pub const BINARY_IN_IMAGE: &str = "egress-sandbox";
 /// checked on the bytes that are imaged, or on the remembered hash of the unchanged file
 /// (see `hash_cache`: a write to the file always changes its ctime).
 pub(super) async fn ensure(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     cache_dir: &Path,
     binary: &Path,
     expected: Option<&str>,
 ) -> Result<String, ImageError> {
-    if let Some(tag) = existing_tag(docker, cache_dir, binary, expected).await? {
+    if let Some(tag) = existing_tag(engine, cache_dir, binary, expected).await? {
         return Ok(tag);
     }
     // Only saves duplicate work (concurrent imports of one binary are harmless: the last tag
@@ -39,19 +37,19 @@ pub(super) async fn ensure(
         .inspect_err(|error| tracing::debug!(%error, "building the proxy image without a lock"))
         .ok();
     // Whoever held the lock may have just built it.
-    if let Some(tag) = existing_tag(docker, cache_dir, binary, expected).await? {
+    if let Some(tag) = existing_tag(engine, cache_dir, binary, expected).await? {
         return Ok(tag);
     }
-    let built = build(docker, cache_dir, binary, expected).await?;
+    let built = build(engine, cache_dir, binary, expected).await?;
     stamp(cache_dir, &built);
     drop(lock);
-    sweep::remove_leftover_images(docker, cache_dir, Some(&built)).await;
+    sweep::remove_leftover_images(engine, cache_dir, Some(&built)).await;
     Ok(built)
 }
 
 /// The fast path: the remembered hash of an unchanged binary names an image that exists.
 async fn existing_tag(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     cache_dir: &Path,
     binary: &Path,
     expected: Option<&str>,
@@ -68,7 +66,7 @@ async fn existing_tag(
     };
     require_content(binary, &sha256, expected)?;
     let tag = tag_for(&sha256);
-    if !image_exists(docker, &tag).await? {
+    if !image_exists(engine, &tag).await? {
         return Ok(None);
     }
     stamp(cache_dir, &tag);
@@ -98,7 +96,7 @@ fn tag_for(sha256: &str) -> String {
 /// Imports the binary as read now; the tag comes from these very bytes, so a binary replaced
 /// since it was last hashed still gets an image whose tag matches its content.
 async fn build(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     cache_dir: &Path,
     binary: &Path,
     expected: Option<&str>,
@@ -121,10 +119,10 @@ async fn build(
     let (architecture, HashedFile { bytes, sha256 }) = built;
     require_content(binary, &sha256, expected)?;
     if let Some(architecture) = architecture {
-        check_engine_platform(docker, binary, architecture).await?;
+        check_engine_platform(engine, binary, architecture).await?;
     }
     let tag = tag_for(&sha256);
-    if image_exists(docker, &tag).await? {
+    if image_exists(engine, &tag).await? {
         return Ok(tag);
     }
 
@@ -133,25 +131,20 @@ async fn build(
     let context = blocking(move || single_file_tar(BINARY_IN_IMAGE, &bytes))
         .await?
         .map_err(ImageError::io("cannot assemble the proxy image archive"))?;
-    let (repo, version) = tag.split_once(':').expect("tag_for makes repo:tag");
-    let options = CreateImageOptionsBuilder::default()
-        .from_src("-")
-        .repo(repo)
-        .tag(version)
-        .message("egress-sandbox proxy: the static egress-sandbox binary, FROM scratch")
-        .changes(vec![
+    let (repository, version) = tag.split_once(':').expect("tag_for makes repo:tag");
+    let import = ImageImport {
+        repository: repository.to_owned(),
+        tag: version.to_owned(),
+        message: "egress-sandbox proxy: the static egress-sandbox binary, FROM scratch".into(),
+        changes: vec![
             "USER 65534:65534".into(),
             format!(r#"ENTRYPOINT ["/{BINARY_IN_IMAGE}", "proxy"]"#),
             format!("LABEL {IMAGE_LABEL}=proxy egress-sandbox.binary-sha256={sha256}"),
-        ])
-        .build();
-    docker
-        .create_image(
-            Some(options),
-            Some(bollard::body_full(context.into())),
-            None,
-        )
-        .try_collect::<Vec<_>>()
+        ],
+        archive: ImageArchive::Whole(context.into()),
+    };
+    engine
+        .import_image(import)
         .await
         .map_err(|error| ImageError::Build {
             image: tag.clone(),
@@ -166,11 +159,11 @@ async fn build(
 /// format error`, so it is refused here, with the build that fits. Checked once per binary,
 /// when its image is made: an image that exists was checked by the engine that holds it.
 async fn check_engine_platform(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     binary: &Path,
     architecture: &'static str,
 ) -> Result<(), ImageError> {
-    let version = docker.version().await.map_err(ImageError::docker)?;
+    let version = engine.version().await.map_err(ImageError::Docker)?;
     let (Some(os), Some(arch)) = (version.os, version.arch) else {
         return Ok(());
     };

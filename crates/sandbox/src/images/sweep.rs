@@ -9,13 +9,10 @@
 //! version of the tool may be about to start it (a run can first spend minutes building the
 //! base image). Images a container still uses are kept: removal without force is refused.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use bollard::Docker;
-use bollard::models::ImageSummary;
-use bollard::query_parameters::{ListImagesOptionsBuilder, RemoveImageOptionsBuilder};
+use crate::engine::{ContainerEngine, ImageSummary};
 
 use super::handed_out::last_handed_out;
 use super::{IMAGE_LABEL, PROXY_REPOSITORY};
@@ -26,15 +23,11 @@ const UNTAGGED_GRACE: Duration = Duration::from_secs(2 * 60);
 /// Removes what [`stale_names`] allows; `current` is the proxy tag the caller is about to
 /// use. Returns how many images were removed.
 pub(super) async fn remove_leftover_images(
-    docker: &Docker,
+    engine: &dyn ContainerEngine,
     cache_dir: &Path,
     current: Option<&str>,
 ) -> usize {
-    let filters = HashMap::from([("label".to_owned(), vec![IMAGE_LABEL.to_owned()])]);
-    let options = ListImagesOptionsBuilder::default()
-        .filters(&filters)
-        .build();
-    let images = match docker.list_images(Some(options)).await {
+    let images = match engine.list_images(IMAGE_LABEL).await {
         Ok(images) => images,
         Err(error) => {
             tracing::debug!(%error, "could not list our images to sweep");
@@ -46,11 +39,7 @@ pub(super) async fn remove_leftover_images(
     for image in images {
         let names = stale_names(&image, current, now, |tag| last_handed_out(cache_dir, tag));
         for name in names {
-            let options = RemoveImageOptionsBuilder::default()
-                .force(false)
-                .noprune(false)
-                .build();
-            match docker.remove_image(&name, Some(options), None).await {
+            match engine.remove_image(&name, false).await {
                 Ok(_) => {
                     removed += 1;
                     tracing::debug!(image = %name, "removed a leftover image");
@@ -115,7 +104,6 @@ mod tests {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap()
                 .as_secs() as i64,
-            ..Default::default()
         }
     }
 
