@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use egress_sandbox::docker::Engine;
+use egress_sandbox::docker::DockerEngine;
 use egress_sandbox::gc::{GcReport, sweep_owner};
 use egress_sandbox::labels::{Owner, OwnerLabel};
 use egress_sandbox::watchdog::STAND_DOWN;
@@ -48,7 +48,7 @@ fn sweep(owner: &str) -> Result<GcReport, Failure> {
         .build()
         .map_err(Failure::context("cannot start the async runtime"))?;
     runtime.block_on(async {
-        let engine = Engine::connect()
+        let engine = DockerEngine::connect()
             .await
             .map_err(|error| Failure::from_error(&error))?;
         sweep_owner(&engine, owner)

@@ -21,7 +21,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::Sandbox;
-use crate::docker::Engine;
+use crate::docker::DockerEngine;
 use crate::outcome::RunError;
 
 /// The helper's file name.
@@ -213,8 +213,8 @@ impl Sandbox {
     /// asked anything.
     pub async fn connect_with_helper() -> Result<Sandbox, RunError> {
         let helper = Helper::locate().await?;
-        let engine = Engine::connect().await?;
-        Sandbox::with_engine(engine, helper.path())
+        let engine = DockerEngine::connect().await?;
+        Sandbox::with_engine(std::sync::Arc::new(engine), helper.path())
     }
 }
 
