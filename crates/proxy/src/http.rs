@@ -24,7 +24,6 @@ use crate::exchange::{Upload, answer, counting_body, origin_form, strip_hop_by_h
 use crate::policy::{Reason, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
-use crate::shutdown::Shutdown;
 use crate::target::Target;
 
 /// One client connection's state.
@@ -32,7 +31,6 @@ struct ClientConnection {
     shared: Arc<Shared>,
     client: SocketAddr,
     door: Door,
-    shutdown: Shutdown,
     /// This connection's place under the connection limit, passed on to a CONNECT tunnel.
     slot: ConnectionSlot,
     /// The upstream of the previous request, kept for the next request to the same target.
@@ -54,15 +52,14 @@ pub(crate) async fn serve(
     client: SocketAddr,
     door: Door,
     shared: Arc<Shared>,
-    mut shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
     let limits = shared.limits.clone();
+    let stop = shared.stop.clone();
     let connection = Arc::new(ClientConnection {
         shared,
         client,
         door,
-        shutdown: shutdown.clone(),
         slot,
         upstream: tokio::sync::Mutex::new(None),
         served_any: AtomicBool::new(false),
@@ -82,7 +79,7 @@ pub(crate) async fn serve(
     tokio::pin!(served);
     let result = tokio::select! {
         result = served.as_mut() => result,
-        () = shutdown.wait() => {
+        () = stop.cancelled() => {
             served.as_mut().graceful_shutdown();
             tokio::time::timeout(limits.shutdown_grace, served.as_mut())
                 .await
@@ -126,7 +123,6 @@ impl ClientConnection {
                         request,
                         &self.shared,
                         self.client,
-                        self.shutdown.clone(),
                         self.slot.clone(),
                     ))
                     .await
@@ -170,7 +166,6 @@ impl ClientConnection {
                 request,
                 plan,
                 attempt,
-                self.shutdown.clone(),
             ))
             .await;
         }
@@ -191,7 +186,7 @@ impl ClientConnection {
                 if let Some(fields) = attempt.request.as_mut() {
                     fields.status = Some(response.status().as_u16());
                 }
-                answer(response, attempt, upload, self.shutdown.clone(), None).await
+                answer(response, attempt, upload, self.shared.drain(), None).await
             }
             Err(refusal) => refuse(attempt, &refusal).await,
         }
