@@ -88,21 +88,17 @@ pub mod audit;
 mod body;
 mod ca;
 pub mod config;
-mod connect;
-mod dns;
 mod dns_rate;
+mod doors;
 mod exchange;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gate;
-mod http;
-mod inspect;
 mod inspector;
 mod listen;
 mod name_addresses;
 pub mod passed_listeners;
 mod pool;
-mod raw;
 mod refusal;
 mod refused_ports;
 mod relay;
@@ -116,7 +112,6 @@ mod sni;
 mod splice;
 #[cfg(test)]
 mod test_sockets;
-mod transparent;
 pub mod upstream_tls;
 
 // The pure pieces live in egress-core; proxy code names them by their usual paths.

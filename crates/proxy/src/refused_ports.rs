@@ -3,7 +3,7 @@
 //!
 //! A program that ignores the proxy variables connects to the address the DNS responder
 //! gave its name ([`crate::name_addresses`]) on whatever port it likes. A port some rule of
-//! the run allows has a raw door ([`crate::raw`]) that judges and records the connection.
+//! the run allows has a raw door ([`crate::doors::raw`]) that judges and records the connection.
 //! Any other port has no listener: the sandbox's kernel answers the SYN with a reset at
 //! once (`ECONNREFUSED`), and no door ever sees the attempt.
 //!

@@ -95,7 +95,7 @@ enum Doors {
 impl BoundProxy {
     pub async fn bind(mut config: ProxyConfig) -> Result<BoundProxy, ProxyError> {
         // Secrets and the run CA are checked and made before any port is bound.
-        let inspect = crate::inspect::Inspector::new(
+        let inspect = crate::inspector::Inspector::new(
             &config.policy,
             std::mem::take(&mut config.credentials),
         )?;
@@ -336,7 +336,7 @@ struct Listeners {
 enum Entrance {
     /// A door that reads requests or a ClientHello ([`Door`]).
     Door(Door),
-    /// A raw door on this port ([`crate::raw`]).
+    /// A raw door on this port ([`crate::doors::raw`]).
     Raw { port: u16 },
 }
 
@@ -387,9 +387,9 @@ fn serve_doors(
         tasks.push(
             shared
                 .tasks
-                .spawn(crate::dns::serve_udp(udp, shared.clone())),
+                .spawn(crate::doors::dns::serve_udp(udp, shared.clone())),
         );
-        tasks.push(shared.tasks.spawn(crate::dns::serve_tcp(
+        tasks.push(shared.tasks.spawn(crate::doors::dns::serve_tcp(
             tcp,
             shared.clone(),
             connections.clone(),
@@ -528,16 +528,16 @@ async fn serve_connection(
     let door = match door {
         Entrance::Door(door) => door,
         Entrance::Raw { port } => {
-            Box::pin(crate::raw::serve(stream, client, port, shared, slot)).await;
+            Box::pin(crate::doors::raw::serve(stream, client, port, shared, slot)).await;
             return;
         }
     };
     match door {
-        Door::Explicit => crate::http::serve(stream, client, door, shared, slot).await,
+        Door::Explicit => crate::doors::http::serve(stream, client, door, shared, slot).await,
         // Boxed: its state (the TLS door) is ten times the explicit door's, and every
         // accepted connection's task would otherwise be that large (copied in at spawn).
         Door::Transparent { port } => {
-            Box::pin(crate::transparent::serve(
+            Box::pin(crate::doors::transparent::serve(
                 stream, client, port, shared, slot,
             ))
             .await;
@@ -560,7 +560,7 @@ async fn refuse_over_limit(
     }
     attempt.record().await;
     if let Entrance::Raw { .. } = door {
-        crate::raw::reset(stream);
+        crate::doors::raw::reset(stream);
         return;
     }
     if let Entrance::Door(Door::Explicit) = door {

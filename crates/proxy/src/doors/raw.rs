@@ -76,7 +76,7 @@ pub(crate) async fn serve(
         // its own records.
         attempt.forget();
         drop(attempt);
-        return crate::transparent::serve(stream, client, port, shared.clone(), slot).await;
+        return super::transparent::serve(stream, client, port, shared.clone(), slot).await;
     }
     // Only now does this door let anything through itself: its record's place first.
     if !attempt.hold_record() {

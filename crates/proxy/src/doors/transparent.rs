@@ -2,7 +2,7 @@
 //! the proxy because the DNS responder answered an allowed name with the proxy's address.
 //!
 //! The first byte decides: a TLS handshake record is routed by the ClientHello's SNI (kind
-//! `tls`), an HTTP method by the `Host` header (kind `http`, served by [`crate::http`]),
+//! `tls`), an HTTP method by the `Host` header (kind `http`, served by [`super::http`]),
 //! anything else is closed (kind `tcp`, `unsupported`). Either way the target goes through
 //! the same gate as an explicit request, on the listener's port. A refused connection's
 //! record is written before the connection is closed.
@@ -40,7 +40,7 @@ pub(crate) async fn serve(
         }
         Ok(Ok(_)) if first[0].is_ascii_uppercase() => {
             let door = Door::Transparent { port };
-            crate::http::serve(stream, client, door, shared, slot).await;
+            super::http::serve(stream, client, door, shared, slot).await;
         }
         Ok(Ok(_)) | Err(_) => {
             let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
@@ -126,7 +126,7 @@ async fn serve_tls(
         // The ClientHello already read is replayed to the inspect door's TLS acceptor.
         let (read, write) = client_stream.into_split();
         let replayed = std::io::Cursor::new(hello.bytes).chain(read);
-        crate::inspect::serve_tunnel(
+        super::inspect::serve_tunnel(
             shared.clone(),
             tokio::io::join(replayed, write),
             client,

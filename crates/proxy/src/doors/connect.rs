@@ -127,7 +127,7 @@ async fn open_inspected(
     shared.tasks.spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                crate::inspect::serve_tunnel(
+                super::inspect::serve_tunnel(
                     tunnel_shared,
                     TokioIo::new(upgraded),
                     client,

@@ -6,7 +6,7 @@
 //! ([`crate::policy::PolicySet::inspection`]). The CONNECT (or transparent TLS) connection
 //! itself went through the gate exactly as any other — judged, resolved once, floor-checked, connected —
 //! and keeps its own record; only then does this door terminate the client's TLS with a leaf
-//! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream`]). Every
+//! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream_tls`]). Every
 //! request inside gets its own `http` record with `method`, `path` (never the query),
 //! `status` and `credential`.
 //!
@@ -35,7 +35,7 @@ use tokio::net::TcpStream;
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
 use crate::exchange::{Drain, Upload, counting_body};
-pub(crate) use crate::inspector::Inspector;
+use crate::inspector::Inspector;
 use crate::policy::{Decision, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Shared, client_http1};

@@ -1,5 +1,5 @@
 //! The HTTP/1.1 doors: the explicit proxy listener (absolute-form requests, and `CONNECT`
-//! handed to [`crate::connect`]) and transparent HTTP (origin-form, routed by `Host`).
+//! handed to [`super::connect`]) and transparent HTTP (origin-form, routed by `Host`).
 //!
 //! Every request is judged on its own, including the second and later requests of a kept-
 //! alive or pipelined connection. An upstream connection is reused only for the next request
@@ -119,7 +119,7 @@ impl ClientConnection {
                 // moved into place by hyper, and these rarer paths would make every plain
                 // request's several times larger.
                 Door::Explicit => {
-                    Box::pin(crate::connect::handle(
+                    Box::pin(super::connect::handle(
                         request,
                         &self.shared,
                         self.client,
@@ -160,8 +160,8 @@ impl ClientConnection {
                 .refuse_request(&mut attempt, b"", reason, detail);
             return refuse(attempt, &refusal).await;
         }
-        if let Some(plan) = crate::inspect::plain_plan(&self.shared, &target, port) {
-            return Box::pin(crate::inspect::forward_plain(
+        if let Some(plan) = super::inspect::plain_plan(&self.shared, &target, port) {
+            return Box::pin(super::inspect::forward_plain(
                 &self.shared,
                 request,
                 plan,
@@ -172,7 +172,7 @@ impl ClientConnection {
         let (parts, body) = request.into_parts();
         attempt.request = Some(plain_request_fields(&parts));
         if let Err(refusal) =
-            crate::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
+            super::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
         {
             return refuse(attempt, &refusal).await;
         }
