@@ -23,6 +23,8 @@ use http::{Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::audit::{Attempt, Outcome};
 use crate::body::{BoxError, ProxyBody};
@@ -30,7 +32,6 @@ use crate::policy::Reason;
 use crate::refusal::{Refusal, refuse};
 use crate::scrub::{Scrubber, drop_reason_phrase, scrub_headers, scrub_text};
 use crate::secret_forms::SecretForms;
-use crate::shutdown::Shutdown;
 
 /// The request body's side of an exchange: what it has sent upstream and whether it is done.
 #[derive(Default)]
@@ -145,11 +146,12 @@ impl Meter<Incoming> for Arc<Upload> {
 /// a `101` would leave the client on a connection nobody relays, its next requests lost.
 /// With `secrets` (an inspected host in a run with secrets) the answer is scrubbed of them,
 /// and one in an encoding the scrubber cannot read is refused (`upstream_encoding`).
+/// A record that waits for its upload does so on `drain`.
 pub(crate) async fn answer(
     response: Response<Incoming>,
     mut attempt: Attempt,
     upload: Arc<Upload>,
-    shutdown: Shutdown,
+    drain: Drain,
     secrets: Option<&Arc<SecretForms>>,
 ) -> Response<ProxyBody> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -178,7 +180,16 @@ pub(crate) async fn answer(
         );
         return refuse(attempt, &refusal).await;
     }
-    counted_response(response, attempt, upload, shutdown, secrets.cloned())
+    counted_response(response, attempt, upload, drain, secrets.cloned())
+}
+
+/// Where a record that waits for its upload waits: a task on the proxy's tracker (so
+/// shutdown waits for the record), which ends at the upload's end or when `stop` is
+/// cancelled.
+#[derive(Clone)]
+pub(crate) struct Drain {
+    pub tasks: TaskTracker,
+    pub stop: CancellationToken,
 }
 
 /// The upstream's answer with its body counted (and scrubbed with `secrets`); the attempt's
@@ -188,7 +199,7 @@ fn counted_response(
     response: Response<Incoming>,
     attempt: Attempt,
     upload: Arc<Upload>,
-    shutdown: Shutdown,
+    drain: Drain,
     secrets: Option<Arc<SecretForms>>,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
@@ -211,7 +222,7 @@ fn counted_response(
     let body = Counted {
         inner: scrubbed,
         meter: AnswerMeter {
-            record: Some((attempt, shutdown)),
+            record: Some((attempt, drain)),
             upload,
         },
     };
@@ -335,8 +346,8 @@ where
 /// The answer's meter: the attempt it counts into, whose record is written once the answer
 /// and the request body (`upload`) are both done.
 struct AnswerMeter {
-    /// The attempt, and the hold on shutdown its record keeps until written; taken on drop.
-    record: Option<(Attempt, Shutdown)>,
+    /// The attempt, and where its record waits for the upload; taken on drop.
+    record: Option<(Attempt, Drain)>,
     upload: Arc<Upload>,
 }
 
@@ -348,24 +359,26 @@ impl Meter<Scrubbed> for AnswerMeter {
     }
 
     /// The answer is done: the record is written now if the upload is done too, else by a
-    /// task that waits for the upload's end or for shutdown. The task holds a [`Shutdown`],
-    /// so the proxy's end waits for the record.
+    /// task that waits for the upload's end or for shutdown. The task is on the proxy's
+    /// tracker, so the proxy's end waits for the record.
     fn dropped(&mut self, body: &Scrubbed) {
-        let Some((mut attempt, mut shutdown)) = self.record.take() else {
+        let Some((mut attempt, drain)) = self.record.take() else {
             return;
         };
         set_reflected(&mut attempt, body.replaced());
         let upload = self.upload.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !upload.done.load(Ordering::Acquire) => {
-                runtime.spawn(async move {
+                let Drain { tasks, stop } = drain;
+                let wait = async move {
                     tokio::select! {
                         () = upload.finished.notified() => {}
-                        () = shutdown.wait() => {}
+                        () = stop.cancelled() => {}
                     }
                     attempt.bytes_up = upload.bytes();
                     drop(attempt);
-                });
+                };
+                tasks.spawn_on(wait, &runtime);
             }
             _ => attempt.bytes_up = upload.bytes(),
         }

@@ -37,12 +37,12 @@ pub fn request_target<B>(
         RequestDoor::Explicit => crate::shared::Door::Explicit,
         RequestDoor::Transparent { port } => crate::shared::Door::Transparent { port },
     };
-    crate::http::request_target(door, request)
+    crate::doors::http::request_target(door, request)
 }
 
 /// What the `CONNECT` door makes of its authority (`host:port`, port required).
 pub fn connect_authority(authority: &str) -> Result<(Target, u16), &'static str> {
-    crate::connect::parse_connect_authority(authority)
+    crate::doors::connect::parse_connect_authority(authority)
 }
 
 /// The `host:` patterns of a policy's allow and deny rules, in file order.
@@ -61,13 +61,13 @@ pub fn dns_respond(
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> Option<Vec<u8>> {
-    let context = crate::dns::AnswerContext {
+    let context = crate::doors::dns::AnswerContext {
         policy,
         placeholders,
         own_name,
         names: None,
     };
-    crate::dns::respond(query, client, context, answer, audit)
+    crate::doors::dns::respond(query, client, context, answer, audit)
 }
 
 /// The run CA's `notBefore` and `notAfter` (Unix seconds) for a CA made now that lives

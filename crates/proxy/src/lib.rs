@@ -41,8 +41,8 @@
 //!   `refusal` turns what the gate refused into the client's answer (status, reason
 //!   header, a sentence), the same for every door.
 //! - Shared pieces every door uses: `shared` (the gate, limits and upstream pool of one
-//!   proxy, and which listener a connection came in on), `shutdown` (a task's view of
-//!   shutdown), `body` (the one body type of answers and forwarded requests), `relay`
+//!   proxy, its stop token and the tracker of its tasks, and which listener a connection
+//!   came in on), `body` (the one body type of answers and forwarded requests), `relay`
 //!   (moves a tunnel's bytes; `splice` keeps them in the kernel), a private `pool` of idle
 //!   upstream connections per target, `dns_rate` (the DNS responder's per-client rate
 //!   limits and the allowed names each client was answered lately), `exchange` (one forwarded request: its head as the upstream gets it, both
@@ -56,13 +56,14 @@
 //!   `http`), `raw` (any TCP protocol to the name behind a loopback address), and
 //!   `refused_ports` (not a door: the sandbox kernel's notices of closed sockets, from which
 //!   the connections it refused for want of a door are recorded). A door takes a
-//!   connection, an `Arc<Shared>` and a `Shutdown`, turns what the client sent into a
+//!   connection and an `Arc<Shared>`, turns what the client sent into a
 //!   target, asks the gate, and answers refusals with `refusal`. Doors depend on the
 //!   shared pieces and on the gate, never on `server`.
 //! - `server`: binds the listeners (through `listen`, with a backlog of 1024), or takes
 //!   them from the sandbox (`passed_listeners`), enforces the connection limit, builds the
 //!   shared state and dispatches each connection to its door; only it knows every door.
-//!   Shutdown ends here.
+//!   Shutdown begins and ends here: the stop token is cancelled, then the tracker waits
+//!   for every task, so each writes its record before the audit chain is closed.
 //!
 //! Imports run one way: `server` → doors → `gate`/`refusal`/shared pieces → `policy`,
 //! `target`, `floor`, `resolve`, `audit`. A new door is a module beside the others that
@@ -88,21 +89,17 @@ pub mod audit;
 mod body;
 mod ca;
 pub mod config;
-mod connect;
-mod dns;
 mod dns_rate;
+mod doors;
 mod exchange;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gate;
-mod http;
-mod inspect;
 mod inspector;
 mod listen;
 mod name_addresses;
 pub mod passed_listeners;
 mod pool;
-mod raw;
 mod refusal;
 mod refused_ports;
 mod relay;
@@ -112,12 +109,10 @@ pub mod secret_forms;
 pub mod secrets;
 pub mod server;
 mod shared;
-mod shutdown;
 mod sni;
 mod splice;
 #[cfg(test)]
 mod test_sockets;
-mod transparent;
 pub mod upstream_tls;
 
 // The pure pieces live in egress-core; proxy code names them by their usual paths.

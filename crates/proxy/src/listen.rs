@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use crate::shutdown::Shutdown;
+use tokio_util::sync::CancellationToken;
 
 /// Connections the kernel queues for a listener before the proxy accepts them. Capped by
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
@@ -33,7 +33,7 @@ pub(crate) fn tcp_listener(addr: SocketAddr) -> io::Result<TcpListener> {
 /// The pause after a failed accept before the next one.
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Accepts connections on `listener` until `shutdown`, handing each one to `serve` (which
+/// Accepts connections on `listener` until `stop` is cancelled, handing each one to `serve` (which
 /// spawns its task and returns at once). Every TCP listener of the proxy is drained by this
 /// loop.
 ///
@@ -43,13 +43,13 @@ pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// the door closed for the rest of the run.
 pub(crate) async fn accept_until_shutdown(
     listener: TcpListener,
-    mut shutdown: Shutdown,
+    stop: &CancellationToken,
     mut serve: impl FnMut(TcpStream, SocketAddr),
 ) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = shutdown.wait() => return,
+            () = stop.cancelled() => return,
         };
         match accepted {
             Ok((stream, client)) => serve(stream, client),

@@ -5,7 +5,7 @@
 //! bytes say where they are going (SNI, `Host`); for any other protocol only the address
 //! can. So the responder answers each allowed name with an address of its own from
 //! [`NAME_BLOCK`], a block of the sandbox's loopback nothing else uses, and the raw doors
-//! ([`crate::raw`]) map the address a connection arrived on back to the name.
+//! ([`crate::doors::raw`]) map the address a connection arrived on back to the name.
 //!
 //! The table lives in the proxy, one per run, and only grows: an address once given to a
 //! name stays that name's for the run (a program may cache an answer for as long as it

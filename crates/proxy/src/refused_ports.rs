@@ -3,7 +3,7 @@
 //!
 //! A program that ignores the proxy variables connects to the address the DNS responder
 //! gave its name ([`crate::name_addresses`]) on whatever port it likes. A port some rule of
-//! the run allows has a raw door ([`crate::raw`]) that judges and records the connection.
+//! the run allows has a raw door ([`crate::doors::raw`]) that judges and records the connection.
 //! Any other port has no listener: the sandbox's kernel answers the SYN with a reset at
 //! once (`ECONNREFUSED`), and no door ever sees the attempt.
 //!
@@ -49,7 +49,6 @@ use crate::audit::{Attempt, Kind, Outcome};
 use crate::name_addresses::NameAddresses;
 use crate::policy::{Reason, Verdict};
 use crate::shared::Shared;
-use crate::shutdown::Shutdown;
 use crate::target::Target;
 
 /// The multicast group of destroyed TCP sockets (`SKNLGRP_INET_TCP_DESTROY`), as a bind
@@ -172,12 +171,7 @@ fn missed_every_door(socket: &ClosedSocket, door_ports: &BTreeSet<u16>) -> bool 
 /// Reads the watch until shutdown, recording each attempt no door received. `door_ports`
 /// are the ports with a door on the name block's addresses (the transparent and raw
 /// doors). At shutdown, what the kernel already queued is still read and recorded.
-pub(crate) async fn serve(
-    watch: OwnedFd,
-    door_ports: BTreeSet<u16>,
-    shared: Arc<Shared>,
-    mut shutdown: Shutdown,
-) {
+pub(crate) async fn serve(watch: OwnedFd, door_ports: BTreeSet<u16>, shared: Arc<Shared>) {
     // Tokio registers a descriptor with its reactor safely only through its own socket
     // types: a datagram socket carries the watch (netlink is datagram-like), and every read
     // goes through rustix, never through the carrier's own methods.
@@ -199,7 +193,7 @@ pub(crate) async fn serve(
             ready = watch.readable() => if ready.is_err() {
                 return;
             },
-            () = shutdown.wait() => break,
+            () = shared.stop.cancelled() => break,
         }
         match watch.try_io(Interest::READABLE, || read_notices(&watch, &mut buffer)) {
             Ok(Some(sockets)) => {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
-use crate::shutdown::Shutdown;
 use crate::splice::{self, PipePool};
 
 /// Bytes moved so far: `up` = client → upstream, `down` = upstream → client.
@@ -27,9 +27,9 @@ pub(crate) async fn relay(
     upstream: &mut TcpStream,
     pipes: &PipePool,
     moved: &mut Transferred,
-    shutdown: &mut Shutdown,
+    stop: &CancellationToken,
 ) {
-    relay_bounded(client, upstream, pipes, moved, shutdown, None).await;
+    relay_bounded(client, upstream, pipes, moved, stop, None).await;
 }
 
 /// [`relay`], also ended when no byte has moved either way for `idle` (when given): a raw
@@ -40,7 +40,7 @@ pub(crate) async fn relay_bounded(
     upstream: &mut TcpStream,
     pipes: &PipePool,
     moved: &mut Transferred,
-    shutdown: &mut Shutdown,
+    stop: &CancellationToken,
     idle: Option<Duration>,
 ) {
     let up = AtomicU64::new(moved.up);
@@ -67,7 +67,7 @@ pub(crate) async fn relay_bounded(
             let result = tokio::select! {
                 result = both => result.map(|_| ()),
                 () = idle_end => Ok(()),
-                () = shutdown.wait() => Ok(()),
+                () = stop.cancelled() => Ok(()),
             };
             pipes.put(up_pipe);
             pipes.put(down_pipe);
@@ -87,7 +87,7 @@ pub(crate) async fn relay_bounded(
             tokio::select! {
                 result = both => result.map(|_| ()),
                 () = idle_end => Ok(()),
-                () = shutdown.wait() => Ok(()),
+                () = stop.cancelled() => Ok(()),
             }
         }
     };
@@ -158,7 +158,7 @@ mod tests {
     ) -> (Vec<u8>, Vec<u8>, Transferred) {
         let (mut client, mut proxy_client) = socket_pair().await;
         let (mut proxy_upstream, mut upstream) = socket_pair().await;
-        let (_trigger, mut shutdown) = Shutdown::new();
+        let stop = CancellationToken::new();
         let mut moved = Transferred::default();
         let client_side = async {
             client.write_all(request).await.unwrap();
@@ -180,7 +180,7 @@ mod tests {
             &mut proxy_upstream,
             pipes,
             &mut moved,
-            &mut shutdown,
+            &stop,
         );
         let ((), at_client, at_upstream) = tokio::join!(relayed, client_side, upstream_side);
         (at_upstream, at_client, moved)

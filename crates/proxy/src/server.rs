@@ -19,7 +19,6 @@ use crate::config::ProxyConfig;
 use crate::passed_listeners::{PassError, PassedListeners};
 use crate::policy::Reason;
 use crate::shared::{ConnectionSlot, Door, Shared};
-use crate::shutdown::{Shutdown, ShutdownTrigger};
 
 pub use crate::ca::CaError;
 pub use crate::inspector::InspectError;
@@ -96,7 +95,7 @@ enum Doors {
 impl BoundProxy {
     pub async fn bind(mut config: ProxyConfig) -> Result<BoundProxy, ProxyError> {
         // Secrets and the run CA are checked and made before any port is bound.
-        let inspect = crate::inspect::Inspector::new(
+        let inspect = crate::inspector::Inspector::new(
             &config.policy,
             std::mem::take(&mut config.credentials),
         )?;
@@ -217,7 +216,6 @@ impl BoundProxy {
     /// Starts accepting on every listener.
     pub fn start(self) -> RunningProxy {
         let ca_pem = self.ca_certificate_pem().map(str::to_owned);
-        let (trigger, shutdown) = Shutdown::new();
         let connections = Arc::new(Semaphore::new(self.shared.limits.max_connections));
         let tasks = match self.doors {
             Doors::Bound {
@@ -239,24 +237,20 @@ impl BoundProxy {
                     dns,
                     closed_sockets: None,
                 };
-                serve_doors(listeners, &self.shared, &connections, &shutdown)
+                serve_doors(listeners, &self.shared, &connections)
             }
-            Doors::Passed { socket, path } => vec![tokio::spawn(serve_passed(
+            Doors::Passed { socket, path } => vec![self.shared.tasks.spawn(serve_passed(
                 socket,
                 path,
                 self.shared.clone(),
                 connections,
-                shutdown.clone(),
             ))],
         };
         RunningProxy {
             ca_pem,
             addrs: self.addrs,
-            audit: self.shared.gate.audit().clone(),
-            grace: self.shared.limits.shutdown_grace,
-            trigger,
-            shutdown: Some(shutdown),
-            tasks,
+            shared: self.shared,
+            listeners: tasks,
         }
     }
 }
@@ -266,11 +260,10 @@ impl BoundProxy {
 pub struct RunningProxy {
     ca_pem: Option<String>,
     addrs: LocalAddrs,
-    audit: AuditSink,
-    grace: std::time::Duration,
-    trigger: ShutdownTrigger,
-    shutdown: Option<Shutdown>,
-    tasks: Vec<JoinHandle<()>>,
+    /// The doors' state: its stop token begins shutdown, its task tracker ends it.
+    shared: Arc<Shared>,
+    /// The listeners' tasks (and the wait for passed listeners), ended first at shutdown.
+    listeners: Vec<JoinHandle<()>>,
 }
 
 impl RunningProxy {
@@ -285,36 +278,46 @@ impl RunningProxy {
 
     /// Records written so far, per (decision, reason): what a run summary needs.
     pub fn counts(&self) -> AuditCounts {
-        self.audit.counts()
+        self.audit().counts()
     }
 
     /// The audit sink, which outlives [`RunningProxy::shutdown`]: after it, its
     /// `write_errors` says whether the log is whole.
     pub fn audit_sink(&self) -> crate::audit::AuditSink {
-        self.audit.clone()
+        self.audit().clone()
     }
 
     /// Waits until every record sent so far is written.
     pub async fn flush(&self) {
-        self.audit.flush().await;
+        self.audit().flush().await;
+    }
+
+    fn audit(&self) -> &AuditSink {
+        self.shared.gate.audit()
     }
 
     /// Stops accepting, closes tunnels (each writes its record with its byte counts), gives
     /// in-flight requests a short grace, then closes the run's audit chain with its `end`
     /// record and flushes it. Returns the final counts.
-    pub async fn shutdown(mut self) -> AuditCounts {
-        self.trigger.begin();
-        self.shutdown = None;
-        for task in self.tasks.drain(..) {
+    pub async fn shutdown(self) -> AuditCounts {
+        let shared = &self.shared;
+        shared.stop.cancel();
+        for task in self.listeners {
             let _ = task.await;
         }
-        // Every connection task holds a `Shutdown`; the channel closes when the last ends.
-        let wait = self.grace + std::time::Duration::from_millis(300);
-        if !self.trigger.finished(wait).await {
+        // No listener is left to spawn a connection; each task that still runs was spawned
+        // on the tracker, and every task it spawns is too.
+        shared.tasks.close();
+        let wait = shared.limits.shutdown_grace + std::time::Duration::from_millis(300);
+        if tokio::time::timeout(wait, shared.tasks.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("some connections did not finish within the shutdown grace");
         }
-        self.audit.finish().await;
-        self.audit.counts()
+        let audit = shared.gate.audit();
+        audit.finish().await;
+        audit.counts()
     }
 }
 
@@ -333,7 +336,7 @@ struct Listeners {
 enum Entrance {
     /// A door that reads requests or a ClientHello ([`Door`]).
     Door(Door),
-    /// A raw door on this port ([`crate::raw`]).
+    /// A raw door on this port ([`crate::doors::raw`]).
     Raw { port: u16 },
 }
 
@@ -343,7 +346,6 @@ fn serve_doors(
     listeners: Listeners,
     shared: &Arc<Shared>,
     connections: &Arc<Semaphore>,
-    shutdown: &Shutdown,
 ) -> Vec<JoinHandle<()>> {
     let Listeners {
         explicit,
@@ -360,12 +362,11 @@ fn serve_doors(
         .map(|(_, port)| *port)
         .collect();
     let accept = |listener, door| {
-        tokio::spawn(accept_loop(
+        shared.tasks.spawn(accept_loop(
             listener,
             door,
             shared.clone(),
             connections.clone(),
-            shutdown.clone(),
         ))
     };
     let mut tasks = vec![accept(explicit, Entrance::Door(Door::Explicit))];
@@ -376,24 +377,22 @@ fn serve_doors(
         tasks.push(accept(listener, Entrance::Raw { port }));
     }
     if let Some(watch) = closed_sockets {
-        tasks.push(tokio::spawn(crate::refused_ports::serve(
+        tasks.push(shared.tasks.spawn(crate::refused_ports::serve(
             watch,
             door_ports,
             shared.clone(),
-            shutdown.clone(),
         )));
     }
     if let Some((udp, tcp)) = dns {
-        tasks.push(tokio::spawn(crate::dns::serve_udp(
-            udp,
-            shared.clone(),
-            shutdown.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::dns::serve_tcp(
+        tasks.push(
+            shared
+                .tasks
+                .spawn(crate::doors::dns::serve_udp(udp, shared.clone())),
+        );
+        tasks.push(shared.tasks.spawn(crate::doors::dns::serve_tcp(
             tcp,
             shared.clone(),
             connections.clone(),
-            shutdown.clone(),
         )));
     }
     tasks
@@ -407,11 +406,10 @@ async fn serve_passed(
     path: PathBuf,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
-    mut shutdown: Shutdown,
 ) {
     let passed = tokio::select! {
         passed = PassedListeners::receive(socket, &path) => passed,
-        () = shutdown.wait() => {
+        () = shared.stop.cancelled() => {
             let _ = std::fs::remove_file(&path);
             return;
         }
@@ -455,7 +453,7 @@ async fn serve_passed(
             .set(crate::name_addresses::NameAddresses::new());
     }
     tracing::debug!("serving the listeners passed by the sandbox");
-    for task in serve_doors(listeners, &shared, &connections, &shutdown) {
+    for task in serve_doors(listeners, &shared, &connections) {
         let _ = task.await;
     }
 }
@@ -496,32 +494,24 @@ async fn accept_loop(
     door: Entrance,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
-    shutdown: Shutdown,
 ) {
-    let accepting = shutdown.clone();
-    crate::listen::accept_until_shutdown(listener, accepting, |stream, client| {
+    crate::listen::accept_until_shutdown(listener, &shared.stop, |stream, client| {
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let task_shutdown = shutdown.clone();
+        let task_shared = shared.clone();
         match connections.clone().try_acquire_owned() {
             Ok(permit) => {
-                tokio::spawn(serve_connection(
+                shared.tasks.spawn(serve_connection(
                     stream,
                     client,
                     door,
-                    shared,
-                    task_shutdown,
+                    task_shared,
                     ConnectionSlot::new(permit),
                 ));
             }
             Err(_) => {
-                tokio::spawn(refuse_over_limit(
-                    stream,
-                    client,
-                    door,
-                    shared,
-                    task_shutdown,
-                ));
+                shared
+                    .tasks
+                    .spawn(refuse_over_limit(stream, client, door, task_shared));
             }
         }
     })
@@ -533,26 +523,22 @@ async fn serve_connection(
     client: SocketAddr,
     door: Entrance,
     shared: Arc<Shared>,
-    shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
     let door = match door {
         Entrance::Door(door) => door,
         Entrance::Raw { port } => {
-            Box::pin(crate::raw::serve(
-                stream, client, port, shared, shutdown, slot,
-            ))
-            .await;
+            Box::pin(crate::doors::raw::serve(stream, client, port, shared, slot)).await;
             return;
         }
     };
     match door {
-        Door::Explicit => crate::http::serve(stream, client, door, shared, shutdown, slot).await,
+        Door::Explicit => crate::doors::http::serve(stream, client, door, shared, slot).await,
         // Boxed: its state (the TLS door) is ten times the explicit door's, and every
         // accepted connection's task would otherwise be that large (copied in at spawn).
         Door::Transparent { port } => {
-            Box::pin(crate::transparent::serve(
-                stream, client, port, shared, shutdown, slot,
+            Box::pin(crate::doors::transparent::serve(
+                stream, client, port, shared, slot,
             ))
             .await;
         }
@@ -566,7 +552,6 @@ async fn refuse_over_limit(
     client: SocketAddr,
     door: Entrance,
     shared: Arc<Shared>,
-    _shutdown: Shutdown,
 ) {
     let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
     attempt.set_outcome(Outcome::Blocked, Reason::Limit, None);
@@ -575,7 +560,7 @@ async fn refuse_over_limit(
     }
     attempt.record().await;
     if let Entrance::Raw { .. } = door {
-        crate::raw::reset(stream);
+        crate::doors::raw::reset(stream);
         return;
     }
     if let Entrance::Door(Door::Explicit) = door {

@@ -1,16 +1,19 @@
-//! What every door shares: the gate, the limits, the upstream pool — and which listener a
-//! connection came in on.
+//! What every door shares: the gate, the limits, the upstream pool, shutdown — and which
+//! listener a connection came in on.
 //!
-//! Doors depend on this module and on the shutdown module, never on the server: the server
-//! builds one [`Shared`] from the configuration and hands it to every door it dispatches to.
+//! Doors depend on this module, never on the server: the server builds one [`Shared`] from
+//! the configuration and hands it to every door it dispatches to.
 
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::audit::AuditSink;
 use crate::config::{ProxyConfig, ProxyLimits};
+use crate::exchange::Drain;
 use crate::floor::Floor;
 use crate::gate::Gate;
 use crate::name_addresses::NameAddresses;
@@ -44,6 +47,12 @@ pub(crate) struct Shared {
     pub names: OnceLock<NameAddresses>,
     /// Places for raw door connections (`ProxyLimits::max_raw_connections`).
     pub raw_connections: Arc<Semaphore>,
+    /// Cancelled when shutdown begins: every task watches it and stops.
+    pub stop: CancellationToken,
+    /// Every task that serves the sandbox — listeners, connections, tunnels, a record that
+    /// waits for its request body — is spawned here: shutdown waits for them, so each
+    /// writes its record (with its byte counts) before the audit chain is closed.
+    pub tasks: TaskTracker,
 }
 
 impl Shared {
@@ -107,7 +116,18 @@ impl Shared {
             ),
             sandbox_hostname: config.sandbox_hostname,
             names,
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
         })
+    }
+
+    /// Where a forwarded request's record waits for its upload: this proxy's tracker and
+    /// stop token.
+    pub(crate) fn drain(&self) -> Drain {
+        Drain {
+            tasks: self.tasks.clone(),
+            stop: self.stop.clone(),
+        }
     }
 }
 

@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::audit::{Attempt, Kind, Outcome};
 use crate::policy::{Reason, SniCheck};
 use crate::relay::{Transferred, relay_bounded};
 use crate::shared::{ConnectionSlot, Shared};
-use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 
@@ -51,7 +51,6 @@ pub(crate) async fn serve(
     client: SocketAddr,
     port: u16,
     shared: Arc<Shared>,
-    mut shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
     let gate = &shared.gate;
@@ -77,8 +76,7 @@ pub(crate) async fn serve(
         // its own records.
         attempt.forget();
         drop(attempt);
-        return crate::transparent::serve(stream, client, port, shared.clone(), shutdown, slot)
-            .await;
+        return super::transparent::serve(stream, client, port, shared.clone(), slot).await;
     }
     // Only now does this door let anything through itself: its record's place first.
     if !attempt.hold_record() {
@@ -93,7 +91,7 @@ pub(crate) async fn serve(
     let connect = gate.connect_decided(&mut attempt, &target, port, &decision);
     let connected = tokio::select! {
         connected = connect => connected,
-        () = shutdown.wait() => return,
+        () = shared.stop.cancelled() => return,
     };
     let Ok(mut upstream) = connected else {
         return refuse(attempt, stream).await;
@@ -104,7 +102,7 @@ pub(crate) async fn serve(
     let limits = &shared.limits;
     let idle = limits.raw_idle_timeout;
     let check_sni = gate.policy().tls().sni == SniCheck::Strict;
-    match first_word(&client_stream, &upstream, idle, &mut shutdown).await {
+    match first_word(&client_stream, &upstream, idle, &shared.stop).await {
         FirstWord::Gone => return,
         FirstWord::Client { tls: true } if check_sni => {
             let read = sni::read_client_hello(
@@ -115,7 +113,7 @@ pub(crate) async fn serve(
             );
             let checked = tokio::select! {
                 read = read => read.and_then(|hello| sni::check(&target, &hello).map(|()| hello.bytes)),
-                () = shutdown.wait() => return,
+                () = shared.stop.cancelled() => return,
             };
             match checked {
                 Ok(hello) => {
@@ -143,7 +141,7 @@ pub(crate) async fn serve(
         &mut upstream,
         &shared.pipes,
         &mut moved,
-        &mut shutdown,
+        &shared.stop,
         Some(idle),
     )
     .await;
@@ -157,7 +155,7 @@ async fn first_word(
     client: &TcpStream,
     upstream: &TcpStream,
     idle: Duration,
-    shutdown: &mut Shutdown,
+    stop: &CancellationToken,
 ) -> FirstWord {
     let mut first = [0u8; 1];
     let mut greeting = [0u8; 1];
@@ -168,7 +166,7 @@ async fn first_word(
         },
         _ = upstream.peek(&mut greeting) => FirstWord::Upstream,
         () = tokio::time::sleep(idle) => FirstWord::Gone,
-        () = shutdown.wait() => FirstWord::Gone,
+        () = stop.cancelled() => FirstWord::Gone,
     }
 }
 

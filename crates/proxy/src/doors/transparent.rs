@@ -2,7 +2,7 @@
 //! the proxy because the DNS responder answered an allowed name with the proxy's address.
 //!
 //! The first byte decides: a TLS handshake record is routed by the ClientHello's SNI (kind
-//! `tls`), an HTTP method by the `Host` header (kind `http`, served by [`crate::http`]),
+//! `tls`), an HTTP method by the `Host` header (kind `http`, served by [`super::http`]),
 //! anything else is closed (kind `tcp`, `unsupported`). Either way the target goes through
 //! the same gate as an explicit request, on the listener's port. A refused connection's
 //! record is written before the connection is closed.
@@ -17,7 +17,6 @@ use crate::audit::{Attempt, Kind, Outcome};
 use crate::policy::Reason;
 use crate::relay::{Transferred, relay};
 use crate::shared::{ConnectionSlot, Door, Shared};
-use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 
@@ -26,23 +25,22 @@ pub(crate) async fn serve(
     client: SocketAddr,
     port: u16,
     shared: Arc<Shared>,
-    mut shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
     let mut first = [0u8; 1];
     let peeked = tokio::select! {
         peeked = tokio::time::timeout(shared.limits.head_timeout, stream.peek(&mut first)) => peeked,
-        () = shutdown.wait() => return,
+        () = shared.stop.cancelled() => return,
     };
     match peeked {
         // Closed without a byte: nothing was attempted.
         Ok(Ok(0)) | Ok(Err(_)) => {}
         Ok(Ok(_)) if first[0] == 0x16 => {
-            serve_tls(stream, client, port, shared, shutdown, slot).await;
+            serve_tls(stream, client, port, shared, slot).await;
         }
         Ok(Ok(_)) if first[0].is_ascii_uppercase() => {
             let door = Door::Transparent { port };
-            crate::http::serve(stream, client, door, shared, shutdown, slot).await;
+            super::http::serve(stream, client, door, shared, slot).await;
         }
         Ok(Ok(_)) | Err(_) => {
             let mut attempt = Attempt::new(shared.gate.audit(), Kind::Tcp, Some(client));
@@ -59,7 +57,6 @@ async fn serve_tls(
     client: SocketAddr,
     port: u16,
     shared: Arc<Shared>,
-    mut shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
     let gate = &shared.gate;
@@ -78,7 +75,7 @@ async fn serve_tls(
     );
     let hello = tokio::select! {
         read = read => read,
-        () = shutdown.wait() => return,
+        () = shared.stop.cancelled() => return,
     };
     let hello = match hello {
         Ok(hello) if hello.ech => {
@@ -129,7 +126,7 @@ async fn serve_tls(
         // The ClientHello already read is replayed to the inspect door's TLS acceptor.
         let (read, write) = client_stream.into_split();
         let replayed = std::io::Cursor::new(hello.bytes).chain(read);
-        crate::inspect::serve_tunnel(
+        super::inspect::serve_tunnel(
             shared.clone(),
             tokio::io::join(replayed, write),
             client,
@@ -138,7 +135,6 @@ async fn serve_tls(
             upstream,
             attempt,
             decision,
-            shutdown,
             _slot.clone(),
         )
         .await;
@@ -157,7 +153,7 @@ async fn serve_tls(
         &mut upstream,
         &shared.pipes,
         &mut moved,
-        &mut shutdown,
+        &shared.stop,
     )
     .await;
     attempt.bytes_up += moved.up;

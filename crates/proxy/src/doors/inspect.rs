@@ -6,7 +6,7 @@
 //! ([`crate::policy::PolicySet::inspection`]). The CONNECT (or transparent TLS) connection
 //! itself went through the gate exactly as any other — judged, resolved once, floor-checked, connected —
 //! and keeps its own record; only then does this door terminate the client's TLS with a leaf
-//! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream`]). Every
+//! from the run CA ([`crate::ca`]) and TLS to the upstream ([`crate::upstream_tls`]). Every
 //! request inside gets its own `http` record with `method`, `path` (never the query),
 //! `status` and `credential`.
 //!
@@ -34,12 +34,11 @@ use tokio::net::TcpStream;
 
 use crate::audit::{Attempt, Kind, Outcome, RequestFields};
 use crate::body::ProxyBody;
-use crate::exchange::{Upload, counting_body};
-pub(crate) use crate::inspector::Inspector;
+use crate::exchange::{Drain, Upload, counting_body};
+use crate::inspector::Inspector;
 use crate::policy::{Decision, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Shared, client_http1};
-use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 use crate::upstream_tls::connect_tls;
 
@@ -119,7 +118,6 @@ pub(crate) async fn forward_plain(
     request: Request<Incoming>,
     plan: PlainPlan,
     mut attempt: Attempt,
-    shutdown: Shutdown,
 ) -> Response<ProxyBody> {
     let inspector = shared.inspect.as_ref().expect("a plan needs the inspector");
     let target = Target::Name(plan.name.clone());
@@ -166,7 +164,7 @@ pub(crate) async fn forward_plain(
     let upload = Upload::new();
     let outgoing = Request::from_parts(parts, counting_body(body, upload.clone()));
     match sender.send_request(outgoing).await {
-        Ok(response) => answered(response, attempt, upload, shutdown, inspector).await,
+        Ok(response) => answered(response, attempt, upload, shared.drain(), inspector).await,
         Err(error) => refuse_with(attempt, |a| upstream_failure(a, &error)).await,
     }
 }
@@ -184,7 +182,6 @@ pub(crate) async fn serve_tunnel<S>(
     upstream: TcpStream,
     mut tunnel: Attempt,
     decision: Decision,
-    mut shutdown: Shutdown,
     _slot: ConnectionSlot,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -223,7 +220,7 @@ pub(crate) async fn serve_tunnel<S>(
     let upstream_tls = connect_tls(&inspector.upstream_tls, &name, upstream);
     let (accepted, upstream_tls) = tokio::select! {
         both = async { tokio::join!(accept, upstream_tls) } => both,
-        () = shutdown.wait() => return,
+        () = shared.stop.cancelled() => return,
     };
     let client_tls = match accepted {
         Ok(stream) => stream,
@@ -252,7 +249,6 @@ pub(crate) async fn serve_tunnel<S>(
         port,
         decision,
         upstream: tokio::sync::Mutex::new(upstream),
-        shutdown: shutdown.clone(),
     });
     let service = service_fn(move |request| {
         let connection = connection.clone();
@@ -263,7 +259,7 @@ pub(crate) async fn serve_tunnel<S>(
     tokio::pin!(served);
     let result = tokio::select! {
         result = served.as_mut() => result,
-        () = shutdown.wait() => {
+        () = shared.stop.cancelled() => {
             served.as_mut().graceful_shutdown();
             tokio::time::timeout(limits.shutdown_grace, served.as_mut()).await.unwrap_or(Ok(()))
         }
@@ -299,8 +295,6 @@ struct InspectedConnection {
     /// The tunnel's decision, for reconnecting through the gate.
     decision: Decision,
     upstream: tokio::sync::Mutex<UpstreamState>,
-    /// Held by each answer's record until its upload is done too.
-    shutdown: Shutdown,
 }
 
 impl InspectedConnection {
@@ -339,14 +333,8 @@ impl InspectedConnection {
             if sender.ready().await.is_ok() {
                 match sender.try_send_request(outgoing).await {
                     Ok(response) => {
-                        return answered(
-                            response,
-                            attempt,
-                            upload,
-                            self.shutdown.clone(),
-                            inspector,
-                        )
-                        .await;
+                        return answered(response, attempt, upload, shared.drain(), inspector)
+                            .await;
                     }
                     Err(mut error) => match error.take_message() {
                         Some(request) if attempt_number == 0 => outgoing = request,
@@ -546,14 +534,14 @@ async fn answered(
     response: Response<Incoming>,
     mut attempt: Attempt,
     upload: Arc<Upload>,
-    shutdown: Shutdown,
+    drain: Drain,
     inspector: &Inspector,
 ) -> Response<ProxyBody> {
     if let Some(fields) = attempt.request.as_mut() {
         fields.status = Some(response.status().as_u16());
     }
     let secrets = Some(inspector.secret_forms());
-    crate::exchange::answer(response, attempt, upload, shutdown, secrets).await
+    crate::exchange::answer(response, attempt, upload, drain, secrets).await
 }
 
 fn upstream_tls_failure(attempt: &mut Attempt, error: &std::io::Error) -> Refusal {

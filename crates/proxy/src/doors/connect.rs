@@ -23,7 +23,6 @@ use crate::policy::{Reason, SniCheck};
 use crate::refusal::refuse;
 use crate::relay::{Transferred, relay};
 use crate::shared::{ConnectionSlot, Shared};
-use crate::shutdown::Shutdown;
 use crate::sni::{self, SniError};
 use crate::target::Target;
 
@@ -31,7 +30,6 @@ pub(crate) async fn handle(
     mut request: Request<Incoming>,
     shared: &Arc<Shared>,
     client: SocketAddr,
-    shutdown: Shutdown,
     slot: ConnectionSlot,
 ) -> Response<ProxyBody> {
     let gate = &shared.gate;
@@ -66,17 +64,7 @@ pub(crate) async fn handle(
         && shared.inspect.is_some()
         && gate.policy().inspection(&target, port).is_some()
     {
-        return open_inspected(
-            request,
-            shared,
-            client,
-            name.clone(),
-            port,
-            attempt,
-            shutdown,
-            slot,
-        )
-        .await;
+        return open_inspected(request, shared, client, name.clone(), port, attempt, slot).await;
     }
     let upstream = match gate.open(&mut attempt, &target, port).await {
         Ok(upstream) => upstream,
@@ -90,10 +78,9 @@ pub(crate) async fn handle(
         attempt,
         target,
         check_sni,
-        shutdown,
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    tokio::spawn(async move {
+    shared.tasks.spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
                 Ok(parts) => {
@@ -113,7 +100,6 @@ pub(crate) async fn handle(
 
 /// A CONNECT to an inspected host: the same gate (decide, resolve once, floor, connect),
 /// then the inspect door serves what the client sends inside the tunnel.
-#[allow(clippy::too_many_arguments)]
 async fn open_inspected(
     mut request: Request<Incoming>,
     shared: &Arc<Shared>,
@@ -121,7 +107,6 @@ async fn open_inspected(
     name: crate::target::HostName,
     port: u16,
     mut attempt: Attempt,
-    shutdown: Shutdown,
     slot: ConnectionSlot,
 ) -> Response<ProxyBody> {
     let gate = &shared.gate;
@@ -138,12 +123,12 @@ async fn open_inspected(
         Err(refusal) => return refuse(attempt, &refusal).await,
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let shared = shared.clone();
-    tokio::spawn(async move {
+    let tunnel_shared = shared.clone();
+    shared.tasks.spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                crate::inspect::serve_tunnel(
-                    shared,
+                super::inspect::serve_tunnel(
+                    tunnel_shared,
                     TokioIo::new(upgraded),
                     client,
                     name,
@@ -151,7 +136,6 @@ async fn open_inspected(
                     upstream,
                     attempt,
                     decision,
-                    shutdown,
                     slot,
                 )
                 .await;
@@ -181,7 +165,6 @@ struct Tunnel {
     attempt: Attempt,
     target: Target,
     check_sni: bool,
-    shutdown: Shutdown,
 }
 
 impl Tunnel {
@@ -199,7 +182,7 @@ impl Tunnel {
                 read = read => read.and_then(|hello| {
                     sni::check(&self.target, &hello).map(|()| hello.bytes)
                 }),
-                () = self.shutdown.wait() => return,
+                () = self.shared.stop.cancelled() => return,
             };
             match checked {
                 Ok(bytes) => bytes,
@@ -230,7 +213,7 @@ impl Tunnel {
             &mut upstream,
             &self.shared.pipes,
             &mut moved,
-            &mut self.shutdown,
+            &self.shared.stop,
         )
         .await;
         self.attempt.bytes_up += moved.up;

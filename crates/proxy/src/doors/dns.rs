@@ -24,7 +24,6 @@ use crate::name_addresses::NameAddresses;
 use crate::policy::{PolicySet, Reason, Verdict};
 use crate::secrets::Placeholders;
 use crate::shared::Shared;
-use crate::shutdown::Shutdown;
 use crate::target::{HostName, Target};
 
 use crate::dns_rate::ANSWER_TTL;
@@ -276,7 +275,7 @@ fn refused(message: &[u8]) -> Option<Vec<u8>> {
     .ok()
 }
 
-pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdown: Shutdown) {
+pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>) {
     let Some(answer) = shared.dns_answer else {
         return;
     };
@@ -289,7 +288,7 @@ pub(crate) async fn serve_udp(socket: UdpSocket, shared: Arc<Shared>, mut shutdo
     loop {
         let received = tokio::select! {
             received = socket.recv_from(&mut buffer) => received,
-            () = shutdown.wait() => return,
+            () = shared.stop.cancelled() => return,
         };
         let (len, client) = match received {
             Ok(received) => received,
@@ -314,21 +313,15 @@ pub(crate) async fn serve_tcp(
     listener: TcpListener,
     shared: Arc<Shared>,
     connections: Arc<Semaphore>,
-    shutdown: Shutdown,
 ) {
-    let accepting = shutdown.clone();
-    crate::listen::accept_until_shutdown(listener, accepting, |stream, client| {
+    crate::listen::accept_until_shutdown(listener, &shared.stop, |stream, client| {
         // Over the limit: close; the client retries over UDP.
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             return;
         };
-        tokio::spawn(serve_tcp_connection(
-            stream,
-            client,
-            shared.clone(),
-            shutdown.clone(),
-            permit,
-        ));
+        shared
+            .tasks
+            .spawn(serve_tcp_connection(stream, client, shared.clone(), permit));
     })
     .await;
 }
@@ -338,7 +331,6 @@ async fn serve_tcp_connection(
     mut stream: TcpStream,
     client: SocketAddr,
     shared: Arc<Shared>,
-    mut shutdown: Shutdown,
     _permit: OwnedSemaphorePermit,
 ) {
     let Some(answer) = shared.dns_answer else {
@@ -357,7 +349,7 @@ async fn serve_tcp_connection(
                 Ok(Ok(message)) => message,
                 _ => return,
             },
-            () = shutdown.wait() => return,
+            () = shared.stop.cancelled() => return,
         };
         let Some(reply) = reply_to(&shared, &message, client, answer).await else {
             return;

@@ -1,5 +1,5 @@
 //! The HTTP/1.1 doors: the explicit proxy listener (absolute-form requests, and `CONNECT`
-//! handed to [`crate::connect`]) and transparent HTTP (origin-form, routed by `Host`).
+//! handed to [`super::connect`]) and transparent HTTP (origin-form, routed by `Host`).
 //!
 //! Every request is judged on its own, including the second and later requests of a kept-
 //! alive or pipelined connection. An upstream connection is reused only for the next request
@@ -24,7 +24,6 @@ use crate::exchange::{Upload, answer, counting_body, origin_form, strip_hop_by_h
 use crate::policy::{Reason, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
-use crate::shutdown::Shutdown;
 use crate::target::Target;
 
 /// One client connection's state.
@@ -32,7 +31,6 @@ struct ClientConnection {
     shared: Arc<Shared>,
     client: SocketAddr,
     door: Door,
-    shutdown: Shutdown,
     /// This connection's place under the connection limit, passed on to a CONNECT tunnel.
     slot: ConnectionSlot,
     /// The upstream of the previous request, kept for the next request to the same target.
@@ -54,15 +52,14 @@ pub(crate) async fn serve(
     client: SocketAddr,
     door: Door,
     shared: Arc<Shared>,
-    mut shutdown: Shutdown,
     slot: ConnectionSlot,
 ) {
     let limits = shared.limits.clone();
+    let stop = shared.stop.clone();
     let connection = Arc::new(ClientConnection {
         shared,
         client,
         door,
-        shutdown: shutdown.clone(),
         slot,
         upstream: tokio::sync::Mutex::new(None),
         served_any: AtomicBool::new(false),
@@ -82,7 +79,7 @@ pub(crate) async fn serve(
     tokio::pin!(served);
     let result = tokio::select! {
         result = served.as_mut() => result,
-        () = shutdown.wait() => {
+        () = stop.cancelled() => {
             served.as_mut().graceful_shutdown();
             tokio::time::timeout(limits.shutdown_grace, served.as_mut())
                 .await
@@ -122,11 +119,10 @@ impl ClientConnection {
                 // moved into place by hyper, and these rarer paths would make every plain
                 // request's several times larger.
                 Door::Explicit => {
-                    Box::pin(crate::connect::handle(
+                    Box::pin(super::connect::handle(
                         request,
                         &self.shared,
                         self.client,
-                        self.shutdown.clone(),
                         self.slot.clone(),
                     ))
                     .await
@@ -164,20 +160,19 @@ impl ClientConnection {
                 .refuse_request(&mut attempt, b"", reason, detail);
             return refuse(attempt, &refusal).await;
         }
-        if let Some(plan) = crate::inspect::plain_plan(&self.shared, &target, port) {
-            return Box::pin(crate::inspect::forward_plain(
+        if let Some(plan) = super::inspect::plain_plan(&self.shared, &target, port) {
+            return Box::pin(super::inspect::forward_plain(
                 &self.shared,
                 request,
                 plan,
                 attempt,
-                self.shutdown.clone(),
             ))
             .await;
         }
         let (parts, body) = request.into_parts();
         attempt.request = Some(plain_request_fields(&parts));
         if let Err(refusal) =
-            crate::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
+            super::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
         {
             return refuse(attempt, &refusal).await;
         }
@@ -191,7 +186,7 @@ impl ClientConnection {
                 if let Some(fields) = attempt.request.as_mut() {
                     fields.status = Some(response.status().as_u16());
                 }
-                answer(response, attempt, upload, self.shutdown.clone(), None).await
+                answer(response, attempt, upload, self.shared.drain(), None).await
             }
             Err(refusal) => refuse(attempt, &refusal).await,
         }
