@@ -120,28 +120,25 @@ fn label_filters(filter: &ListFilter) -> HashMap<String, Vec<String>> {
 }
 
 fn network_summary(network: bollard::models::NetworkInspect) -> NetworkSummary {
-    let configs = network
-        .ipam
-        .and_then(|ipam| ipam.config)
-        .unwrap_or_default();
-    NetworkSummary {
-        id: network.id.unwrap_or_default(),
-        name: network.name.unwrap_or_default(),
-        labels: network.labels.unwrap_or_default(),
-        subnets: configs.iter().filter_map(|c| c.subnet.clone()).collect(),
-        gateways: configs.iter().filter_map(|c| c.gateway.clone()).collect(),
-    }
+    summary_of(network.id, network.name, network.labels, network.ipam)
 }
 
 fn listed_network(network: bollard::models::Network) -> NetworkSummary {
-    let configs = network
-        .ipam
-        .and_then(|ipam| ipam.config)
-        .unwrap_or_default();
+    summary_of(network.id, network.name, network.labels, network.ipam)
+}
+
+/// A network as the engine describes it, from an inspect or a listing alike.
+fn summary_of(
+    id: Option<String>,
+    name: Option<String>,
+    labels: Option<HashMap<String, String>>,
+    ipam: Option<bollard::models::Ipam>,
+) -> NetworkSummary {
+    let configs = ipam.and_then(|ipam| ipam.config).unwrap_or_default();
     NetworkSummary {
-        id: network.id.unwrap_or_default(),
-        name: network.name.unwrap_or_default(),
-        labels: network.labels.unwrap_or_default(),
+        id: id.unwrap_or_default(),
+        name: name.unwrap_or_default(),
+        labels: labels.unwrap_or_default(),
         subnets: configs.iter().filter_map(|c| c.subnet.clone()).collect(),
         gateways: configs.iter().filter_map(|c| c.gateway.clone()).collect(),
     }
