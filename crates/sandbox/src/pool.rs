@@ -125,7 +125,8 @@ impl Pool {
         *self.stopping.borrow()
     }
 
-    fn set_gauge(&self, state: &State) {
+    /// Tells the pool's owner how many slots are ready now.
+    fn report_ready(&self, state: &State) {
         (self.on_ready)(state.ready.len());
     }
 
@@ -149,7 +150,7 @@ impl Pool {
                 Some(index) => state.ready.remove(index),
                 None => None,
             };
-            self.set_gauge(&state);
+            self.report_ready(&state);
             warm
         };
         let Some(Warm { objects, slot, .. }) = warm else {
@@ -249,7 +250,7 @@ impl Pool {
             slot,
             _watcher: watcher,
         });
-        self.set_gauge(&state);
+        self.report_ready(&state);
     }
 
     /// The slot of run `id` stopped on its own (`how`: which container, and how it
@@ -259,7 +260,7 @@ impl Pool {
             let mut state = self.state.lock().expect("pool lock");
             let index = state.ready.iter().position(|w| w.objects.names.id == id);
             let warm = index.and_then(|index| state.ready.remove(index));
-            self.set_gauge(&state);
+            self.report_ready(&state);
             warm
         };
         // Already claimed (the claim stopped this watcher's interest): nothing to do.
@@ -283,7 +284,7 @@ impl Pool {
         let ready: Vec<Warm> = {
             let mut state = self.state.lock().expect("pool lock");
             let ready = state.ready.drain(..).collect();
-            self.set_gauge(&state);
+            self.report_ready(&state);
             ready
         };
         let removals = ready.into_iter().map(|Warm { objects, slot, .. }| {
