@@ -1,24 +1,88 @@
-//! The one decision pipeline every door calls: classify target → policy → resolve once →
-//! floor on every address → connect to a checked address → audit.
+//! The one decision pipeline every door calls: tripwire → classify target → policy →
+//! resolve once → floor on every address → connect to a checked address → audit.
 //!
-//! Doors only turn what a client sent into a [`Target`] and a port; everything that decides
-//! is here, so a CONNECT, a plain request, a transparent connection and a DNS query can never
-//! disagree about a host. A refused name is never resolved: resolution happens only after the
-//! policy allowed the name, and the connection goes to an address that passed the floor,
-//! never to a fresh lookup.
+//! Doors only turn what a client sent into a [`Target`] and a port (and for a request read
+//! in clear, its head); everything that decides is here, so a CONNECT, a plain request, an
+//! inspected request, a transparent connection and a DNS query can never disagree about a
+//! host. A DNS question is judged by [`Gate::judge_dns`], a plain forwarded request by
+//! [`Gate::judge_request`], a request inside an inspected connection by
+//! [`Gate::judge_inspected_request`], a connection by [`Gate::decide`] or [`Gate::open`].
+//! One tripwire ([`Gate::tripwire`]) looks for the run's secrets and placeholders in all of
+//! them. A refused name is never resolved: resolution happens only after the policy allowed
+//! the name, and the connection goes to an address that passed the floor, never to a fresh
+//! lookup.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use http::request::Parts;
 use tokio::net::TcpStream;
 
-use crate::audit::{Attempt, AuditSink, Outcome};
+use crate::audit::{Attempt, AuditSink, Outcome, RequestFields};
 use crate::floor::Floor;
-use crate::policy::{Decision, PolicySet, Reason, Verdict};
+use crate::policy::{Credential, Decision, PolicySet, Reason, Verdict};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
 use crate::secrets::Placeholders;
-use crate::target::Target;
+use crate::target::{HostName, Target};
+use crate::text::visible;
+
+/// Methods no `methods:` rule can admit on an inspected host: CONNECT would open a tunnel
+/// past the judgement (to wherever the upstream lets it), TRACE and TRACK make the upstream
+/// echo the request — with the real credential in it — back to the sandbox.
+const NEVER_FORWARDED_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
+
+/// What the tripwire found in what the sandbox sent.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Misuse<'a> {
+    /// A real secret, in one of its forms: the sandbox should never hold it.
+    Secret(&'a str),
+    /// The placeholder of a secret whose host this is not.
+    Placeholder(&'a str),
+}
+
+impl Misuse<'_> {
+    /// What the refusal of a request tells the client (a name, never a value).
+    fn request_sentence(&self) -> String {
+        match self {
+            Misuse::Secret(name) => format!(
+                "the request carries the real secret {name}, which the sandbox should never hold"
+            ),
+            Misuse::Placeholder(name) => format!(
+                "the request carries the placeholder of {name}, which belongs to another host"
+            ),
+        }
+    }
+
+    /// What the refusal of a connection to a host name tells the client.
+    fn name_sentence(&self) -> String {
+        match self {
+            Misuse::Secret(name) => format!("the host name carries the real secret of {name}"),
+            Misuse::Placeholder(name) => format!("the host name carries the placeholder of {name}"),
+        }
+    }
+}
+
+/// The gate's answer to one DNS question, the attempt's record filled in.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DnsVerdict {
+    /// Allowed (or report mode), its record's place held: answered with an address.
+    Answer(HostName),
+    /// The sandbox's own host name: answered with no records, and not recorded.
+    OwnName,
+    /// Refused (the tripwire, an IP literal, no host name, the policy): NXDOMAIN.
+    NoSuchName,
+    /// Allowed, but the audit budget has no place left for its record: REFUSED.
+    NoRecordPlace,
+}
+
+/// A request inside an inspected connection that the gate let through, its record's place
+/// held: the policy's decision, and the credential the upstream gets (on its host only).
+#[derive(Debug)]
+pub(crate) struct InspectedRequest {
+    pub(crate) decision: Decision,
+    pub(crate) credential: Option<Credential>,
+}
 
 pub(crate) struct Gate {
     policy: PolicySet,
@@ -64,8 +128,190 @@ impl Gate {
         &self.audit
     }
 
-    pub(crate) fn placeholders(&self) -> &Placeholders {
-        &self.placeholders
+    /// The tripwire, the one every door's check goes through: a real secret of the run (in
+    /// any of its forms) in any of `texts`, else the placeholder of a secret other than
+    /// `own_secret` (the secret of the target's own credential, which its requests carry).
+    /// `texts` is asked twice, so that a secret in a later text wins over a placeholder in
+    /// an earlier one.
+    pub(crate) fn tripwire<'t, I>(
+        &self,
+        texts: impl Fn() -> I,
+        own_secret: Option<&str>,
+    ) -> Option<Misuse<'_>>
+    where
+        I: Iterator<Item = &'t [u8]>,
+    {
+        let secrets = self.placeholders.secret_forms();
+        if let Some(name) = texts().find_map(|text| secrets.find(text)) {
+            return Some(Misuse::Secret(name));
+        }
+        self.placeholders
+            .find(texts(), own_secret)
+            .map(Misuse::Placeholder)
+    }
+
+    /// The tripwire over a request's head (its request line's target and every header
+    /// name and value), refused as `credential_misuse`.
+    fn check_request_head(
+        &self,
+        attempt: &mut Attempt,
+        parts: &Parts,
+        own_secret: Option<&str>,
+    ) -> Result<(), Refusal> {
+        let uri = parts.uri.to_string();
+        let texts = || {
+            std::iter::once(uri.as_bytes()).chain(
+                parts
+                    .headers
+                    .iter()
+                    .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
+            )
+        };
+        match self.tripwire(texts, own_secret) {
+            None => Ok(()),
+            Some(misuse) => {
+                attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+                Err(Refusal::of(attempt, misuse.request_sentence()))
+            }
+        }
+    }
+
+    /// One DNS question, `raw` its labels joined by dots and `name` what the door made of
+    /// them (None: they spell no host name), `own_name` the sandbox's own host name. In
+    /// this order: the tripwire over the raw bytes (before the name must even parse), the
+    /// name's class, the sandbox's own name, the policy, the record's place in the budget.
+    pub(crate) fn judge_dns(
+        &self,
+        attempt: &mut Attempt,
+        raw: &[u8],
+        name: Option<Target>,
+        own_name: Option<&HostName>,
+    ) -> DnsVerdict {
+        if self.tripwire(|| std::iter::once(raw), None).is_some() {
+            attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
+            return DnsVerdict::NoSuchName;
+        }
+        let name = match name {
+            Some(Target::Name(name)) => name,
+            Some(Target::Ip(_)) => {
+                attempt.set_outcome(Outcome::Blocked, Reason::IpLiteral, None);
+                return DnsVerdict::NoSuchName;
+            }
+            None => {
+                attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);
+                return DnsVerdict::NoSuchName;
+            }
+        };
+        if own_name == Some(&name) {
+            attempt.forget();
+            return DnsVerdict::OwnName;
+        }
+        attempt.host = name.to_string();
+        let decision = self.policy.decide_name(&name);
+        attempt.set_decision(&decision);
+        if decision.verdict == Verdict::Block {
+            return DnsVerdict::NoSuchName;
+        }
+        // An answer lets the sandbox connect: not without its record's place in the budget.
+        if !attempt.hold_record() {
+            return DnsVerdict::NoRecordPlace;
+        }
+        DnsVerdict::Answer(name)
+    }
+
+    /// One plain request forwarded as it is (its host not inspected), `path` its path
+    /// without the query: the record gets its method and path, then the tripwire over its
+    /// head, the policy's verdict on `target:port` with its record's place
+    /// ([`Gate::decide`]), and the TLS-port rule ([`Gate::refuse_plain_on_tls_port`]).
+    pub(crate) fn judge_request(
+        &self,
+        attempt: &mut Attempt,
+        target: &Target,
+        port: u16,
+        parts: &Parts,
+        path: &str,
+    ) -> Result<Decision, Refusal> {
+        attempt.request = Some(RequestFields::new(
+            visible(parts.method.as_str()),
+            visible(path),
+        ));
+        if let Err(refusal) = self.check_request_head(attempt, parts, None) {
+            attempt.host = target.to_string();
+            attempt.port = Some(port);
+            return Err(refusal);
+        }
+        let decision = self.decide(attempt, target, port)?;
+        self.refuse_plain_on_tls_port(attempt, port)?;
+        Ok(decision)
+    }
+
+    /// One request to an inspected host (inside its tunnel, or plain HTTP to it), `path`
+    /// its path without the query: the record gets its method, path and credential, then
+    /// the tripwire (a real secret anywhere, another host's placeholder) before any rule —
+    /// a real secret in the path must not be refused as a path — then the policy on the
+    /// host, the methods no rule admits, the policy on method and path, and the record's
+    /// place in the budget.
+    pub(crate) fn judge_inspected_request(
+        &self,
+        attempt: &mut Attempt,
+        name: &HostName,
+        port: u16,
+        parts: &Parts,
+        path: &str,
+    ) -> Result<InspectedRequest, Refusal> {
+        let target = Target::Name(name.clone());
+        let credential = self
+            .policy
+            .inspection(&target, port)
+            .and_then(|inspection| inspection.credential)
+            .cloned();
+        attempt.host = name.to_string();
+        attempt.port = Some(port);
+        let mut request = RequestFields::new(visible(parts.method.as_str()), visible(path));
+        request.credential = credential.as_ref().map(|c| c.secret.clone());
+        attempt.request = Some(request);
+        let own_secret = credential.as_ref().map(|c| c.secret.as_str());
+        self.check_request_head(attempt, parts, own_secret)?;
+        let host_decision = self.policy.decide(&target, port);
+        if host_decision.verdict == Verdict::Block {
+            attempt.set_decision(&host_decision);
+            return Err(Refusal::of(attempt, String::new()));
+        }
+        // In any letter case: methods are case-sensitive, but an upstream may fold them, and
+        // `trace` echoing the real key is TRACE echoing it.
+        if NEVER_FORWARDED_METHODS
+            .iter()
+            .any(|never| never.eq_ignore_ascii_case(parts.method.as_str()))
+        {
+            attempt.set_outcome(Outcome::Blocked, Reason::MethodNotAllowed, None);
+            return Err(Refusal::of(
+                attempt,
+                format!(
+                    "{} is never sent to an inspected host",
+                    visible(parts.method.as_str())
+                ),
+            ));
+        }
+        let decision = self
+            .policy
+            .decide_request(&target, port, parts.method.as_str(), path);
+        attempt.set_decision(&decision);
+        if decision.verdict == Verdict::Block {
+            let detail = match decision.reason {
+                Reason::BadRequest => {
+                    "the path could mean two things (dot segment, encoded `/` or `\\`, or `//`)"
+                }
+                _ => "",
+            };
+            return Err(Refusal::of(attempt, detail.to_owned()));
+        }
+        if !attempt.hold_record() {
+            return Err(Refusal::of(attempt, String::new()));
+        }
+        Ok(InspectedRequest {
+            decision,
+            credential,
+        })
     }
 
     /// Marks `attempt` as malformed (`bad_request`) or `unsupported`, logging `raw` as its
@@ -81,7 +327,7 @@ impl Gate {
             attempt.set_raw_host(raw);
         }
         // A secret in what could not even be parsed is misuse first: the sandbox holds it.
-        if let Some(secret) = self.placeholders.secret_forms().find(raw) {
+        if let Some(Misuse::Secret(secret)) = self.tripwire(|| std::iter::once(raw), None) {
             attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
             return Refusal::of(
                 attempt,
@@ -125,21 +371,10 @@ impl Gate {
         attempt.host = target.to_string();
         attempt.port = Some(port);
         if let Target::Name(name) = target
-            && let Some(secret) = self.placeholders.find([name.as_str().as_bytes()], None)
+            && let Some(misuse) = self.tripwire(|| std::iter::once(name.as_str().as_bytes()), None)
         {
             attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-            let what = match self
-                .placeholders
-                .secret_forms()
-                .find(name.as_str().as_bytes())
-            {
-                Some(_) => "real secret",
-                None => "placeholder",
-            };
-            return Err(Refusal::of(
-                attempt,
-                format!("the host name carries the {what} of {secret}"),
-            ));
+            return Err(Refusal::of(attempt, misuse.name_sentence()));
         }
         let decision = self.policy.decide(target, port);
         attempt.set_decision(&decision);
