@@ -514,3 +514,273 @@ impl Gate {
         Err(Refusal::of(attempt, failure.1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use egress_core::audit::{AuditRecord, Kind, OnAuditLimit};
+    use egress_core::policy::Policy;
+    use egress_core::secret::placeholder_from;
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    use super::*;
+    use crate::audit::AuditDestination;
+    use crate::resolve::NameServers;
+    use crate::secret_forms::SecretForms;
+
+    /// `api.example.com:443` inspected, with a credential and method and path rules;
+    /// `*.open.test` allowed on every lookup; nothing else.
+    const POLICY: &str = "version: 1\nname: gate\nallow:\n  - host: api.example.com\n    ports: [443]\n    methods: [GET, TRACE]\n    paths: [\"/v1/**\"]\n  - host: \"*.open.test\"\n    ports: [80]\ncredentials:\n  - host: api.example.com\n    port: 443\n    secret: API_KEY\n";
+    const SECRET: &str = "sk-live-0123456789abcdef";
+    const CLIENT: &str = "127.0.0.1:40000";
+
+    fn api_placeholder() -> String {
+        placeholder_from([0xa1; 16])
+    }
+
+    fn other_placeholder() -> String {
+        placeholder_from([0xb2; 16])
+    }
+
+    /// A gate over [`POLICY`] that resolves and connects nowhere, with the run's secrets
+    /// `API_KEY` (the credential's) and `OTHER_KEY` (another host's), and the receiver of
+    /// its records.
+    fn gate() -> (Gate, UnboundedReceiver<AuditRecord>) {
+        let (policy, _) = Policy::from_yaml("gate.yaml", POLICY).expect("the policy parses");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let audit = AuditSink::start(
+            AuditDestination::Channel(tx),
+            None,
+            "gate",
+            u64::MAX,
+            OnAuditLimit::Reserve,
+        )
+        .expect("a channel sink starts");
+        let (api, other) = (api_placeholder(), other_placeholder());
+        let forms = SecretForms::new([
+            ("API_KEY", SECRET, api.as_str()),
+            ("OTHER_KEY", "sk-other-fedcba9876543210", other.as_str()),
+        ]);
+        let placeholders =
+            Placeholders::new([("API_KEY", api.as_str()), ("OTHER_KEY", other.as_str())])
+                .with_secrets(Arc::new(forms));
+        let gate = Gate::new(
+            PolicySet::from(policy),
+            Floor::with_extra(Vec::new()),
+            Resolver::new(Vec::new(), &NameServers::None, Duration::from_secs(1)),
+            Duration::from_secs(1),
+            audit,
+        )
+        .with_placeholders(placeholders);
+        (gate, rx)
+    }
+
+    fn new_attempt(gate: &Gate, kind: Kind) -> Attempt {
+        let client: SocketAddr = CLIENT.parse().expect("an address");
+        Attempt::new(gate.audit(), kind, Some(client))
+    }
+
+    /// A DNS question for `raw`, as the DNS door hands it over.
+    fn judge_dns(gate: &Gate, raw: &str, own_name: Option<&HostName>) -> (DnsVerdict, Attempt) {
+        let mut attempt = new_attempt(gate, Kind::Dns);
+        let target = Target::parse_host(raw).ok();
+        let verdict = gate.judge_dns(&mut attempt, raw.as_bytes(), target, own_name);
+        (verdict, attempt)
+    }
+
+    fn head(method: &str, uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut request = http::Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).expect("a request").into_parts().0
+    }
+
+    fn api() -> HostName {
+        HostName::parse("api.example.com").expect("a name")
+    }
+
+    /// An inspected request to `api.example.com:443`, its path as the inspect door splits it.
+    fn judge_inspected(gate: &Gate, parts: &Parts) -> (Result<InspectedRequest, Refusal>, Attempt) {
+        let mut attempt = new_attempt(gate, Kind::Http);
+        let path = parts.uri.path().to_owned();
+        let judged = gate.judge_inspected_request(&mut attempt, &api(), 443, parts, &path);
+        (judged, attempt)
+    }
+
+    #[test]
+    fn an_allowed_name_is_answered_with_its_record_held() {
+        let (gate, _records) = gate();
+        let (verdict, attempt) = judge_dns(&gate, "www.open.test", None);
+        assert_eq!(
+            verdict,
+            DnsVerdict::Answer(HostName::parse("www.open.test").expect("a name"))
+        );
+        assert_eq!(
+            (attempt.decision, attempt.reason, attempt.host.as_str()),
+            (Outcome::Allowed, Reason::Rule, "www.open.test")
+        );
+    }
+
+    #[test]
+    fn a_name_the_policy_does_not_allow_is_no_such_name() {
+        let (gate, _records) = gate();
+        let (verdict, attempt) = judge_dns(&gate, "elsewhere.test", None);
+        assert_eq!(verdict, DnsVerdict::NoSuchName);
+        assert_eq!(
+            (attempt.decision, attempt.reason),
+            (Outcome::Blocked, Reason::NotAllowed)
+        );
+    }
+
+    #[test]
+    fn a_name_carrying_a_placeholder_or_a_secret_is_misuse_though_its_host_is_allowed() {
+        let (gate, _records) = gate();
+        for label in [
+            api_placeholder(),
+            api_placeholder().to_uppercase(),
+            SECRET.to_owned(),
+        ] {
+            let (verdict, attempt) = judge_dns(&gate, &format!("{label}.open.test"), None);
+            assert_eq!(verdict, DnsVerdict::NoSuchName, "{label}");
+            assert_eq!(
+                (attempt.decision, attempt.reason),
+                (Outcome::Blocked, Reason::CredentialMisuse),
+                "{label}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_dns_question_that_names_no_host_is_refused_by_its_class() {
+        let (gate, _records) = gate();
+        let (verdict, attempt) = judge_dns(&gate, "10.0.0.1", None);
+        assert_eq!(verdict, DnsVerdict::NoSuchName);
+        assert_eq!(attempt.reason, Reason::IpLiteral);
+        let mut attempt = new_attempt(&gate, Kind::Dns);
+        assert_eq!(
+            gate.judge_dns(&mut attempt, b"bad name", None, None),
+            DnsVerdict::NoSuchName
+        );
+        assert_eq!(attempt.reason, Reason::BadRequest);
+    }
+
+    #[test]
+    fn the_sandboxs_own_name_is_answered_without_a_record() {
+        let (gate, mut records) = gate();
+        let own = HostName::parse("sandbox-1").expect("a name");
+        let (verdict, attempt) = judge_dns(&gate, "sandbox-1", Some(&own));
+        assert_eq!(verdict, DnsVerdict::OwnName);
+        drop(attempt);
+        let (_, refused) = judge_dns(&gate, "elsewhere.test", Some(&own));
+        drop(refused);
+        // Records arrive in order: the first is the refusal's, so the own name wrote none.
+        let record = records.blocking_recv().expect("the refusal's record");
+        assert_eq!(record.host, "elsewhere.test");
+    }
+
+    #[test]
+    fn an_inspected_request_on_an_allowed_method_and_path_gets_its_credential() {
+        let (gate, _records) = gate();
+        let parts = head(
+            "GET",
+            "/v1/models?key=1",
+            &[("x-api-key", &api_placeholder())],
+        );
+        let (judged, attempt) = judge_inspected(&gate, &parts);
+        let judged = judged.expect("allowed");
+        assert_eq!(judged.decision.verdict, Verdict::Allow);
+        assert_eq!(
+            judged.credential.map(|credential| credential.secret),
+            Some("API_KEY".to_owned())
+        );
+        let fields = attempt.request.as_ref().expect("the request's fields");
+        assert_eq!(
+            (
+                fields.method.as_str(),
+                fields.path.as_str(),
+                fields.credential.as_deref()
+            ),
+            ("GET", "/v1/models", Some("API_KEY"))
+        );
+    }
+
+    #[test]
+    fn an_inspected_request_off_its_methods_or_paths_is_refused() {
+        let (gate, _records) = gate();
+        for (method, uri, reason) in [
+            ("POST", "/v1/models", Reason::MethodNotAllowed),
+            ("GET", "/v2/models", Reason::PathNotAllowed),
+            // Listed in `methods`, and still never sent: the upstream would echo the key.
+            ("TRACE", "/v1/models", Reason::MethodNotAllowed),
+            ("GET", "/v1/../admin", Reason::BadRequest),
+        ] {
+            let (judged, attempt) = judge_inspected(&gate, &head(method, uri, &[]));
+            let refusal = judged.expect_err(uri);
+            assert_eq!(
+                (refusal.outcome, refusal.reason, attempt.reason),
+                (Outcome::Blocked, reason, reason),
+                "{method} {uri}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_tripwire_refuses_a_real_secret_or_another_hosts_placeholder_before_any_rule() {
+        let (gate, _records) = gate();
+        let other = other_placeholder();
+        let bearer = format!("Bearer {SECRET}");
+        for (uri, headers) in [
+            // Another host's placeholder, on a path no rule allows either.
+            ("/v2/models", vec![("x-api-key", other.as_str())]),
+            // The real secret, in a header of the credential's own host.
+            ("/v1/models", vec![("authorization", bearer.as_str())]),
+            // The real secret in the path.
+            (&*format!("/v1/{SECRET}"), vec![]),
+        ] {
+            let parts = head("GET", uri, &headers);
+            let (judged, attempt) = judge_inspected(&gate, &parts);
+            let refusal = judged.expect_err(uri);
+            assert_eq!(refusal.reason, Reason::CredentialMisuse, "{uri}");
+            assert_eq!(attempt.reason, Reason::CredentialMisuse, "{uri}");
+        }
+    }
+
+    #[test]
+    fn a_forwarded_request_is_judged_by_the_tripwire_and_the_policy() {
+        let (gate, _records) = gate();
+        let target = Target::parse_host("www.open.test").expect("a name");
+        let judge = |parts: &Parts| {
+            let mut attempt = new_attempt(&gate, Kind::Http);
+            let judged = gate.judge_request(&mut attempt, &target, 80, parts, parts.uri.path());
+            (judged, attempt)
+        };
+        let (judged, attempt) = judge(&head("PUT", "/anything", &[]));
+        assert_eq!(judged.expect("allowed").verdict, Verdict::Allow);
+        assert_eq!(
+            attempt
+                .request
+                .as_ref()
+                .map(|fields| fields.method.as_str()),
+            Some("PUT")
+        );
+        // A plain request carries no credential: every placeholder is another host's.
+        let (judged, attempt) = judge(&head("GET", "/", &[("x-api-key", &api_placeholder())]));
+        assert_eq!(judged.expect_err("misuse").reason, Reason::CredentialMisuse);
+        assert_eq!(
+            (attempt.host.as_str(), attempt.port),
+            ("www.open.test", Some(80))
+        );
+        let (judged, _) = judge(&head("GET", "/", &[]));
+        assert!(judged.is_ok());
+        let mut attempt = new_attempt(&gate, Kind::Http);
+        let elsewhere = Target::parse_host("elsewhere.test").expect("a name");
+        let refusal = gate
+            .judge_request(&mut attempt, &elsewhere, 80, &head("GET", "/", &[]), "/")
+            .expect_err("not allowed");
+        assert_eq!(refusal.reason, Reason::NotAllowed);
+    }
+}
