@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::Request;
 
 use crate::audit::AuditSink;
-use crate::secrets::Placeholders;
+pub use crate::secrets::Placeholders;
 use crate::target::HostName;
 
 use crate::policy::{HostPattern, Policy, Reason};

@@ -23,24 +23,38 @@ use crate::upstream_tls::client_config;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InspectError {
+    /// A credential of the policy names a secret that was not given.
     #[error("the credential for {host} needs the secret {name}, which was not given")]
-    MissingSecret { name: String, host: String },
+    MissingSecret {
+        /// The secret's name.
+        name: String,
+        /// The credential's `host:port`.
+        host: String,
+    },
+    /// A secret was given that no credential uses: it would only be one more to leak.
     #[error("the secret {0} was given, but no credential of the policy uses it")]
     UnusedSecret(String),
+    /// Two secrets of the same name.
     #[error("the secret {0} was given twice")]
     DuplicateSecret(String),
+    /// A placeholder too short for the tripwire to tell it from ordinary text.
     #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
     ShortPlaceholder(String),
+    /// A secret too short for the scrubber.
     #[error(
         "the secret {0} is shorter than {MIN_SECRET_BYTES} bytes: too short to keep out of answers without mangling ordinary text"
     )]
     ShortSecret(String),
+    /// Two secrets share a placeholder, so a request could not say which it carries.
     #[error("two secrets have the same placeholder")]
     DuplicatePlaceholder,
+    /// The policy's credentials contradict each other (two for one host and port).
     #[error("{0}")]
     Conflict(String),
+    /// The run CA could not be made.
     #[error(transparent)]
     Ca(#[from] CaError),
+    /// An extra upstream CA (`CredentialConfig::upstream_ca`) was refused by rustls.
     #[error("upstream CA: {0}")]
     Upstream(#[from] rustls::Error),
 }

@@ -12,8 +12,8 @@ use egress_core::audit::AuditRecord;
 
 use egress_core::policy::{Policy, PolicySet};
 use egress_core::target::HostName;
-use egress_proxy::audit::AuditDestination;
-use egress_proxy::resolve::NameServers;
+use egress_proxy::AuditDestination;
+use egress_proxy::NameServers;
 use egress_proxy::{Proxy, ProxyConfig, RunningProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
