@@ -38,7 +38,7 @@ pub struct ProxyConfig {
     pub raw_listen: Vec<SocketAddr>,
     /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and
     /// `transparent_listen`: a Unix socket at this path receives one pass of listening
-    /// sockets ([`crate::passed_listeners`]). `dns_answer` must then be given.
+    /// sockets ([`crate::PassedListeners`]). `dns_answer` must then be given.
     pub listeners_from: Option<std::path::PathBuf>,
     /// Where audit records go.
     pub audit: AuditDestination,

@@ -33,7 +33,9 @@
 //!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
 //! - `floor`: the private-address floor and a proxy's extra ranges; pure.
 //! - `resolve`: the proxy's own resolver (hickory, never getaddrinfo) and pins.
-//! - `gate`: the one decision pipeline: classify → policy → resolve once → floor → audit.
+//! - `gate`: the one decision pipeline: tripwire → classify → policy → resolve once →
+//!   floor → audit, for a connection, a DNS question and a request read in clear alike,
+//!   with the one tripwire (the run's real secrets anywhere, another host's placeholder).
 //!   `refusal` turns what the gate refused into the client's answer (status, reason
 //!   header, a sentence), the same for every door.
 //! - Shared pieces every door uses: `shared` (the gate, limits and upstream pool of one
@@ -47,8 +49,8 @@
 //!   `shared` holds).
 //! - The doors: `http` (the explicit listener and transparent HTTP), `connect` (CONNECT
 //!   tunnels, handed over by `http`), `transparent` (first-byte routing, TLS by `sni`),
-//!   `dns` (the responder), `inspect` (inspected hosts: requests read in clear, judged
-//!   one by one, given their credential; handed over by `connect`, `transparent` and
+//!   `dns` (the responder), `inspect` (inspected hosts: requests read in clear, each
+//!   judged by the gate, given their credential; handed over by `connect`, `transparent` and
 //!   `http`), `raw` (any TCP protocol to the name behind a loopback address), and
 //!   `refused_ports` (not a door: the sandbox kernel's notices of closed sockets, from which
 //!   the connections it refused for want of a door are recorded). A door takes a
