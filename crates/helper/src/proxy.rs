@@ -14,11 +14,10 @@ use egress_core::pin::parse_pin;
 use egress_core::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_core::secret::{Secret, SecretValue, new_placeholder};
 use egress_core::upstream_ca::parse_upstream_ca;
-use egress_proxy::AuditDestination;
-use egress_proxy::CredentialConfig;
-use egress_proxy::DEFAULT_DNS_RATE;
-use egress_proxy::HandoffError;
-use egress_proxy::{BoundProxy, ProxyConfig, ProxyError};
+use egress_proxy::{
+    AuditDestination, BoundProxy, CredentialConfig, DEFAULT_DNS_RATE, HandoffError, ProxyConfig,
+    ProxyError,
+};
 
 use crate::Failure;
 

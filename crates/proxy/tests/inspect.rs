@@ -11,8 +11,7 @@ use common::{HANG, Site, TestProxy, exchange, status};
 use egress_core::audit::{AuditRecord, Kind, Outcome};
 use egress_core::policy::{Policy, PolicySet, Reason};
 use egress_core::secret::{Secret, SecretValue};
-use egress_proxy::CredentialConfig;
-use egress_proxy::{Proxy, ProxyConfig, ProxyError};
+use egress_proxy::{CredentialConfig, Proxy, ProxyConfig, ProxyError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
