@@ -34,7 +34,7 @@ const NEVER_FORWARDED_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
 
 /// What the tripwire found in what the sandbox sent.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Misuse<'a> {
+enum Misuse<'a> {
     /// A real secret, in one of its forms: the sandbox should never hold it.
     Secret(&'a str),
     /// The placeholder of a secret whose host this is not.
@@ -91,8 +91,9 @@ pub(crate) struct Gate {
     resolver: Resolver,
     connect_timeout: Duration,
     audit: AuditSink,
-    /// The run's placeholders and real secrets: a name that carries either is refused
-    /// (`credential_misuse`) before the policy is asked, so it is never resolved either.
+    /// The run's placeholders and real secrets, the tripwire's matcher: a name, a DNS
+    /// question or a request head that carries one is refused (`credential_misuse`) before
+    /// the policy is asked, so a name carrying one is never resolved either.
     placeholders: Placeholders,
 }
 
@@ -133,11 +134,7 @@ impl Gate {
     /// `own_secret` (the secret of the target's own credential, which its requests carry).
     /// `texts` is asked twice, so that a secret in a later text wins over a placeholder in
     /// an earlier one.
-    pub(crate) fn tripwire<'t, I>(
-        &self,
-        texts: impl Fn() -> I,
-        own_secret: Option<&str>,
-    ) -> Option<Misuse<'_>>
+    fn tripwire<'t, I>(&self, texts: impl Fn() -> I, own_secret: Option<&str>) -> Option<Misuse<'_>>
     where
         I: Iterator<Item = &'t [u8]>,
     {

@@ -37,7 +37,7 @@ const EDNS_PAYLOAD: u16 = 1232;
 const UDP_RECEIVE_BUFFER: usize = 1 << 20;
 
 /// Answers one query message. `None` = drop it (too short to carry an id, or not a query).
-/// The record is queued when this returns; the responders use [`judge`] instead, to write a
+/// The record is queued when this returns; the responders use [`reply_and_attempt`] instead, to write a
 /// refusal's record before they answer.
 pub(crate) fn respond(
     query: &[u8],
@@ -45,7 +45,7 @@ pub(crate) fn respond(
     context: AnswerContext<'_>,
     answer: Ipv4Addr,
 ) -> Option<Vec<u8>> {
-    judge(query, client, context, answer).0
+    reply_and_attempt(query, client, context, answer).0
 }
 
 /// What a query is answered from: the gate, which decides ([`Gate::judge_dns`]), and what
@@ -61,7 +61,7 @@ pub(crate) struct AnswerContext<'a> {
 }
 
 /// The answer to one query message and the query's attempt, not yet recorded.
-pub(crate) fn judge(
+pub(crate) fn reply_and_attempt(
     query: &[u8],
     client: SocketAddr,
     context: AnswerContext<'_>,
@@ -207,7 +207,7 @@ async fn reply_to(
         own_name: shared.sandbox_hostname.as_ref(),
         names: shared.names.get(),
     };
-    let (reply, mut attempt) = judge(message, client, context, answer);
+    let (reply, mut attempt) = reply_and_attempt(message, client, context, answer);
     if !charge(shared, client, &mut attempt) {
         attempt.forget();
         gate.audit().count_dropped();
