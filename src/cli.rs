@@ -253,7 +253,7 @@ pub struct ProxyArgs {
     /// refusals in bursts of a quarter second's worth, first lookups of allowed names at
     /// the same rate in bursts of two seconds' worth (repeats within 30 s are free and not
     /// recorded); over it the query is answered REFUSED and counted as dropped, with no record.
-    #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::config::DEFAULT_DNS_RATE,
+    #[arg(long = "dns-rate", value_name = "N", default_value_t = egress_proxy::DEFAULT_DNS_RATE,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub dns_rate: u32,
     /// Read the run's configuration (policies, pins, run id) as one JSON line from stdin

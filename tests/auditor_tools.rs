@@ -249,8 +249,8 @@ fn ocsf_export_of_a_plain_http_run_has_the_method_and_the_sandbox_host() {
 async fn plain_http_run(log: &Path) {
     use egress_core::policy::{Policy, PolicySet};
     use egress_core::target::HostName;
-    use egress_proxy::audit::AuditDestination;
-    use egress_proxy::resolve::NameServers;
+    use egress_proxy::AuditDestination;
+    use egress_proxy::NameServers;
     use egress_proxy::{Proxy, ProxyConfig};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};

@@ -423,7 +423,7 @@ fn a_handoff_with_a_bad_sandbox_hostname_refuses_to_start() {
 #[test]
 fn listeners_passed_in_are_served_and_the_pass_socket_goes() {
     use egress_core::doors::{DoorAddrs, SOCKET_NAME};
-    use egress_proxy::passed_listeners::PassedListeners;
+    use egress_proxy::PassedListeners;
     let site = echo_site();
     let port = site.port();
     let dir = tempfile::tempdir().unwrap();
@@ -521,7 +521,7 @@ fn site_test_address(dns: std::net::SocketAddr) -> [u8; 4] {
 #[test]
 fn a_port_without_a_door_is_refused_by_the_kernel_and_recorded_by_the_proxy() {
     use egress_core::doors::{DoorAddrs, SOCKET_NAME};
-    use egress_proxy::passed_listeners::PassedListeners;
+    use egress_proxy::PassedListeners;
     let site = echo_site();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join(SOCKET_NAME);

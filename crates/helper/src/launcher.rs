@@ -18,7 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use egress_proxy::passed_listeners::PassedListeners;
+use egress_proxy::PassedListeners;
 use egress_sandbox::launch_signal::{self, SignalError};
 use egress_sandbox::loopback_doors;
 use egress_sandbox::task_files::{self, TASK_DIR, TaskFile};

@@ -14,11 +14,10 @@ use egress_core::pin::parse_pin;
 use egress_core::policy::{Diagnostic, Policy, PolicyError, PolicySet};
 use egress_core::secret::{Secret, SecretValue, new_placeholder};
 use egress_core::upstream_ca::parse_upstream_ca;
-use egress_proxy::HandoffError;
-use egress_proxy::audit::AuditDestination;
-use egress_proxy::config::DEFAULT_DNS_RATE;
-use egress_proxy::secrets::CredentialConfig;
-use egress_proxy::{BoundProxy, ProxyConfig, ProxyError};
+use egress_proxy::{
+    AuditDestination, BoundProxy, CredentialConfig, DEFAULT_DNS_RATE, HandoffError, ProxyConfig,
+    ProxyError,
+};
 
 use crate::Failure;
 
@@ -358,11 +357,9 @@ fn credential_config(options: &mut ProxyOptions) -> Result<CredentialConfig, Fai
                 .map_err(|error| Failure::from_error(&error))?,
         );
     }
-    Ok(CredentialConfig {
-        secrets,
-        upstream_ca: certificates,
-        ..CredentialConfig::default()
-    })
+    let mut credentials = CredentialConfig::new(secrets);
+    credentials.upstream_ca = certificates;
+    Ok(credentials)
 }
 
 /// Policies from `-p` files, inline `(file name, YAML)` pairs (`--policy-yaml`, the handoff)

@@ -65,7 +65,7 @@ async fn run_proxy(listen: &str, port: u16, relay_bytes: usize) -> Result<(), Er
     let yaml = format!("version: 1\nallow:\n  - cidr: 127.0.0.1/32\n    ports: [{port}]\n");
     let (policy, _) = Policy::from_yaml("bench.yaml", &yaml)?;
     let mut config = egress_proxy::ProxyConfig::new(PolicySet::from(policy), listen.parse()?);
-    config.audit = egress_proxy::audit::AuditDestination::File("/dev/null".into());
+    config.audit = egress_proxy::AuditDestination::File("/dev/null".into());
     config.limits.relay_buffer_bytes = relay_bytes;
     let running = egress_proxy::Proxy::bind(config).await?;
     println!("{{\"listen\":\"{}\"}}", running.local_addrs().listen);

@@ -29,18 +29,28 @@ use crate::units::MAX_CA_LIFETIME;
 /// How far back `not_before` is set.
 const BACKDATE: Duration = Duration::from_secs(60);
 
+/// Why the run CA, or a leaf it signs for an inspected host, could not be made.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CaError {
+    /// Generating a key or signing a certificate failed.
     #[error("cannot create the run CA: {0}")]
     Generate(#[from] rcgen::Error),
+    /// rustls refused the leaf for an inspected host.
     #[error("cannot build the TLS configuration for {host}: {source}")]
-    Tls { host: String, source: rustls::Error },
+    Tls {
+        /// The inspected host the leaf is for.
+        host: String,
+        /// What rustls said.
+        source: rustls::Error,
+    },
+    /// The lifetime asked for (`CredentialConfig::ca_lifetime`) is out of bounds.
     #[error(
         "the run CA's lifetime must be longer than {BACKDATE:?} and at most {}",
         humantime::format_duration(MAX_CA_LIFETIME)
     )]
     Lifetime,
+    /// The clock is so far off that no certificate date can hold the validity.
     #[error("the run CA's validity from this clock's time is past any date a certificate holds")]
     Dates,
 }

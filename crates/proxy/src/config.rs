@@ -38,7 +38,7 @@ pub struct ProxyConfig {
     pub raw_listen: Vec<SocketAddr>,
     /// Take every door from the sandbox instead of binding `listen`, `dns_listen` and
     /// `transparent_listen`: a Unix socket at this path receives one pass of listening
-    /// sockets ([`crate::passed_listeners`]). `dns_answer` must then be given.
+    /// sockets ([`crate::PassedListeners`]). `dns_answer` must then be given.
     pub listeners_from: Option<std::path::PathBuf>,
     /// Where audit records go.
     pub audit: AuditDestination,
@@ -66,6 +66,7 @@ pub struct ProxyConfig {
     /// although they may be public. Refused as `private_address` unless a `cidr` allow rule
     /// covers them.
     pub floor_extra: Vec<ipnet::IpNet>,
+    /// Bounds on what happens before a tunnel or request is established.
     pub limits: ProxyLimits,
     /// Secret values, upstream CAs and the run CA's lifetime, for inspected hosts.
     pub credentials: crate::secrets::CredentialConfig,
@@ -267,6 +268,7 @@ impl ProxyConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandoffError {
+    /// The handoff line could not be read or parsed.
     #[error(transparent)]
     Read(#[from] egress_core::handoff::ReadError),
     /// One of the handoff's `pins`.
@@ -275,10 +277,13 @@ pub enum HandoffError {
     /// A secret of the handoff that the configuration already has.
     #[error("the secret {0} is given twice: in the run's configuration on stdin and before it")]
     SecretTwice(String),
+    /// One of the handoff's inline upstream CAs is not a certificate.
     #[error(transparent)]
     UpstreamCa(#[from] egress_core::upstream_ca::UpstreamCaError),
+    /// The handoff's `audit_limit` is 0: a run writes at least one attempt record.
     #[error("the run's configuration on stdin has audit_limit 0; at least 1")]
     AuditLimitZero,
+    /// The handoff's `ca_lifetime_s` is above the longest a run CA may live.
     #[error(
         "the run's configuration on stdin has ca_lifetime_s {0}; at most {max} (the longest \
          time limit plus an hour)",
@@ -286,8 +291,11 @@ pub enum HandoffError {
     )]
     CaLifetime(u64),
     #[error("the run's configuration on stdin has sandbox_hostname {raw:?}: {error}")]
+    /// The handoff's `sandbox_hostname` is not a host name.
     SandboxHostname {
+        /// The value as handed over.
         raw: String,
+        /// Why it is not a host name.
         error: crate::target::TargetError,
     },
 }

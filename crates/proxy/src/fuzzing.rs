@@ -3,11 +3,12 @@
 //! rather than copies. Not a stable API; hidden from the documentation.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use http::Request;
 
 use crate::audit::AuditSink;
-use crate::secrets::Placeholders;
+pub use crate::secrets::Placeholders;
 use crate::target::HostName;
 
 use crate::policy::{HostPattern, Policy, Reason};
@@ -61,13 +62,25 @@ pub fn dns_respond(
     answer: Ipv4Addr,
     audit: &AuditSink,
 ) -> Option<Vec<u8>> {
+    // A gate that connects nowhere: the responder never resolves or connects.
+    let gate = crate::gate::Gate::new(
+        policy.clone(),
+        crate::floor::Floor::with_extra(Vec::new()),
+        crate::resolve::Resolver::new(
+            Vec::new(),
+            &crate::resolve::NameServers::None,
+            Duration::ZERO,
+        ),
+        Duration::ZERO,
+        audit.clone(),
+    )
+    .with_placeholders(placeholders.clone());
     let context = crate::doors::dns::AnswerContext {
-        policy,
-        placeholders,
+        gate: &gate,
         own_name,
         names: None,
     };
-    crate::doors::dns::respond(query, client, context, answer, audit)
+    crate::doors::dns::respond(query, client, context, answer)
 }
 
 /// The run CA's `notBefore` and `notAfter` (Unix seconds) for a CA made now that lives

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use http::request::Parts;
 use rustls::ClientConfig;
 
 use crate::ca::{CaError, RunCa};
@@ -24,24 +23,38 @@ use crate::upstream_tls::client_config;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InspectError {
+    /// A credential of the policy names a secret that was not given.
     #[error("the credential for {host} needs the secret {name}, which was not given")]
-    MissingSecret { name: String, host: String },
+    MissingSecret {
+        /// The secret's name.
+        name: String,
+        /// The credential's `host:port`.
+        host: String,
+    },
+    /// A secret was given that no credential uses: it would only be one more to leak.
     #[error("the secret {0} was given, but no credential of the policy uses it")]
     UnusedSecret(String),
+    /// Two secrets of the same name.
     #[error("the secret {0} was given twice")]
     DuplicateSecret(String),
+    /// A placeholder too short for the tripwire to tell it from ordinary text.
     #[error("the placeholder of {0} is shorter than {MIN_PLACEHOLDER_BYTES} bytes")]
     ShortPlaceholder(String),
+    /// A secret too short for the scrubber.
     #[error(
         "the secret {0} is shorter than {MIN_SECRET_BYTES} bytes: too short to keep out of answers without mangling ordinary text"
     )]
     ShortSecret(String),
+    /// Two secrets share a placeholder, so a request could not say which it carries.
     #[error("two secrets have the same placeholder")]
     DuplicatePlaceholder,
+    /// The policy's credentials contradict each other (two for one host and port).
     #[error("{0}")]
     Conflict(String),
+    /// The run CA could not be made.
     #[error(transparent)]
     Ca(#[from] CaError),
+    /// An extra upstream CA (`CredentialConfig::upstream_ca`) was refused by rustls.
     #[error("upstream CA: {0}")]
     Upstream(#[from] rustls::Error),
 }
@@ -51,34 +64,11 @@ pub(crate) struct Inspector {
     pub(crate) ca: Option<RunCa>,
     pub(crate) upstream_tls: Arc<ClientConfig>,
     secrets: HashMap<String, Secret>,
-    /// The tripwire's view of the secrets' placeholders.
+    /// The gate's tripwire matcher: the secrets' placeholders and their real forms.
     placeholders: Placeholders,
-    /// Every form of the real secrets: what the tripwire refuses in a request and the
-    /// scrubber replaces in an answer.
+    /// Every form of the real secrets: what the scrubber replaces in an answer and a
+    /// record shows as `«secret:NAME»` (the tripwire holds them too).
     forms: Arc<SecretForms>,
-}
-
-/// What a request carries that it may not.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Misuse<'a> {
-    /// A real secret, in one of its forms: the sandbox should never hold it.
-    Secret(&'a str),
-    /// The placeholder of a secret whose host this is not.
-    Placeholder(&'a str),
-}
-
-impl Misuse<'_> {
-    /// What the refusal tells the client (a name, never a value).
-    pub(crate) fn sentence(&self) -> String {
-        match self {
-            Misuse::Secret(name) => format!(
-                "the request carries the real secret {name}, which the sandbox should never hold"
-            ),
-            Misuse::Placeholder(name) => format!(
-                "the request carries the placeholder of {name}, which belongs to another host"
-            ),
-        }
-    }
 }
 
 impl std::fmt::Debug for Inspector {
@@ -178,8 +168,8 @@ impl Inspector {
             .map(|secret| (secret.name.as_str(), secret.placeholder.as_str()))
     }
 
-    /// The tripwire's matcher, which the gate also holds (for the names of CONNECTs and
-    /// transparent connections).
+    /// The tripwire's matcher (the placeholders and the real secrets' forms), which the
+    /// gate holds: every door's tripwire is the gate's.
     pub(crate) fn placeholder_matcher(&self) -> &Placeholders {
         &self.placeholders
     }
@@ -187,26 +177,6 @@ impl Inspector {
     /// Every form of the real secrets, which the gate holds too (for names and records).
     pub(crate) fn secret_forms(&self) -> &Arc<SecretForms> {
         &self.forms
-    }
-
-    /// A real secret in the request line or a header, in any of its forms, to any host;
-    /// else a placeholder other than `allowed` (the secret of this target's own credential).
-    pub(crate) fn misuse(&self, parts: &Parts, allowed: Option<&str>) -> Option<Misuse<'_>> {
-        let uri = parts.uri.to_string();
-        let texts = || {
-            std::iter::once(uri.as_bytes()).chain(
-                parts
-                    .headers
-                    .iter()
-                    .flat_map(|(name, value)| [name.as_str().as_bytes(), value.as_bytes()]),
-            )
-        };
-        if let Some(name) = texts().find_map(|text| self.forms.find(text)) {
-            return Some(Misuse::Secret(name));
-        }
-        self.placeholders
-            .find(texts(), allowed)
-            .map(Misuse::Placeholder)
     }
 
     /// The credential header value with the real secret. Never logged.

@@ -8,28 +8,24 @@
 //! # Public surface
 //!
 //! What an embedder needs to configure, run and read a proxy, and what the sandbox's side
-//! of a local run needs; everything else is crate-private.
+//! of a local run needs, all at the crate root (the `pub use` list below); every module is
+//! private. The pure pieces a configuration is made of — the policy engine, targets, the
+//! floor, pins, the audit record, the handoff line — are egress-core's, named by their
+//! paths there.
 //!
-//! - [`ProxyConfig`], [`ProxyLimits`] ([`config`]): the typed configuration, built from a
-//!   policy and an address, or from a run's [`handoff`] plus the caller's own settings.
-//! - [`Proxy`], [`BoundProxy`], [`RunningProxy`], [`LocalAddrs`], [`ProxyError`]
-//!   ([`server`]): bind, start, shut down; a bind's credential errors are
-//!   [`server::InspectError`] and [`server::CaError`].
-//! - [`policy`]: the pure policy engine. YAML in, `decide(target, port) -> Decision` out;
-//!   no I/O, no async.
-//! - [`audit`]: the audit record, its destinations and the chain; [`text`] makes untrusted
-//!   text safe to show a person.
-//! - [`handoff`]: the one JSON line a run hands its proxy.
-//! - [`target`] (host names and IP literals), [`floor`] (the private-address floor),
-//!   [`resolve`] (pins and where unpinned names are resolved), [`units`] (durations and
-//!   sizes), [`secrets`] and [`secret_forms`] (credentials), [`upstream_tls`] (extra CAs
-//!   for inspected upstreams): the values a configuration is made of, with their parsers.
-//! - [`passed_listeners`]: the sandbox's side of a local run, which binds the doors on the
-//!   sandbox's loopback and passes them to the proxy over a Unix socket.
+//! - [`ProxyConfig`], [`ProxyLimits`], [`CredentialConfig`], [`NameServers`],
+//!   [`AuditDestination`], [`DEFAULT_DNS_RATE`]: the typed configuration, built from a
+//!   policy and an address, or from a run's handoff ([`ProxyConfig::merge_handoff`],
+//!   failing with [`HandoffError`]) plus the caller's own settings.
+//! - [`Proxy`], [`BoundProxy`], [`RunningProxy`], [`LocalAddrs`], [`ProxyError`]: bind,
+//!   start, shut down; a bind's credential errors are [`InspectError`] and [`CaError`];
+//!   [`AuditSink`] is the running proxy's record writer, for records of the caller's own.
+//! - [`PassedListeners`], [`PassError`]: the sandbox's side of a local run, which binds the
+//!   doors on the sandbox's loopback and passes them to the proxy over a Unix socket.
 //!
-//! The enums and the configuration are `#[non_exhaustive]`: a new reason, kind or setting
-//! is not a breaking change. Errors name configuration fields and values, not the flags of
-//! a particular front end; the CLI adds its flags where it prints them.
+//! The enums and the data types that gain fields are `#[non_exhaustive]`: a new reason,
+//! kind or setting is not a breaking change. Errors name configuration fields and values,
+//! not the flags of a particular front end; the CLI adds its flags where it prints them.
 //!
 //! # Layout
 //!
@@ -37,7 +33,9 @@
 //!   or a precise refusal. IP literals in every spelling are recognised, never looked up.
 //! - `floor`: the private-address floor and a proxy's extra ranges; pure.
 //! - `resolve`: the proxy's own resolver (hickory, never getaddrinfo) and pins.
-//! - `gate`: the one decision pipeline: classify → policy → resolve once → floor → audit.
+//! - `gate`: the one decision pipeline: tripwire → classify → policy → resolve once →
+//!   floor → audit, for a connection, a DNS question and a request read in clear alike,
+//!   with the one tripwire (the run's real secrets anywhere, another host's placeholder).
 //!   `refusal` turns what the gate refused into the client's answer (status, reason
 //!   header, a sentence), the same for every door.
 //! - Shared pieces every door uses: `shared` (the gate, limits and upstream pool of one
@@ -51,8 +49,8 @@
 //!   `shared` holds).
 //! - The doors: `http` (the explicit listener and transparent HTTP), `connect` (CONNECT
 //!   tunnels, handed over by `http`), `transparent` (first-byte routing, TLS by `sni`),
-//!   `dns` (the responder), `inspect` (inspected hosts: requests read in clear, judged
-//!   one by one, given their credential; handed over by `connect`, `transparent` and
+//!   `dns` (the responder), `inspect` (inspected hosts: requests read in clear, each
+//!   judged by the gate, given their credential; handed over by `connect`, `transparent` and
 //!   `http`), `raw` (any TCP protocol to the name behind a loopback address), and
 //!   `refused_ports` (not a door: the sandbox kernel's notices of closed sockets, from which
 //!   the connections it refused for want of a door are recorded). A door takes a
@@ -83,40 +81,57 @@
 //! # let _ = counts; Ok(()) }
 //! ```
 #![deny(unsafe_code)]
-#![deny(unreachable_pub)]
+#![deny(missing_docs, unreachable_pub)]
 
-pub mod audit;
+mod audit;
 mod body;
 mod ca;
-pub mod config;
+mod config;
 mod dns_rate;
 mod doors;
 mod exchange;
+// Entry points for the fuzz targets and property tests, not part of the API (as rustls's
+// `internal`): hidden from the documentation, free to change.
 #[doc(hidden)]
 pub mod fuzzing;
 mod gate;
 mod inspector;
 mod listen;
 mod name_addresses;
-pub mod passed_listeners;
+mod passed_listeners;
 mod pool;
 mod refusal;
 mod refused_ports;
 mod relay;
-pub mod resolve;
+mod resolve;
 mod scrub;
-pub mod secret_forms;
-pub mod secrets;
-pub mod server;
+mod secret_forms;
+mod secrets;
+mod server;
 mod shared;
 mod sni;
 mod splice;
 #[cfg(test)]
 mod test_sockets;
-pub mod upstream_tls;
+mod upstream_tls;
 
 // The pure pieces live in egress-core; proxy code names them by their usual paths.
 use egress_core::{floor, policy, target, text, units};
 
-pub use config::{HandoffError, ProxyConfig, ProxyLimits};
+// The public API, all of it. Everything else is crate-private.
+
+// Configuring a proxy: the configuration, its bounds and credentials, where names are
+// resolved and where records go; a run's handoff merged into it, and why that can fail.
+pub use audit::AuditDestination;
+pub use config::{DEFAULT_DNS_RATE, HandoffError, ProxyConfig, ProxyLimits};
+pub use resolve::NameServers;
+pub use secrets::CredentialConfig;
+
+// Running one: bind, start, read its addresses and counts, shut down; why a bind fails.
+pub use audit::AuditSink;
+pub use ca::CaError;
+pub use inspector::InspectError;
 pub use server::{BoundProxy, LocalAddrs, Proxy, ProxyError, RunningProxy};
+
+// The sandbox's side of a local run: its doors bound on its loopback and passed over.
+pub use passed_listeners::{PassError, PassedListeners};

@@ -49,11 +49,17 @@ const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const TAKEN: &[u8] = b"ok\n";
 
 /// The doors' sockets, bound (and listening, for streams) by whoever made them.
+/// `#[non_exhaustive]`: a new kind of door is a new field.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct PassedListeners {
+    /// The explicit proxy door (CONNECT and absolute-form HTTP).
     pub explicit: std::net::TcpListener,
+    /// The DNS door, UDP and TCP on the same address, if bound.
     pub dns: Option<(std::net::UdpSocket, std::net::TcpListener)>,
+    /// The transparent doors (TLS by SNI, HTTP by `Host`).
     pub transparent: Vec<std::net::TcpListener>,
+    /// The raw doors (any TCP protocol, the target named by the address).
     pub raw: Vec<std::net::TcpListener>,
     /// The watch of closed TCP sockets, when asked for and the kernel has one.
     pub closed_sockets: Option<OwnedFd>,
@@ -63,14 +69,20 @@ pub struct PassedListeners {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PassError {
+    /// Receiving over the Unix socket failed.
     #[error("cannot read the passed listeners: {0}")]
     Io(#[from] io::Error),
+    /// The message is not one pass of the expected shape (count, roles, truncation).
     #[error("the pass is malformed: {0}")]
     Malformed(&'static str),
+    /// A descriptor is not the listening IPv4 socket its role needs.
     #[error("passed descriptor {index} ({role}) is not {expected}")]
     WrongSocket {
+        /// Its place in the pass.
         index: usize,
+        /// The door it was passed as.
         role: &'static str,
+        /// What that door needs.
         expected: &'static str,
     },
 }

@@ -11,14 +11,29 @@ use egress_core::secret::Secret;
 
 use crate::secret_forms::SecretForms;
 
-/// What the proxy needs for inspected hosts besides the policy.
+/// What the proxy needs for inspected hosts besides the policy. Build it with
+/// [`CredentialConfig::new`] (or take the default: no secrets) and adjust the public fields;
+/// `#[non_exhaustive]`: a new setting, with its default, is not a breaking change.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CredentialConfig {
+    /// The values of the policy's credentials, each with the placeholder the sandbox gets
+    /// instead; every credential's secret must be here, and every secret used.
     pub secrets: Vec<Secret>,
     /// Extra CA certificates trusted for upstream TLS (`--upstream-ca`).
     pub upstream_ca: Vec<CertificateDer<'static>>,
     /// Longest validity of the run CA: the run's time limit plus one hour.
     pub ca_lifetime: Duration,
+}
+
+impl CredentialConfig {
+    /// These secrets, no extra upstream CA, the default run CA lifetime (a day).
+    pub fn new(secrets: Vec<Secret>) -> Self {
+        CredentialConfig {
+            secrets,
+            ..CredentialConfig::default()
+        }
+    }
 }
 
 impl Default for CredentialConfig {
@@ -46,6 +61,7 @@ pub struct Placeholders {
 }
 
 impl Placeholders {
+    /// The matcher of these `(secret name, placeholder)` pairs, no real secrets.
     pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut entries: Vec<(String, Vec<u8>)> = pairs
             .into_iter()
@@ -74,6 +90,7 @@ impl Placeholders {
         &self.secrets
     }
 
+    /// No placeholder and no secret: the tripwire finds nothing.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.secrets.is_empty()
     }

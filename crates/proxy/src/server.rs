@@ -20,34 +20,45 @@ use crate::passed_listeners::{PassError, PassedListeners};
 use crate::policy::Reason;
 use crate::shared::{ConnectionSlot, Door, Shared};
 
-pub use crate::ca::CaError;
-pub use crate::inspector::InspectError;
+use crate::inspector::InspectError;
 
+/// Why a proxy could not be bound: nothing listens, and nothing was let through.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProxyError {
+    /// The secrets do not fit the policy's credentials, or the run CA could not be made.
     #[error(transparent)]
     Credentials(#[from] InspectError),
+    /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why it could not be bound.
         source: std::io::Error,
     },
+    /// The Unix socket that receives the passed listeners could not be bound.
     #[error("cannot listen on {}: {source}", path.display())]
     BindUnix {
+        /// Its path (`ProxyConfig::listeners_from`).
         path: PathBuf,
+        /// Why it could not be bound.
         source: std::io::Error,
     },
+    /// `listeners_from` without `dns_answer`: the passed DNS door could answer nothing.
     #[error(
         "a proxy whose listeners are passed in needs an address to answer DNS with (dns_answer, IPv4)"
     )]
     PassedNeedsDnsAnswer,
+    /// The audit destination could not be opened.
     #[error("cannot open the audit log: {0}")]
     Audit(std::io::Error),
+    /// A DNS door on an address that is no answer itself, without `dns_answer`.
     #[error(
         "the DNS responder on {0} needs an address to answer with (dns_answer, IPv4) when it listens on an unspecified or IPv6 address"
     )]
     DnsAnswer(SocketAddr),
+    /// `dns_answer` is IPv6, which the sandbox cannot reach.
     #[error("dns_answer {0} must be an IPv4 address: the sandbox has no IPv6")]
     DnsAnswerV6(IpAddr),
 }
@@ -56,9 +67,13 @@ pub enum ProxyError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LocalAddrs {
+    /// The explicit proxy listener.
     pub listen: SocketAddr,
+    /// The DNS responder (UDP and TCP), if it runs.
     pub dns: Option<SocketAddr>,
+    /// The transparent listeners, in the configuration's order.
     pub transparent: Vec<SocketAddr>,
+    /// The raw doors, in the configuration's order.
     pub raw: Vec<SocketAddr>,
 }
 
@@ -66,6 +81,8 @@ pub struct LocalAddrs {
 pub struct Proxy;
 
 impl Proxy {
+    /// Binds every listener of `config` and starts serving ([`BoundProxy::bind`], then
+    /// [`BoundProxy::start`]).
     pub async fn bind(config: ProxyConfig) -> Result<RunningProxy, ProxyError> {
         Ok(BoundProxy::bind(config).await?.start())
     }
@@ -93,6 +110,10 @@ enum Doors {
 }
 
 impl BoundProxy {
+    /// Checks the secrets against the policy, makes the run CA, opens the audit
+    /// destination and binds every listener (or the Unix socket of passed ones), serving
+    /// nothing yet: the caller can hand out the addresses and the CA before the first
+    /// connection is taken.
     pub async fn bind(mut config: ProxyConfig) -> Result<BoundProxy, ProxyError> {
         // Secrets and the run CA are checked and made before any port is bound.
         let inspect = crate::inspector::Inspector::new(
@@ -267,6 +288,7 @@ pub struct RunningProxy {
 }
 
 impl RunningProxy {
+    /// The addresses bound (port 0 resolved).
     pub fn local_addrs(&self) -> &LocalAddrs {
         &self.addrs
     }

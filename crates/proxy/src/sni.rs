@@ -24,19 +24,27 @@ const ECH_EXTENSION: u16 = 0xfe0d;
 /// A ClientHello as read from the client: the exact bytes to replay and what was in it.
 #[derive(Debug)]
 pub struct ClientHello {
+    /// Every byte read, the ClientHello's records whole: replayed to the upstream.
     pub bytes: Vec<u8>,
+    /// The `server_name` extension's host name, if the ClientHello has one.
     pub server_name: Option<String>,
+    /// It offers encrypted client hello, which would hide the real name.
     pub ech: bool,
 }
 
+/// Why a connection's first bytes are not a ClientHello the TLS doors accept.
 #[derive(Debug, thiserror::Error)]
 pub enum SniError {
+    /// The first byte is not a TLS handshake record.
     #[error("the client did not send TLS")]
     NotTls,
+    /// The records or the handshake message do not parse.
     #[error("the ClientHello is not valid: {0}")]
     Invalid(String),
+    /// Longer than the limit (`ProxyLimits::max_client_hello_bytes`).
     #[error("the ClientHello exceeds {0} bytes")]
     TooLarge(usize),
+    /// Not complete within `ProxyLimits::client_hello_timeout`.
     #[error("no complete ClientHello within {0:?}")]
     Timeout(Duration),
     /// `received` tells a client that left without trying anything (0) from one that
@@ -44,11 +52,17 @@ pub enum SniError {
     /// A reset or any other read error is a close too: how the client left must not decide
     /// whether half a ClientHello is refused (a reset had kept the record `allowed`).
     #[error("the client closed after {received} bytes, before a complete ClientHello")]
-    Closed { received: usize },
+    Closed {
+        /// The bytes the client sent before it left.
+        received: usize,
+    },
+    /// It offers ECH: the name it means could not be checked.
     #[error("the ClientHello uses encrypted client hello (ECH)")]
     Ech,
+    /// It names no server, so there is nothing to check against the target.
     #[error("the ClientHello carries no server name")]
     MissingName,
+    /// It names another host than the one the connection was judged for.
     #[error("the ClientHello names {0:?}")]
     Mismatch(String),
 }

@@ -13,7 +13,7 @@ use egress_core::audit::{
     AuditLine, DroppedByDecision, OnAuditLimit, Outcome, genesis, sha256_hex,
 };
 use egress_core::text::must_escape;
-use egress_proxy::audit::AuditDestination;
+use egress_proxy::AuditDestination;
 use hickory_proto::op::{Message, ResponseCode};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UdpSocket};

@@ -9,7 +9,7 @@ use common::{HANG, Responses, Site, TestProxy, allow_yaml, read_to_close, status
 use egress_core::audit::{Kind, Outcome};
 use egress_core::policy::Reason;
 use egress_core::secret::{Secret, SecretValue};
-use egress_proxy::secrets::CredentialConfig;
+use egress_proxy::CredentialConfig;
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -174,14 +174,11 @@ async fn a_name_carrying_a_placeholder_is_credential_misuse() {
     let mut proxy = TestProxy::start_with(&yaml, &[], |config| {
         config.dns_listen = Some("127.0.0.1:0".parse().unwrap());
         config.dns_answer = Some("10.9.8.7".parse().unwrap());
-        config.credentials = CredentialConfig {
-            secrets: vec![Secret {
-                name: "API_KEY".into(),
-                value: SecretValue::new("sk-real-key".into()),
-                placeholder: PLACEHOLDER.into(),
-            }],
-            ..CredentialConfig::default()
-        };
+        config.credentials = CredentialConfig::new(vec![Secret {
+            name: "API_KEY".into(),
+            value: SecretValue::new("sk-real-key".into()),
+            placeholder: PLACEHOLDER.into(),
+        }]);
     })
     .await;
     let dns = proxy.running().local_addrs().dns.expect("DNS bound");

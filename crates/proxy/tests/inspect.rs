@@ -11,8 +11,7 @@ use common::{HANG, Site, TestProxy, exchange, status};
 use egress_core::audit::{AuditRecord, Kind, Outcome};
 use egress_core::policy::{Policy, PolicySet, Reason};
 use egress_core::secret::{Secret, SecretValue};
-use egress_proxy::secrets::CredentialConfig;
-use egress_proxy::{Proxy, ProxyConfig, ProxyError};
+use egress_proxy::{CredentialConfig, Proxy, ProxyConfig, ProxyError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -26,17 +25,16 @@ fn policy_yaml(api_port: u16, other_port: u16) -> String {
 }
 
 fn credentials(upstream_ca: Option<&TestCa>) -> CredentialConfig {
-    CredentialConfig {
-        secrets: vec![Secret {
-            name: "API_KEY".into(),
-            value: SecretValue::new(SECRET.into()),
-            placeholder: PLACEHOLDER.into(),
-        }],
-        upstream_ca: upstream_ca
-            .map(|ca| vec![ca.cert.clone()])
-            .unwrap_or_default(),
-        ca_lifetime: Duration::from_secs(7200),
-    }
+    let mut credentials = CredentialConfig::new(vec![Secret {
+        name: "API_KEY".into(),
+        value: SecretValue::new(SECRET.into()),
+        placeholder: PLACEHOLDER.into(),
+    }]);
+    credentials.upstream_ca = upstream_ca
+        .map(|ca| vec![ca.cert.clone()])
+        .unwrap_or_default();
+    credentials.ca_lifetime = Duration::from_secs(7200);
+    credentials
 }
 
 async fn start_proxy(yaml: &str, upstream_ca: Option<&TestCa>) -> TestProxy {

@@ -18,8 +18,7 @@ use common::{HANG, Site, TestProxy, exchange, status};
 use egress_core::audit::{AuditRecord, Kind, Outcome};
 use egress_core::policy::{Policy, PolicySet, Reason};
 use egress_core::secret::{Secret, SecretValue};
-use egress_proxy::secrets::CredentialConfig;
-use egress_proxy::{Proxy, ProxyConfig};
+use egress_proxy::{CredentialConfig, Proxy, ProxyConfig};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -32,15 +31,14 @@ const NAME_SECRET: &str = "sk-test-tripwire-value-1234";
 const PLACEHOLDER: &str = "egress-sandbox-placeholder-0123456789abcdef0123456789abcdef";
 
 fn credentials(secret: &str, ca: Option<&TestCa>) -> CredentialConfig {
-    CredentialConfig {
-        secrets: vec![Secret {
-            name: "API_KEY".into(),
-            value: SecretValue::new(secret.into()),
-            placeholder: PLACEHOLDER.into(),
-        }],
-        upstream_ca: ca.map(|ca| vec![ca.cert.clone()]).unwrap_or_default(),
-        ca_lifetime: Duration::from_secs(7200),
-    }
+    let mut credentials = CredentialConfig::new(vec![Secret {
+        name: "API_KEY".into(),
+        value: SecretValue::new(secret.into()),
+        placeholder: PLACEHOLDER.into(),
+    }]);
+    credentials.upstream_ca = ca.map(|ca| vec![ca.cert.clone()]).unwrap_or_default();
+    credentials.ca_lifetime = Duration::from_secs(7200);
+    credentials
 }
 
 async fn start_proxy(yaml: &str, secret: &str, ca: Option<&TestCa>) -> TestProxy {

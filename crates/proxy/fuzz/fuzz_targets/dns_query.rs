@@ -13,10 +13,10 @@ use std::sync::{Mutex, OnceLock};
 
 use egress_core::audit::{AuditRecord, OnAuditLimit};
 
-use egress_proxy::audit::{AuditDestination, AuditSink};
+use egress_proxy::{AuditDestination, AuditSink};
 use egress_proxy::fuzzing::dns_respond;
 use egress_core::policy::{Policy, PolicySet, Verdict};
-use egress_proxy::secrets::Placeholders;
+use egress_proxy::fuzzing::Placeholders;
 use egress_core::target::HostName;
 use egress_core::text::must_escape;
 use hickory_proto::op::{Message, MessageType};

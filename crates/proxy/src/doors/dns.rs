@@ -5,6 +5,8 @@
 //! record (kind `dns`, port null), except a client's repeated lookup of an allowed name within
 //! the answer's TTL. A refusal's record is written before the answer goes out. Queries over
 //! the per-client rates ([`crate::dns_rate::DnsRate`]) are answered REFUSED and only counted.
+//! The responder speaks DNS; whether a name is answered is the gate's
+//! ([`Gate::judge_dns`]: the tripwire, the name, the policy, the record's place).
 // Reads bytes from the sandbox: a malformed input must be an error, never a panic.
 #![deny(clippy::indexing_slicing, clippy::unwrap_used)]
 
@@ -18,11 +20,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::audit::{Attempt, AuditSink, Kind, Outcome};
+use crate::audit::{Attempt, Kind, Outcome};
 use crate::dns_rate::AnswerCost;
+use crate::gate::{DnsVerdict, Gate};
 use crate::name_addresses::NameAddresses;
-use crate::policy::{PolicySet, Reason, Verdict};
-use crate::secrets::Placeholders;
+use crate::policy::Reason;
 use crate::shared::Shared;
 use crate::target::{HostName, Target};
 
@@ -35,24 +37,22 @@ const EDNS_PAYLOAD: u16 = 1232;
 const UDP_RECEIVE_BUFFER: usize = 1 << 20;
 
 /// Answers one query message. `None` = drop it (too short to carry an id, or not a query).
-/// The record is queued when this returns; the responders use [`judge`] instead, to write a
+/// The record is queued when this returns; the responders use [`reply_and_attempt`] instead, to write a
 /// refusal's record before they answer.
 pub(crate) fn respond(
     query: &[u8],
     client: SocketAddr,
     context: AnswerContext<'_>,
     answer: Ipv4Addr,
-    audit: &AuditSink,
 ) -> Option<Vec<u8>> {
-    judge(query, client, context, answer, audit).0
+    reply_and_attempt(query, client, context, answer).0
 }
 
-/// What a query is answered from: the run's policy, and its placeholders for the tripwire (a
-/// name carrying one is refused as `credential_misuse`, as at the other doors).
+/// What a query is answered from: the gate, which decides ([`Gate::judge_dns`]), and what
+/// only the DNS door needs to know.
 #[derive(Clone, Copy)]
 pub(crate) struct AnswerContext<'a> {
-    pub policy: &'a PolicySet,
-    pub placeholders: &'a Placeholders,
+    pub gate: &'a Gate,
     /// The sandbox's own host name: answered NOERROR with no records, and not recorded.
     pub own_name: Option<&'a HostName>,
     /// The run's per-name addresses: an allowed name is answered with its own address
@@ -61,14 +61,13 @@ pub(crate) struct AnswerContext<'a> {
 }
 
 /// The answer to one query message and the query's attempt, not yet recorded.
-pub(crate) fn judge(
+pub(crate) fn reply_and_attempt(
     query: &[u8],
     client: SocketAddr,
     context: AnswerContext<'_>,
     answer: Ipv4Addr,
-    audit: &AuditSink,
 ) -> (Option<Vec<u8>>, Attempt) {
-    let mut attempt = Attempt::new(audit, Kind::Dns, Some(client));
+    let mut attempt = Attempt::new(context.gate.audit(), Kind::Dns, Some(client));
     let reply = answer_message(query, client, context, answer, &mut attempt);
     (reply, attempt)
 }
@@ -135,10 +134,6 @@ fn answer_query(
         attempt.set_outcome(Outcome::Blocked, Reason::Unsupported, None);
         return ResponseCode::NotImp;
     }
-    if context.placeholders.find([raw.as_slice()], None).is_some() {
-        attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-        return ResponseCode::NXDomain;
-    }
     // A label may carry any byte on the wire, dots included: the one label `site.test` is
     // not the name site.test, so joining labels with dots must not turn it into that name.
     // Non-ASCII is refused too: resolvers send IDNs as punycode, and IDNA would map full
@@ -151,31 +146,15 @@ fn answer_query(
         .ok()
         .filter(|_| label_bytes_ok)
         .and_then(|raw| Target::parse_host(raw).ok());
-    let name = match target {
-        Some(Target::Name(name)) => name,
-        Some(Target::Ip(_)) => {
-            attempt.set_outcome(Outcome::Blocked, Reason::IpLiteral, None);
-            return ResponseCode::NXDomain;
-        }
-        None => {
-            attempt.set_outcome(Outcome::Blocked, Reason::BadRequest, None);
-            return ResponseCode::NXDomain;
-        }
+    let name = match context
+        .gate
+        .judge_dns(attempt, &raw, target, context.own_name)
+    {
+        DnsVerdict::Answer(name) => name,
+        DnsVerdict::OwnName => return ResponseCode::NoError,
+        DnsVerdict::NoSuchName => return ResponseCode::NXDomain,
+        DnsVerdict::NoRecordPlace => return ResponseCode::Refused,
     };
-    if context.own_name == Some(&name) {
-        attempt.forget();
-        return ResponseCode::NoError;
-    }
-    attempt.host = name.to_string();
-    let decision = context.policy.decide_name(&name);
-    attempt.set_decision(&decision);
-    if decision.verdict == Verdict::Block {
-        return ResponseCode::NXDomain;
-    }
-    // An answer lets the sandbox connect: not without its record's place in the budget.
-    if !attempt.hold_record() {
-        return ResponseCode::Refused;
-    }
     // Allowed (or report mode): only A gets an answer; AAAA and the rest (HTTPS records that
     // would carry ECH keys included) are empty, since the sandbox has no IPv6 and every
     // connection must come to the proxy.
@@ -224,12 +203,11 @@ async fn reply_to(
 ) -> Option<Vec<u8>> {
     let gate = &shared.gate;
     let context = AnswerContext {
-        policy: gate.policy(),
-        placeholders: gate.placeholders(),
+        gate,
         own_name: shared.sandbox_hostname.as_ref(),
         names: shared.names.get(),
     };
-    let (reply, mut attempt) = judge(message, client, context, answer, gate.audit());
+    let (reply, mut attempt) = reply_and_attempt(message, client, context, answer);
     if !charge(shared, client, &mut attempt) {
         attempt.forget();
         gate.audit().count_dropped();

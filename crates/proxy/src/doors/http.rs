@@ -18,10 +18,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::audit::{Attempt, Kind, RequestFields};
+use crate::audit::{Attempt, Kind};
 use crate::body::ProxyBody;
 use crate::exchange::{Upload, answer, counting_body, origin_form, strip_hop_by_hop};
-use crate::policy::{Reason, split_path};
+use crate::policy::{Decision, Reason, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Door, Shared, client_http1};
 use crate::target::Target;
@@ -170,16 +170,22 @@ impl ClientConnection {
             .await;
         }
         let (parts, body) = request.into_parts();
-        attempt.request = Some(plain_request_fields(&parts));
-        if let Err(refusal) =
-            super::inspect::tripwire(&self.shared, &mut attempt, &parts, &target, port)
-        {
-            return refuse(attempt, &refusal).await;
-        }
+        let path_and_query = origin_form(&parts.uri);
+        let judged = self.shared.gate.judge_request(
+            &mut attempt,
+            &target,
+            port,
+            &parts,
+            split_path(&path_and_query),
+        );
+        let decision = match judged {
+            Ok(decision) => decision,
+            Err(refusal) => return refuse(attempt, &refusal).await,
+        };
         let request = Request::from_parts(parts, body);
         let upload = Upload::new();
         match self
-            .forward(request, &target, port, &mut attempt, &upload)
+            .forward(request, &target, port, &decision, &mut attempt, &upload)
             .await
         {
             Ok(response) => {
@@ -265,18 +271,19 @@ impl ClientConnection {
         }
     }
 
-    /// Sends the request to the target through the gate and returns the upstream's response.
+    /// Sends a request the gate let through (`decision`) to the target, over the previous
+    /// or a pooled upstream connection to it or one the gate opens, and returns the
+    /// upstream's response.
     async fn forward(
         &self,
         request: Request<Incoming>,
         target: &Target,
         port: u16,
+        decision: &Decision,
         attempt: &mut Attempt,
         upload: &Arc<Upload>,
     ) -> Result<Response<Incoming>, Refusal> {
         let gate = &self.shared.gate;
-        let decision = gate.decide(attempt, target, port)?;
-        gate.refuse_plain_on_tls_port(attempt, port)?;
         let mut slot = self.upstream.lock().await;
         let previous = match slot.take() {
             Some(upstream) if &upstream.target == target && upstream.port == port => {
@@ -320,7 +327,7 @@ impl ClientConnection {
             }
         }
         let stream = gate
-            .connect_decided(attempt, target, port, &decision)
+            .connect_decided(attempt, target, port, decision)
             .await?;
         let addr = attempt.addr.expect("a connected attempt has its address");
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -366,18 +373,6 @@ pub(crate) fn request_target<B>(
     request: &Request<B>,
 ) -> Result<(Target, u16), (Vec<u8>, Reason, &'static str)> {
     ClientConnection::request_target(door, request)
-}
-
-/// The method and path a plain request adds to its record, made safe as an inspected
-/// request's are: the query string left out, control characters written as visible escapes,
-/// the length bounded by the request head's limit (`max_head_bytes`). No credential: the
-/// plain door adds none.
-fn plain_request_fields(parts: &http::request::Parts) -> RequestFields {
-    let path_and_query = origin_form(&parts.uri);
-    RequestFields::new(
-        crate::text::visible(parts.method.as_str()),
-        crate::text::visible(split_path(&path_and_query)),
-    )
 }
 
 /// 400 for what a proxy must not pass on: HTTP/2 upgrades (h2c) — the rest of the

@@ -1,6 +1,6 @@
-//! The door for inspected hosts: where the proxy reads requests in clear, judges each one
-//! (method, path, placeholder tripwire), adds the credential, and sends it upstream over
-//! TLS it originates and verifies.
+//! The door for inspected hosts: where the proxy reads requests in clear, has the gate judge
+//! each one (method, path, placeholder tripwire), adds the credential, and sends it upstream
+//! over TLS it originates and verifies.
 //!
 //! A target is inspected when the policy gives it a credential or `methods`/`paths`
 //! ([`crate::policy::PolicySet::inspection`]). The CONNECT (or transparent TLS) connection
@@ -32,38 +32,16 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::audit::{Attempt, Kind, Outcome, RequestFields};
+use crate::audit::{Attempt, Kind, Outcome};
 use crate::body::ProxyBody;
 use crate::exchange::{Drain, Upload, counting_body};
+use crate::gate::InspectedRequest;
 use crate::inspector::Inspector;
 use crate::policy::{Decision, Reason, Verdict, split_path};
 use crate::refusal::{Refusal, refuse};
 use crate::shared::{ConnectionSlot, Shared, client_http1};
 use crate::target::{HostName, Target};
 use crate::upstream_tls::connect_tls;
-
-/// A refused request of a plain (not inspected) door that carries a real secret or a run
-/// placeholder.
-pub(crate) fn tripwire(
-    shared: &Shared,
-    attempt: &mut Attempt,
-    parts: &Parts,
-    target: &Target,
-    port: u16,
-) -> Result<(), Refusal> {
-    let Some(inspector) = shared.inspect.as_ref() else {
-        return Ok(());
-    };
-    match inspector.misuse(parts, None) {
-        None => Ok(()),
-        Some(misuse) => {
-            attempt.host = target.to_string();
-            attempt.port = Some(port);
-            attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-            Err(Refusal::of(attempt, misuse.sentence()))
-        }
-    }
-}
 
 /// Builds the refusal from the attempt, then records the attempt and answers.
 async fn refuse_with(
@@ -122,7 +100,7 @@ pub(crate) async fn forward_plain(
     let inspector = shared.inspect.as_ref().expect("a plan needs the inspector");
     let target = Target::Name(plan.name.clone());
     let (mut parts, body) = request.into_parts();
-    let judged = judge(
+    let judged = prepare_request(
         shared,
         inspector,
         &mut attempt,
@@ -306,7 +284,7 @@ impl InspectedConnection {
             .expect("an inspected connection has its inspector");
         let mut attempt = Attempt::new(shared.gate.audit(), Kind::Http, Some(self.client));
         let (mut parts, body) = request.into_parts();
-        if let Err(refusal) = judge(
+        if let Err(refusal) = prepare_request(
             shared,
             inspector,
             &mut attempt,
@@ -379,7 +357,7 @@ impl InspectedConnection {
     }
 }
 
-/// The request's own decision (set by `judge`) if it is one, else the tunnel's.
+/// The request's own decision (set by the gate) if it is one, else the tunnel's.
 fn attempt_decision(attempt: &Attempt, tunnel: &Decision) -> Decision {
     let verdict = match attempt.decision {
         Outcome::WouldBlock => Verdict::WouldBlock,
@@ -392,19 +370,12 @@ fn attempt_decision(attempt: &Attempt, tunnel: &Decision) -> Decision {
     }
 }
 
-/// Methods no `methods:` rule can admit on an inspected host: CONNECT would open a tunnel
-/// past the judgement (to wherever the upstream lets it), TRACE and TRACK make the upstream
-/// echo the request — with the real credential in it — back to the sandbox.
-const NEVER_FORWARDED_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
-
-/// The per-request judgement, shared by the tunnel and the plain door: fills in the
-/// attempt's request fields, springs the tripwire (a real secret anywhere, another host's
-/// placeholder), asks the policy about the host, the method and the path, then rewrites the
-/// request for the upstream: origin-form, HTTP/1.1, hop-by-hop headers gone, `Host` set from
-/// the judged target, `Accept-Encoding: identity` when answers are scrubbed, `Range` and
-/// `If-Range` removed and the credential header replaced by the real one on a credential's
-/// host.
-fn judge(
+/// One request, judged by the gate ([`crate::gate::Gate::judge_inspected_request`]) and,
+/// once let through, rewritten for the upstream: origin-form, HTTP/1.1, hop-by-hop headers
+/// gone, `Host` set from the judged target, `Accept-Encoding: identity` when answers are
+/// scrubbed, `Range` and `If-Range` removed and the credential header replaced by the real
+/// one on a credential's host. Shared by the tunnel and the plain door.
+fn prepare_request(
     shared: &Shared,
     inspector: &Inspector,
     attempt: &mut Attempt,
@@ -412,62 +383,14 @@ fn judge(
     port: u16,
     parts: &mut Parts,
 ) -> Result<Decision, Refusal> {
-    let policy = shared.gate.policy();
-    let target = Target::Name(name.clone());
-    let credential = policy
-        .inspection(&target, port)
-        .and_then(|inspection| inspection.credential)
-        .cloned();
     let path_and_query = crate::exchange::origin_form(&parts.uri);
     let path = split_path(&path_and_query);
-    attempt.host = name.to_string();
-    attempt.port = Some(port);
-    let mut request = RequestFields::new(
-        crate::text::visible(parts.method.as_str()),
-        crate::text::visible(path),
-    );
-    request.credential = credential.as_ref().map(|c| c.secret.clone());
-    attempt.request = Some(request);
-    // Before any rule: a real secret in the path must not be refused as a path (its record
-    // shows where it sat as `«secret:NAME»` either way).
-    if let Some(misuse) = inspector.misuse(parts, credential.as_ref().map(|c| c.secret.as_str())) {
-        attempt.set_outcome(Outcome::Blocked, Reason::CredentialMisuse, None);
-        return Err(Refusal::of(attempt, misuse.sentence()));
-    }
-    let host_decision = policy.decide(&target, port);
-    if host_decision.verdict == Verdict::Block {
-        attempt.set_decision(&host_decision);
-        return Err(Refusal::of(attempt, String::new()));
-    }
-    // In any letter case: methods are case-sensitive, but an upstream may fold them, and
-    // `trace` echoing the real key is TRACE echoing it.
-    if NEVER_FORWARDED_METHODS
-        .iter()
-        .any(|never| never.eq_ignore_ascii_case(parts.method.as_str()))
-    {
-        attempt.set_outcome(Outcome::Blocked, Reason::MethodNotAllowed, None);
-        return Err(Refusal::of(
-            attempt,
-            format!(
-                "{} is never sent to an inspected host",
-                crate::text::visible(parts.method.as_str())
-            ),
-        ));
-    }
-    let decision = policy.decide_request(&target, port, parts.method.as_str(), path);
-    attempt.set_decision(&decision);
-    if decision.verdict == Verdict::Block {
-        let detail = match decision.reason {
-            Reason::BadRequest => {
-                "the path could mean two things (dot segment, encoded `/` or `\\`, or `//`)"
-            }
-            _ => "",
-        };
-        return Err(Refusal::of(attempt, detail.to_owned()));
-    }
-    if !attempt.hold_record() {
-        return Err(Refusal::of(attempt, String::new()));
-    }
+    let InspectedRequest {
+        decision,
+        credential,
+    } = shared
+        .gate
+        .judge_inspected_request(attempt, name, port, parts, path)?;
     parts.uri = Uri::try_from(path_and_query.as_str()).unwrap_or_else(|_| Uri::from_static("/"));
     parts.version = Version::HTTP_11;
     crate::exchange::strip_hop_by_hop(&mut parts.headers);

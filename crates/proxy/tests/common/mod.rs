@@ -12,9 +12,7 @@ use egress_core::audit::AuditRecord;
 
 use egress_core::policy::{Policy, PolicySet};
 use egress_core::target::HostName;
-use egress_proxy::audit::AuditDestination;
-use egress_proxy::resolve::NameServers;
-use egress_proxy::{Proxy, ProxyConfig, RunningProxy};
+use egress_proxy::{AuditDestination, NameServers, Proxy, ProxyConfig, RunningProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{Notify, mpsc};
