@@ -77,7 +77,9 @@ impl McpServer {
         params: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let request = match tools::request_for(&params.name, params.arguments, &self.template) {
+        let request = tools::parse_call(&params.name, params.arguments)
+            .and_then(|call| tools::request_for(call, &self.template));
+        let request = match request {
             Ok(request) => request,
             Err(invalid) => return outcome::failure(format!("egress-sandbox: error: {invalid}")),
         };
