@@ -35,6 +35,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use egress_sandbox::Interruption;
 use egress_serve::client::{Client, ClientError};
+pub use outcome::DEFAULT_RESULT_LIMIT;
 use outcome::Gathered;
 pub use tools::RunTemplate;
 
@@ -93,7 +94,7 @@ impl McpServer {
         let Ok(_turn) = turn else {
             return outcome::failure("egress-sandbox: error: the server is stopping");
         };
-        let gathered = Arc::new(Mutex::new(Gathered::default()));
+        let gathered = Arc::new(Mutex::new(Gathered::new(self.template.result_limit)));
         let progress = context.meta.get_progress_token().map(|token| {
             let peer = context.peer.clone();
             let started = Instant::now();

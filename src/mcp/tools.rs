@@ -18,12 +18,13 @@ use egress_serve::request::{self, RunRequest};
 /// 128 KiB in one argument (`MAX_ARG_STRLEN`).
 pub const MAX_CODE: usize = 120 * 1024;
 
-/// What bounds every run: the operator's command line as a request, and its time limit
-/// (the most a call may ask for).
+/// What bounds every run: the operator's command line as a request, its time limit (the
+/// most a call may ask for), and the bytes of output a result holds.
 #[derive(Clone, Debug)]
 pub struct RunTemplate {
     pub request: RunRequest,
     pub timeout: Duration,
+    pub result_limit: usize,
 }
 
 /// `run_code`'s languages and the interpreter each runs with.
@@ -276,7 +277,7 @@ fn output_schema() -> Arc<JsonObject> {
             "exit_code": {"type": "integer", "description": "The command's exit status; 124 at the time limit, 137 killed for memory."},
             "stdout": {"type": "string"},
             "stderr": {"type": "string"},
-            "truncated": {"type": "boolean", "description": "Output past the operator's limit was dropped (stderr ends with a marker)."},
+            "truncated": {"type": "boolean", "description": "Output was cut to the result's size: a cut stream keeps its head and tail around a marker saying how many bytes were cut."},
             "blocked": {
                 "type": "array",
                 "description": "Connections the proxy refused, grouped.",
@@ -333,6 +334,7 @@ mod tests {
                 ..RunRequest::default()
             },
             timeout: Duration::from_secs(30),
+            result_limit: 32 * 1024,
         }
     }
 
