@@ -9,6 +9,9 @@
 //! gives only the command, its stdin, files under /task and a time limit no higher than
 //! the operator's.
 //!
+//! - The own daemon's pool is warm before the host is answered: the first call takes a
+//!   warm slot.
+//! - A result is sized for a model and holds nothing of the operator's ([`outcome`]).
 //! - A run that ends, with any exit status or at its time limit, is a result
 //!   (`isError: false`); arguments that cannot be run and set-up failures are error results
 //!   whose text is what `run` would print.

@@ -521,6 +521,21 @@ mod tests {
     }
 
     #[test]
+    fn the_reference_shows_the_schemas_the_tools_list() {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/src/reference/mcp-tools.md");
+        let page = std::fs::read_to_string(page).unwrap();
+        for tool in tools(&template()) {
+            let heading = format!("## `{}`\n\n```json\n", tool.name);
+            let (_, rest) = page.split_once(&heading).expect("a section per tool");
+            let (shown, _) = rest.split_once("\n```").expect("a closed block");
+            let shown: serde_json::Value = serde_json::from_str(shown).unwrap();
+            let listed = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+            assert_eq!(shown, listed, "{}", tool.name);
+        }
+    }
+
+    #[test]
     fn every_schema_refuses_other_properties() {
         for tool in tools(&template()) {
             assert_eq!(tool.input_schema["additionalProperties"], json!(false));

@@ -362,3 +362,60 @@ fn agent_frameworks_take_the_tools_in_strict_mode_and_results_are_sized_for_a_mo
     assert_eq!(after.first(), Some(&1), "{verbose}");
     assert_eq!(agents["refilled"], true, "{verbose}");
 }
+
+/// The MCP guide's OpenAI Agents SDK and LangChain examples (`docs/examples/`, included in
+/// the guide), run as they are against the server: `egress-sandbox` on PATH is the binary
+/// under test on the test's egress network. No model: each calls the tools itself.
+#[test]
+fn the_mcp_guides_framework_examples_run_against_the_server() {
+    let network = TestNetwork::create();
+    let bin = tempfile::tempdir().unwrap();
+    let wrapper = bin.path().join("egress-sandbox");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec '{BINARY}' \"$@\" --egress-network '{}'\n",
+            network.name
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let python =
+        std::env::var("EGRESS_SANDBOX_TEST_FRAMEWORKS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    for (example, says) in [
+        (
+            "mcp_openai_agents.py",
+            &["run_code: strict=True", "run_command: strict=True", "42"][..],
+        ),
+        (
+            "mcp_langchain.py",
+            &["--- stdout ---\n42\n", "--- stdout ---\nfrom a file\n"][..],
+        ),
+    ] {
+        let output = Command::new(&python)
+            .arg(examples.join(example))
+            .env("PATH", &path)
+            .output()
+            .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{example} failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for said in says {
+            assert!(stdout.contains(said), "{example}: {said:?} in\n{stdout}");
+        }
+    }
+}
