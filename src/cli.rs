@@ -103,7 +103,8 @@ pub struct McpArgs {
     /// (`--workdir`, `--audit-log`, `--report`); `--server` names the daemon to run through.
     #[command(flatten)]
     pub flags: RunFlags<Mcp>,
-    /// Warm slots of this server's own pool (without --server).
+    /// Warm slots of this server's own pool (without --server), all ready before the host is
+    /// answered; 0 for a host that opens a session per call (each call one cold run).
     #[arg(long, value_name = "N", default_value_t = egress_serve::DEFAULT_POOL)]
     pub pool: usize,
     /// Calls running at once; more wait for their turn. At least 1.

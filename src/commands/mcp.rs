@@ -15,7 +15,10 @@ use crate::mcp::{McpServer, RunTemplate};
 use egress_sandbox::RunSpec;
 use egress_serve::client::{Client, ClientError};
 use egress_serve::run_flags::table;
-use egress_serve::{ServeOptions, serve};
+use egress_serve::{PoolState, ServeOptions, serve};
+
+/// The longest the server waits for its pool to be warm before it answers the host.
+const POOL_WARM_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long the end waits for calls to say their runs' end to a daemon named with
 /// `--server` (an own daemon interrupts them itself).
@@ -32,10 +35,13 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     for warning in spec.warnings() {
         say(warning);
     }
-    let request = super::run_client::request_from(&run_args, spec.credentials(), Vec::new())?;
+    let mut request = super::run_client::request_from(&run_args, spec.credentials(), Vec::new())?;
+    // The run relays more than a result holds, so that a result can keep the output's tail.
+    request.output_limit = Some(RELAY_LIMIT.into());
     let template = RunTemplate {
         request,
         timeout: spec.limits().timeout,
+        result_limit: result_limit(&args)?,
     };
     let slot_shape = slot_shape(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -46,6 +52,21 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     // A blocking read of stdin may still be pending in a runtime thread: do not wait for it.
     runtime.shutdown_background();
     result
+}
+
+/// The output a call's run relays to this server: a result keeps its head and tail
+/// within the result limit; past this, the run drops the rest (with a marker on stderr).
+const RELAY_LIMIT: &str = "16MiB";
+
+/// Bytes of stdout and stderr a result holds: `--output-limit`, or one sized for a model.
+fn result_limit(args: &McpArgs) -> anyhow::Result<usize> {
+    match args.flags.values.text(&table::OUTPUT_LIMIT) {
+        Some(raw) => {
+            let bytes = egress_serve::run_flags::size("--output-limit", &raw)?;
+            Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
+        }
+        None => Ok(crate::mcp::DEFAULT_RESULT_LIMIT),
+    }
 }
 
 /// The runs' shape the pool's slots take: the operator's image, runtime and tmp size.
@@ -62,6 +83,23 @@ fn slot_shape(args: &McpArgs) -> anyhow::Result<RunSpec> {
         shape = shape.tmp(egress_serve::run_flags::size("--tmp", &raw)?);
     }
     Ok(shape.build()?)
+}
+
+/// Waits until every slot of the pool is ready (at most [`POOL_WARM_WAIT`]: a pool that
+/// cannot prepare its slots says why on stderr, and calls then take the cold path).
+async fn wait_for_warm_pool(mut pool: tokio::sync::watch::Receiver<PoolState>) {
+    let warm = tokio::time::timeout(POOL_WARM_WAIT, pool.wait_for(PoolState::warm))
+        .await
+        .is_ok();
+    if !warm {
+        let state = *pool.borrow();
+        say(format_args!(
+            "egress-sandbox: warning: {} of the pool's {} slots ready after {}; serving, the first calls may be cold",
+            state.ready,
+            state.size,
+            humantime::format_duration(POOL_WARM_WAIT)
+        ));
+    }
 }
 
 async fn serve_mcp(
@@ -104,6 +142,8 @@ async fn serve_mcp(
             options.egress_network = args.flags.values.text(&table::EGRESS_NETWORK);
             options.max_runs = args.max_runs;
             options.slot_shape = Some(slot_shape);
+            let (pool_state, pool) = tokio::sync::watch::channel(PoolState::default());
+            options.pool_state = Some(pool_state);
             let (ready_tx, ready) = tokio::sync::oneshot::channel();
             let mut daemon = tokio::spawn(serve(
                 sandbox,
@@ -126,6 +166,8 @@ async fn serve_mcp(
                     .context("cannot start");
                 }
             }
+            // Ready only once warm: a host's first call takes a warm slot.
+            wait_for_warm_pool(pool).await;
             (socket, Some(daemon), Some(dir), watchdog)
         }
     };

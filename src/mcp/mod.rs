@@ -9,6 +9,9 @@
 //! gives only the command, its stdin, files under /task and a time limit no higher than
 //! the operator's.
 //!
+//! - The own daemon's pool is warm before the host is answered: the first call takes a
+//!   warm slot.
+//! - A result is sized for a model and holds nothing of the operator's ([`outcome`]).
 //! - A run that ends, with any exit status or at its time limit, is a result
 //!   (`isError: false`); arguments that cannot be run and set-up failures are error results
 //!   whose text is what `run` would print.
@@ -35,6 +38,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use egress_sandbox::Interruption;
 use egress_serve::client::{Client, ClientError};
+pub use outcome::DEFAULT_RESULT_LIMIT;
 use outcome::Gathered;
 pub use tools::RunTemplate;
 
@@ -77,7 +81,9 @@ impl McpServer {
         params: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let request = match tools::request_for(&params.name, params.arguments, &self.template) {
+        let request = tools::parse_call(&params.name, params.arguments)
+            .and_then(|call| tools::request_for(call, &self.template));
+        let request = match request {
             Ok(request) => request,
             Err(invalid) => return outcome::failure(format!("egress-sandbox: error: {invalid}")),
         };
@@ -91,7 +97,7 @@ impl McpServer {
         let Ok(_turn) = turn else {
             return outcome::failure("egress-sandbox: error: the server is stopping");
         };
-        let gathered = Arc::new(Mutex::new(Gathered::default()));
+        let gathered = Arc::new(Mutex::new(Gathered::new(self.template.result_limit)));
         let progress = context.meta.get_progress_token().map(|token| {
             let peer = context.peer.clone();
             let started = Instant::now();

@@ -18,12 +18,13 @@ use egress_serve::request::{self, RunRequest};
 /// 128 KiB in one argument (`MAX_ARG_STRLEN`).
 pub const MAX_CODE: usize = 120 * 1024;
 
-/// What bounds every run: the operator's command line as a request, and its time limit
-/// (the most a call may ask for).
+/// What bounds every run: the operator's command line as a request, its time limit (the
+/// most a call may ask for), and the bytes of output a result holds.
 #[derive(Clone, Debug)]
 pub struct RunTemplate {
     pub request: RunRequest,
     pub timeout: Duration,
+    pub result_limit: usize,
 }
 
 /// `run_code`'s languages and the interpreter each runs with.
@@ -46,16 +47,24 @@ impl Language {
     }
 }
 
+/// A file a call writes under /task.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskFile {
+    path: String,
+    content: String,
+}
+
 // Each tool's fields in full (serde's `flatten` cannot be combined with
-// `deny_unknown_fields`).
+// `deny_unknown_fields`). Every optional field takes `null` as absent: a host in strict
+// mode sends every field.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunCodeArguments {
     language: Language,
     code: String,
     stdin: Option<String>,
-    #[serde(default)]
-    files: BTreeMap<String, String>,
+    files: Option<Vec<TaskFile>>,
     timeout: Option<f64>,
 }
 
@@ -64,14 +73,16 @@ struct RunCodeArguments {
 struct RunCommandArguments {
     argv: Vec<String>,
     stdin: Option<String>,
-    #[serde(default)]
-    files: BTreeMap<String, String>,
+    files: Option<Vec<TaskFile>>,
     timeout: Option<f64>,
 }
 
-/// What both tools take besides the command.
-struct Common {
+/// A call's arguments, checked: what it asks to run.
+#[derive(Debug)]
+pub struct Call {
+    argv: Vec<String>,
     stdin: Option<String>,
+    /// Relative path under /task → its text.
     files: BTreeMap<String, String>,
     timeout: Option<f64>,
 }
@@ -81,15 +92,10 @@ struct Common {
 #[error("{0}")]
 pub struct InvalidArguments(pub String);
 
-/// The request a call amounts to: the operator's, with the call's command, stdin, files
-/// and (lower) time limit.
-pub fn request_for(
-    tool: &str,
-    arguments: Option<JsonObject>,
-    template: &RunTemplate,
-) -> Result<RunRequest, InvalidArguments> {
+/// The call a tool's arguments amount to, or why they cannot be run (naming the field).
+pub fn parse_call(tool: &str, arguments: Option<JsonObject>) -> Result<Call, InvalidArguments> {
     let arguments = serde_json::Value::Object(arguments.unwrap_or_default());
-    let (argv, common) = match tool {
+    let (argv, stdin, files, timeout) = match tool {
         "run_code" => {
             let parsed: RunCodeArguments = parse(arguments)?;
             if parsed.code.len() > MAX_CODE {
@@ -99,51 +105,63 @@ pub fn request_for(
                     parsed.code.len()
                 )));
             }
-            let common = Common {
-                stdin: parsed.stdin,
-                files: parsed.files,
-                timeout: parsed.timeout,
-            };
-            (parsed.language.argv(parsed.code), common)
+            let argv = parsed.language.argv(parsed.code);
+            (argv, parsed.stdin, parsed.files, parsed.timeout)
         }
         "run_command" => {
             let parsed: RunCommandArguments = parse(arguments)?;
             if parsed.argv.is_empty() {
                 return Err(InvalidArguments("argv is empty: name a program".into()));
             }
-            let common = Common {
-                stdin: parsed.stdin,
-                files: parsed.files,
-                timeout: parsed.timeout,
-            };
-            (parsed.argv, common)
+            (parsed.argv, parsed.stdin, parsed.files, parsed.timeout)
         }
         other => return Err(InvalidArguments(format!("no tool {other:?}"))),
     };
+    Ok(Call {
+        argv,
+        stdin: stdin.filter(|stdin| !stdin.is_empty()),
+        files: task_files(files.unwrap_or_default())?,
+        timeout,
+    })
+}
+
+/// The run a call amounts to: the operator's request, with the call's command, stdin,
+/// files and (lower) time limit.
+pub fn request_for(call: Call, template: &RunTemplate) -> Result<RunRequest, InvalidArguments> {
     let mut request = template.request.clone();
-    request.argv = argv;
-    if let Some(seconds) = common.timeout {
-        request.timeout = Some(request::Duration::Seconds(lower_timeout(
-            seconds,
-            template.timeout,
-        )?));
+    request.argv = call.argv;
+    if let Some(seconds) = call.timeout {
+        let seconds = lower_timeout(seconds, template.timeout)?;
+        request.timeout = Some(request::Duration::Seconds(seconds));
     }
-    for (path, text) in common.files {
-        check_file_path(&path)?;
+    for (path, text) in call.files {
         request.files.insert(path, STANDARD.encode(text));
     }
-    request.stdin = common
-        .stdin
-        .filter(|stdin| !stdin.is_empty())
-        .map(|stdin| STANDARD.encode(stdin));
+    request.stdin = call.stdin.map(|stdin| STANDARD.encode(stdin));
     Ok(request)
 }
 
+/// Deserialises a tool's arguments; an error names the field at fault (`files[0].path`).
 fn parse<T: serde::de::DeserializeOwned>(
     arguments: serde_json::Value,
 ) -> Result<T, InvalidArguments> {
-    serde_json::from_value(arguments)
+    serde_path_to_error::deserialize(arguments)
         .map_err(|error| InvalidArguments(format!("invalid arguments: {error}")))
+}
+
+/// The files by path, each path checked and given once.
+fn task_files(files: Vec<TaskFile>) -> Result<BTreeMap<String, String>, InvalidArguments> {
+    let mut by_path = BTreeMap::new();
+    for TaskFile { path, content } in files {
+        check_file_path(&path)?;
+        if by_path.contains_key(&path) {
+            return Err(InvalidArguments(format!(
+                "files: the path {path:?} is given twice"
+            )));
+        }
+        by_path.insert(path, content);
+    }
+    Ok(by_path)
 }
 
 /// A call's time limit: at most the operator's.
@@ -181,18 +199,27 @@ fn check_file_path(path: &str) -> Result<(), InvalidArguments> {
 /// The two tools, with the operator's ceiling in their descriptions.
 pub fn tools(template: &RunTemplate) -> Vec<Tool> {
     let ceiling = humantime::format_duration(template.timeout).to_string();
+    // Strict-mode function calling (OpenAI's, and the hosts that convert to it) takes a
+    // schema whose every property is required and every object closed: an optional field
+    // is one that may be `null`.
     let common_properties = |ceiling: &str| {
         json!({
-            "stdin": {"type": "string", "description": "The command's whole stdin (UTF-8 text)."},
+            "stdin": {
+                "type": ["string", "null"],
+                "description": "The command's whole stdin (UTF-8 text); null: none.",
+            },
             "files": {
-                "type": "object",
-                "description": "Files written under /task before the command runs (the working directory then): relative path → UTF-8 text.",
-                "additionalProperties": {"type": "string"},
+                "type": ["array", "null"],
+                "description": "Files written under /task before the command runs (the working directory then); null: none.",
+                "items": closed_object(json!({
+                    "path": {"type": "string", "description": "Relative to /task, without `..`."},
+                    "content": {"type": "string", "description": "The file's UTF-8 text."},
+                })),
             },
             "timeout": {
-                "type": "number",
+                "type": ["number", "null"],
                 "exclusiveMinimum": 0,
-                "description": format!("Time limit in seconds; at most {ceiling} (the default). The command is killed at it (exit 124)."),
+                "description": format!("Time limit in seconds; at most {ceiling}; null: {ceiling}. The command is killed at it (exit 124)."),
             },
         })
     };
@@ -211,14 +238,6 @@ pub fn tools(template: &RunTemplate) -> Vec<Tool> {
         "argv".into(),
         json!({"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "The program and its arguments (no shell)."}),
     );
-    let schema = |properties: serde_json::Value, required: &[&str]| {
-        object(json!({
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": false,
-        }))
-    };
     let annotations = ToolAnnotations::new()
         .read_only(false)
         .destructive(false)
@@ -232,7 +251,7 @@ pub fn tools(template: &RunTemplate) -> Vec<Tool> {
             format!(
                 "Run python, node or sh code {note}. Returns stdout, stderr and the exit code."
             ),
-            schema(code_properties, &["language", "code"]),
+            object(closed_object(code_properties)),
         )
         .with_raw_output_schema(output_schema())
         .with_annotations(annotations.clone()),
@@ -241,7 +260,7 @@ pub fn tools(template: &RunTemplate) -> Vec<Tool> {
             format!(
                 "Run a command (argv, no shell) {note}. Returns stdout, stderr and the exit code."
             ),
-            schema(command_properties, &["argv"]),
+            object(closed_object(command_properties)),
         )
         .with_raw_output_schema(output_schema())
         .with_annotations(annotations),
@@ -258,7 +277,7 @@ fn output_schema() -> Arc<JsonObject> {
             "exit_code": {"type": "integer", "description": "The command's exit status; 124 at the time limit, 137 killed for memory."},
             "stdout": {"type": "string"},
             "stderr": {"type": "string"},
-            "truncated": {"type": "boolean", "description": "Output past the operator's limit was dropped (stderr ends with a marker)."},
+            "truncated": {"type": "boolean", "description": "Output was cut to the result's size: a cut stream keeps its head and tail around a marker saying how many bytes were cut."},
             "blocked": {
                 "type": "array",
                 "description": "Connections the proxy refused, grouped.",
@@ -277,6 +296,23 @@ fn output_schema() -> Arc<JsonObject> {
         },
         "required": ["run", "status", "exit_code", "stdout", "stderr", "truncated", "blocked", "duration_ms"],
     }))
+}
+
+/// An object schema as strict mode takes it: every property required (an optional one is
+/// nullable), no other property.
+fn closed_object(properties: serde_json::Value) -> serde_json::Value {
+    let required: Vec<String> = properties
+        .as_object()
+        .expect("properties are an object")
+        .keys()
+        .cloned()
+        .collect();
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
 }
 
 fn object(value: serde_json::Value) -> Arc<JsonObject> {
@@ -298,6 +334,7 @@ mod tests {
                 ..RunRequest::default()
             },
             timeout: Duration::from_secs(30),
+            result_limit: 32 * 1024,
         }
     }
 
@@ -305,14 +342,14 @@ mod tests {
         let serde_json::Value::Object(map) = arguments else {
             panic!("arguments are an object")
         };
-        request_for(tool, Some(map), &template())
+        parse_call(tool, Some(map)).and_then(|call| request_for(call, &template()))
     }
 
     #[test]
     fn code_runs_through_its_interpreter_inside_the_operators_bounds() {
         let request = call(
             "run_code",
-            json!({"language": "node", "code": "console.log(1)", "stdin": "hi", "files": {"a/b.txt": "x"}, "timeout": 2}),
+            json!({"language": "node", "code": "console.log(1)", "stdin": "hi", "files": [{"path": "a/b.txt", "content": "x"}], "timeout": 2}),
         )
         .unwrap();
         assert_eq!(request.argv, ["node", "-e", "console.log(1)"]);
@@ -353,18 +390,53 @@ mod tests {
             ("run_command", json!({"argv": []}), "argv is empty"),
             (
                 "run_command",
-                json!({"argv": ["true"], "files": {"/etc/passwd": ""}}),
+                json!({"argv": ["true"], "files": [{"path": "/etc/passwd", "content": ""}]}),
                 "relative",
             ),
             (
                 "run_command",
-                json!({"argv": ["true"], "files": {"a/../../x": ""}}),
+                json!({"argv": ["true"], "files": [{"path": "a/../../x", "content": ""}]}),
                 "`..`",
             ),
             (
                 "run_command",
-                json!({"argv": ["true"], "files": {"a": 1}}),
-                "invalid arguments",
+                json!({"argv": ["true"], "files": [{"path": "a", "content": 1}]}),
+                "invalid arguments: files[0].content: invalid type",
+            ),
+            (
+                "run_command",
+                json!({"argv": ["true"], "files": [{"path": "a", "content": "", "mode": 7}]}),
+                "files[0].mode: unknown field `mode`",
+            ),
+            (
+                "run_command",
+                json!({"argv": ["true"], "files": [{"path": "a", "content": ""}, {"path": "a", "content": ""}]}),
+                "given twice",
+            ),
+            (
+                "run_command",
+                json!({"argv": ["true"], "files": {"a": "x"}}),
+                "invalid arguments: files: invalid type: map",
+            ),
+            (
+                "run_command",
+                json!({"argv": ["true"], "stdin": 3}),
+                "invalid arguments: stdin: invalid type",
+            ),
+            (
+                "run_command",
+                json!({"argv": ["true"], "timeout": "5"}),
+                "invalid arguments: timeout: invalid type",
+            ),
+            (
+                "run_command",
+                json!({"argv": [1]}),
+                "invalid arguments: argv[0]: invalid type",
+            ),
+            (
+                "run_code",
+                json!({"language": "sh"}),
+                "missing field `code`",
             ),
             (
                 "run_code",
@@ -375,6 +447,91 @@ mod tests {
         ] {
             let refused = call(tool, arguments.clone()).unwrap_err().0;
             assert!(refused.contains(says), "{arguments}: {refused}");
+        }
+    }
+
+    #[test]
+    fn null_is_absent_for_every_optional_field() {
+        let request = call(
+            "run_code",
+            json!({"language": "sh", "code": "true", "stdin": null, "files": null, "timeout": null}),
+        )
+        .unwrap();
+        assert_eq!(request.argv, ["sh", "-c", "true"]);
+        assert_eq!(request.stdin, None);
+        assert!(request.files.is_empty());
+        assert_eq!(request.timeout, None);
+        let request = call(
+            "run_command",
+            json!({"argv": ["true"], "stdin": null, "files": null, "timeout": null}),
+        )
+        .unwrap();
+        assert_eq!(request.argv, ["true"]);
+    }
+
+    /// Strict mode's rules, as OpenAI's function calling and the hosts that convert to it
+    /// apply them: every object closed with every property required, no open maps.
+    fn assert_strict(schema: &serde_json::Value, at: &str) {
+        let Some(object) = schema.as_object() else {
+            return;
+        };
+        if let Some(properties) = object.get("properties").and_then(|p| p.as_object()) {
+            let mut required: Vec<&str> = object["required"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{at}: no required"))
+                .iter()
+                .map(|name| name.as_str().unwrap())
+                .collect();
+            required.sort_unstable();
+            let mut names: Vec<&str> = properties.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            assert_eq!(required, names, "{at}: every property is required");
+            assert_eq!(object["additionalProperties"], json!(false), "{at}");
+            for (name, property) in properties {
+                assert_strict(property, &format!("{at}.{name}"));
+            }
+        }
+        let is_object = object["type"] == "object"
+            || object["type"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!("object")));
+        assert!(
+            !is_object || object.contains_key("properties"),
+            "{at}: an open map"
+        );
+        if let Some(items) = object.get("items") {
+            assert_strict(items, &format!("{at}[]"));
+        }
+    }
+
+    #[test]
+    fn every_input_schema_is_strict_with_its_optional_fields_nullable() {
+        for tool in tools(&template()) {
+            let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+            assert_strict(&schema, &tool.name);
+            for optional in ["stdin", "files", "timeout"] {
+                let types = &schema["properties"][optional]["type"];
+                assert!(
+                    types.as_array().is_some_and(|t| t.contains(&json!("null"))),
+                    "{}.{optional}: {types}",
+                    tool.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_reference_shows_the_schemas_the_tools_list() {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/src/reference/mcp-tools.md");
+        let page = std::fs::read_to_string(page).unwrap();
+        for tool in tools(&template()) {
+            let heading = format!("## `{}`\n\n```json\n", tool.name);
+            let (_, rest) = page.split_once(&heading).expect("a section per tool");
+            let (shown, _) = rest.split_once("\n```").expect("a closed block");
+            let shown: serde_json::Value = serde_json::from_str(shown).unwrap();
+            let listed = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+            assert_eq!(shown, listed, "{}", tool.name);
         }
     }
 

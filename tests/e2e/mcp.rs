@@ -212,3 +212,210 @@ fn an_mcp_host_runs_code_within_the_operators_bounds_and_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The pool's ready counts the verbose server reported, before and after it said it was
+/// ready (`pool: R of N warm slots ready` lines, then `MCP server ready on stdio`).
+fn pool_counts(stderr: &str) -> (Vec<usize>, Vec<usize>) {
+    let (before, after) = stderr
+        .split_once("MCP server ready on stdio")
+        .unwrap_or_else(|| panic!("the server never said it was ready:\n{stderr}"));
+    let counts = |text: &str| {
+        text.lines()
+            .filter_map(|line| {
+                line.split_once("pool: ")?
+                    .1
+                    .split_once(" of ")?
+                    .0
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    };
+    (counts(before), counts(after))
+}
+
+/// The OpenAI Agents SDK (`MCPServerStdio`) and LangChain's MCP adapters drive the server
+/// as their users do (`mcp_frameworks.py`): their strict-mode conversions keep both tools'
+/// schemas as they are, a strict model's nulls are taken, a bad field is named, a long
+/// output keeps its head and tail, nothing of the operator's is in a result, and the first
+/// call takes a warm slot of a pool that refills.
+///
+/// Needs `openai-agents`, `langchain-mcp-adapters` and `langchain-core`, which take the MCP
+/// SDK 1.x: the interpreter named by `EGRESS_SANDBOX_TEST_FRAMEWORKS_PYTHON` (a venv of its
+/// own, as `.ci/run` makes), else `python3`.
+#[test]
+fn agent_frameworks_take_the_tools_in_strict_mode_and_results_are_sized_for_a_model() {
+    let network = TestNetwork::create();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("operator-policy.yaml");
+    // Allowing the gateway's private address is what the operator is warned about.
+    std::fs::write(&policy, gateway_policy("mcp", network.gateway, &[9], &[])).unwrap();
+    let verbose_stderr = dir.path().join("verbose.stderr");
+    let quiet_stderr = dir.path().join("quiet.stderr");
+    let python =
+        std::env::var("EGRESS_SANDBOX_TEST_FRAMEWORKS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/mcp_frameworks.py");
+    let output = Command::new(&python)
+        .arg(&host)
+        .arg(BINARY)
+        .arg(&network.name)
+        .arg(&policy)
+        .arg(&verbose_stderr)
+        .arg(&quiet_stderr)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the frameworks' host failed ({}; it needs openai-agents and langchain-mcp-adapters, \
+         see EGRESS_SANDBOX_TEST_FRAMEWORKS_PYTHON):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let agents = &out["agents"];
+    let langchain = &out["langchain"];
+
+    for tool in ["run_code", "run_command"] {
+        let schema = &agents["schemas"][tool];
+        assert_eq!(&agents["ensure_strict"][tool], schema, "{tool}: {out:#}");
+        assert_eq!(agents["function_tools"][tool]["strict"], true, "{tool}");
+        assert_eq!(&agents["function_tools"][tool]["params"], schema, "{tool}");
+        let converted = &langchain["strict"][tool];
+        assert_eq!(converted, schema, "{tool}: {out:#}");
+        let file = &converted["properties"]["files"]["items"]["properties"];
+        assert_eq!(file["path"]["type"], "string", "{tool}: {converted:#}");
+        assert_eq!(file["content"]["type"], "string", "{tool}: {converted:#}");
+        for optional in ["stdin", "files", "timeout"] {
+            let types = &converted["properties"][optional]["type"];
+            assert!(
+                types.as_array().is_some_and(|t| t.contains(&json!("null"))),
+                "{tool}.{optional}: {types}"
+            );
+        }
+    }
+
+    for (turn, call) in agents["calls"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(call["is_error"], false, "{call:#}");
+        assert_eq!(
+            call["structured"]["stdout"],
+            format!("from a file turn {turn}\n"),
+            "{call:#}"
+        );
+    }
+    assert_eq!(agents["nulls"]["structured"]["stdout"], "no options\n");
+    assert_eq!(agents["bad_field"]["is_error"], true);
+    assert!(
+        text(&agents["bad_field"]).contains("files[0].content"),
+        "{:#}",
+        agents["bad_field"]
+    );
+    assert!(
+        langchain["call"]
+            .as_str()
+            .unwrap()
+            .contains("written by langchain"),
+        "{langchain:#}"
+    );
+
+    let long = &agents["long"]["structured"];
+    let long_stdout = long["stdout"].as_str().unwrap();
+    assert!(
+        long_stdout.starts_with("the first line\nline 0\n"),
+        "{long:#}"
+    );
+    assert!(
+        long_stdout.contains(" bytes of stdout cut here]"),
+        "{long:#}"
+    );
+    assert!(
+        long_stdout.ends_with("line 19999\nthe last line\n"),
+        "{long:#}"
+    );
+    assert_eq!(
+        long["stderr"], "an error at the end\n",
+        "stderr has its share"
+    );
+    assert_eq!(long["truncated"], true);
+    assert!(long_stdout.len() + long["stderr"].as_str().unwrap().len() <= 32 * 1024);
+
+    // Nothing of the operator's reaches the model; the operator is told once.
+    let warning = "covers private or special addresses";
+    let mut results = vec![&agents["nulls"], &agents["bad_field"], &agents["long"]];
+    results.extend(agents["calls"].as_array().unwrap());
+    for result in results {
+        let seen = result.to_string();
+        assert!(
+            !seen.contains(&*policy.to_string_lossy()) && !seen.contains(warning),
+            "{result:#}"
+        );
+    }
+    assert!(!langchain["call"].as_str().unwrap().contains(warning));
+    let quiet = std::fs::read_to_string(&quiet_stderr).unwrap();
+    assert_eq!(quiet.matches(warning).count(), 1, "{quiet}");
+
+    // Warm before the host is answered; the first call takes a slot; the pool refills.
+    let verbose = std::fs::read_to_string(&verbose_stderr).unwrap();
+    let (before, after) = pool_counts(&verbose);
+    assert_eq!(before.last(), Some(&2), "{verbose}");
+    assert_eq!(after.first(), Some(&1), "{verbose}");
+    assert_eq!(agents["refilled"], true, "{verbose}");
+}
+
+/// The MCP guide's OpenAI Agents SDK and LangChain examples (`docs/examples/`, included in
+/// the guide), run as they are against the server: `egress-sandbox` on PATH is the binary
+/// under test on the test's egress network. No model: each calls the tools itself.
+#[test]
+fn the_mcp_guides_framework_examples_run_against_the_server() {
+    let network = TestNetwork::create();
+    let bin = tempfile::tempdir().unwrap();
+    let wrapper = bin.path().join("egress-sandbox");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec '{BINARY}' \"$@\" --egress-network '{}'\n",
+            network.name
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let python =
+        std::env::var("EGRESS_SANDBOX_TEST_FRAMEWORKS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    for (example, says) in [
+        (
+            "mcp_openai_agents.py",
+            &["run_code: strict=True", "run_command: strict=True", "42"][..],
+        ),
+        (
+            "mcp_langchain.py",
+            &["--- stdout ---\n42\n", "--- stdout ---\nfrom a file\n"][..],
+        ),
+    ] {
+        let output = Command::new(&python)
+            .arg(examples.join(example))
+            .env("PATH", &path)
+            .output()
+            .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{example} failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for said in says {
+            assert!(stdout.contains(said), "{example}: {said:?} in\n{stdout}");
+        }
+    }
+}

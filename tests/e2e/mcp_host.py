@@ -61,7 +61,7 @@ async def scenario():
             out["python"] = await call("run_code", {
                 "language": "python",
                 "code": "import sys; print(open('data/in.txt').read().strip(), sys.stdin.read())",
-                "stdin": "piped", "files": {"data/in.txt": "from a file"}})
+                "stdin": "piped", "files": [{"path": "data/in.txt", "content": "from a file"}]})
             out["node"] = await call("run_code", {"language": "node", "code": "console.log(6 * 7)"})
             out["blocked"] = await call("run_code", {
                 "language": "python",

@@ -76,6 +76,24 @@ pub struct ServeOptions {
     /// `egress_network`'s), for a caller whose runs all take one that is not the default
     /// (`mcp --image …`). Default: a default run.
     pub slot_shape: Option<RunSpec>,
+    /// Told the pool's state whenever it changes, from before the `ready` call on (a caller
+    /// that serves only once the pool is warm waits on it).
+    pub pool_state: Option<watch::Sender<PoolState>>,
+}
+
+/// How many of the pool's slots are ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolState {
+    pub ready: usize,
+    /// Slots the pool keeps ready (0: no pool, every run is cold).
+    pub size: usize,
+}
+
+impl PoolState {
+    /// Every slot is ready.
+    pub fn warm(&self) -> bool {
+        self.ready >= self.size
+    }
 }
 
 /// Warm slots kept ready by default.
@@ -96,6 +114,7 @@ impl ServeOptions {
             runtime: None,
             max_runs: DEFAULT_MAX_RUNS,
             slot_shape: None,
+            pool_state: None,
         }
     }
 }
@@ -234,12 +253,26 @@ pub async fn serve(
     let (shutdown, _) = watch::channel(false);
     let metrics = Metrics::new();
     let ready_gauge = metrics.pool_ready().clone();
+    let pool_state = options.pool_state.clone();
+    if let Some(state) = &pool_state {
+        state.send_replace(PoolState {
+            ready: 0,
+            size: pool_size,
+        });
+    }
     let pool = Pool::start(
         sandbox.clone(),
         template,
         pool_size,
         Box::new(move |ready| {
             ready_gauge.set(i64::try_from(ready).unwrap_or(i64::MAX));
+            tracing::info!("pool: {ready} of {pool_size} warm slots ready");
+            if let Some(state) = &pool_state {
+                state.send_replace(PoolState {
+                    ready,
+                    size: pool_size,
+                });
+            }
         }),
     );
     let shared = Arc::new(Shared {

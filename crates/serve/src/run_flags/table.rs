@@ -222,7 +222,7 @@ pub const OUTPUT_LIMIT: RunFlag = RunFlag {
     help: Help {
         run: "Bytes of stdout+stderr relayed; the rest is dropped with a marker [default: 1MiB]",
         mcp: Some(
-            "Bytes of stdout+stderr a call returns; the rest is dropped with a marker [default: 1MiB]",
+            "Bytes of stdout+stderr a call returns: the head and tail of each stream, with a marker of the bytes cut [default: 32KiB]",
         ),
         serve: None,
     },
