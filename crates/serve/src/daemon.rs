@@ -27,6 +27,9 @@ use super::socket::{self, BoundSocket};
 use super::{ServeError, ServeOptions, Shared, handle, json_response, metrics_response};
 use egress_sandbox::{ContainerEngine, Pool, RunSpec, Sandbox};
 
+#[cfg(test)]
+mod tests;
+
 /// How long stopping waits for connections to deliver their runs' last events.
 const DRAIN_CONNECTIONS: Duration = Duration::from_secs(5);
 

@@ -338,3 +338,46 @@ fn status_name(status: RunStatus) -> &'static str {
         _ => "other",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_up_error_names_the_request_field_whose_value_was_refused() {
+        let cases = [
+            (
+                RunError::Image(ImageError::Missing { image: "x".into() }),
+                Some("image"),
+            ),
+            (
+                RunError::Network(NetworkError::EgressMissing { name: "n".into() }),
+                Some("egress_network"),
+            ),
+            (
+                RunError::UnknownRuntime {
+                    name: "runsc".into(),
+                    available: vec!["runc".into()],
+                },
+                Some("runtime"),
+            ),
+            (RunError::FilesNeedLocalEngine, Some("files")),
+            (
+                RunError::InspectedNeedsLocalEngine {
+                    hosts: vec!["api.example.com".into()],
+                    engine: "tcp://engine:2375".into(),
+                },
+                Some("policies"),
+            ),
+            (
+                RunError::ProxyNotReady {
+                    detail: "exited".into(),
+                },
+                None,
+            ),
+        ];
+        for (error, field) in cases {
+            assert_eq!(field_at_fault(&error), field, "{error}");
+        }
+    }
+}
