@@ -117,11 +117,12 @@ export class DaemonUnreachable extends SandboxError {
 
 /**
  * The run could not be set up (Docker refused: the daemon's `error` event), or the daemon's
- * answer broke off. `runId` is the run's id once it had one, else null.
+ * answer broke off. `runId` is the run's id once it had one, else null; `field` the request
+ * field whose value the engine refused (`image`, `runtime`, …), else null.
  */
 export class DaemonError extends SandboxError {
-  constructor(error, { runId = null, cause } = {}) {
-    super(error, { cause });
+  constructor(error, { runId = null, field = null, cause } = {}) {
+    super(error, { field, cause });
     this.runId = runId;
   }
 }
@@ -608,7 +609,10 @@ class Follower {
           }),
         };
       case "error":
-        throw new DaemonError(wire.error || "the run could not be set up", { runId: this.runId });
+        throw new DaemonError(wire.error || "the run could not be set up", {
+          runId: this.runId,
+          field: wire.field || null,
+        });
       default:
         return null;
     }

@@ -78,10 +78,12 @@ class DaemonUnreachable(SandboxError, ConnectionError):
 
 class DaemonError(SandboxError):
     """The run could not be set up (Docker refused: the daemon's `error` event), or the
-    daemon's answer broke off. `run_id` is the run's id once it had one, else None."""
+    daemon's answer broke off. `run_id` is the run's id once it had one, else None; `field`
+    the request field whose value the engine refused (`image`, `runtime`, …), else None."""
 
-    def __init__(self, error: str, run_id: Optional[str] = None) -> None:
-        super().__init__(error)
+    def __init__(self, error: str, run_id: Optional[str] = None,
+                 field: Optional[str] = None) -> None:
+        super().__init__(error, field or None)
         self.run_id = run_id
 
 
