@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 const LEAST_BUSY_WAIT: Duration = Duration::from_secs(1);
 /// The most `Retry-After` of a busy answer: a run most often ends well before its time
 /// limit, so a caller should not wait for the soonest limit when it is far away.
-const MOST_BUSY_WAIT: Duration = Duration::from_secs(30);
+const MOST_BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// The live runs and their limit.
 #[derive(Debug)]
@@ -46,7 +46,7 @@ impl Drop for LiveRun {
 pub(crate) struct Busy {
     pub(crate) max: usize,
     /// When to ask again: when the soonest live run reaches its time limit (a place is
-    /// sure to be free then, or sooner), from 1 s up to 30 s.
+    /// sure to be free then, or sooner), from 1 s up to 5 s.
     pub(crate) retry_after: Duration,
 }
 
@@ -125,10 +125,10 @@ mod tests {
         let now = Instant::now();
         let place = |seconds: f64| now + Duration::from_secs_f64(seconds);
         let wait = |places: &[Instant]| busy_wait(now, places.iter()).as_secs();
-        assert_eq!(wait(&[place(600.0), place(7.2), place(20.0)]), 8);
+        assert_eq!(wait(&[place(600.0), place(3.2), place(20.0)]), 4);
         assert_eq!(wait(&[place(0.3)]), 1, "at least a second");
         assert_eq!(wait(&[place(0.0)]), 1, "a run past its limit is ending");
-        assert_eq!(wait(&[place(3600.0)]), 30, "at most half a minute");
+        assert_eq!(wait(&[place(3600.0)]), 5, "at most 5 s");
     }
 
     #[test]

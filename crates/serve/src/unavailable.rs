@@ -3,7 +3,7 @@
 //! field is at fault, so none is named.
 //!
 //! - busy (`--max-runs` runs live): when the soonest live run reaches its time limit,
-//!   1 s to 30 s ([`crate::live_runs::Busy`]);
+//!   1 s to 5 s ([`crate::live_runs::Busy`]);
 //! - engine down (it did not answer the image check): [`ENGINE_RETRY_AFTER`];
 //! - stopping: this daemon takes no more runs, and it closes the connection so that a
 //!   retry cannot reach it; [`STOPPING_RETRY_AFTER`] is for a daemon started in its place
