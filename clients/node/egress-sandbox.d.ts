@@ -41,7 +41,7 @@ export class InvalidRequest extends RequestRefused {
   readonly field: string | null;
 }
 
-/** 503: still busy at the call's deadline, or stopping (`retryAfter` null). */
+/** 503: still busy or stopping at the call's deadline, or no `Retry-After` (`retryAfter` null). */
 export class DaemonBusy extends RequestRefused {
   constructor(status: number, body?: RefusalBody, retryAfter?: number | null);
   readonly status: 503;

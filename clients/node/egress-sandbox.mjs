@@ -86,10 +86,10 @@ export class RequestRefused extends SandboxError {
 export class InvalidRequest extends RequestRefused {}
 
 /**
- * 503: the daemon had its limit of live runs for as long as the call's timeout let the
- * client wait and ask again, or it is stopping (then `retryAfter` is null: it gave no time
- * to come back). `retryAfter` is its last `Retry-After` in seconds; `attempts` how many
- * times the call asked.
+ * 503: the daemon had its limit of live runs, or was stopping, for as long as the call's
+ * timeout let the client wait and ask again, or it gave no `Retry-After` (then `retryAfter`
+ * is null). `retryAfter` is its last `Retry-After` in seconds; `attempts` how many times
+ * the call asked.
  */
 export class DaemonBusy extends RequestRefused {
   constructor(status, body = {}, retryAfter = null) {

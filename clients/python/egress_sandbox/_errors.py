@@ -44,9 +44,9 @@ class InvalidRequest(RequestRefused, ValueError):
 
 
 class DaemonBusy(RequestRefused):
-    """503: the daemon had its limit of live runs for as long as the call's timeout let the
-    client wait and ask again, or it is stopping (then `retry_after` is None: it gave no
-    time to come back). `retry_after` is the daemon's last `Retry-After`, in seconds;
+    """503: the daemon had its limit of live runs, or was stopping, for as long as the
+    call's timeout let the client wait and ask again, or it gave no `Retry-After` (then
+    `retry_after` is None). `retry_after` is the daemon's last `Retry-After`, in seconds;
     `attempts` how many times the call asked."""
 
     def __init__(self, error: str, retry_after: Optional[float] = None,
