@@ -90,8 +90,8 @@ pub struct ServeArgs {
     /// none.
     #[command(flatten)]
     pub flags: RunFlags<Serve>,
-    /// Runs live at once (from the request until their objects are removed); a request
-    /// beyond gets 503 with Retry-After. At least 1.
+    /// Runs live at once (from the request until its answer; the removal of its objects
+    /// after is not counted); a request beyond gets 503 with Retry-After. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = egress_serve::DEFAULT_MAX_RUNS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_runs: usize,

@@ -41,7 +41,7 @@ export class InvalidRequest extends RequestRefused {
   readonly field: string | null;
 }
 
-/** 503: still busy at the call's deadline, or stopping (`retryAfter` null). */
+/** 503: still busy or stopping at the call's deadline, or no `Retry-After` (`retryAfter` null). */
 export class DaemonBusy extends RequestRefused {
   constructor(status: number, body?: RefusalBody, retryAfter?: number | null);
   readonly status: 503;
@@ -59,9 +59,12 @@ export class DaemonUnreachable extends SandboxError {
   readonly status: null;
 }
 
-/** The run could not be set up (Docker refused), or the daemon's answer broke off. */
+/**
+ * The run could not be set up (Docker refused), or the daemon's answer broke off. `field`
+ * names the request field whose value the engine refused (`image`, `runtime`, …), else null.
+ */
 export class DaemonError extends SandboxError {
-  constructor(error: string, options?: { runId?: string | null; cause?: unknown });
+  constructor(error: string, options?: { runId?: string | null; field?: string | null; cause?: unknown });
   /** The run's id once it had one, else null. */
   readonly runId: string | null;
 }

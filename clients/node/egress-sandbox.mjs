@@ -86,10 +86,10 @@ export class RequestRefused extends SandboxError {
 export class InvalidRequest extends RequestRefused {}
 
 /**
- * 503: the daemon had its limit of live runs for as long as the call's timeout let the
- * client wait and ask again, or it is stopping (then `retryAfter` is null: it gave no time
- * to come back). `retryAfter` is its last `Retry-After` in seconds; `attempts` how many
- * times the call asked.
+ * 503: the daemon had its limit of live runs, or was stopping, for as long as the call's
+ * timeout let the client wait and ask again, or it gave no `Retry-After` (then `retryAfter`
+ * is null). `retryAfter` is its last `Retry-After` in seconds; `attempts` how many times
+ * the call asked.
  */
 export class DaemonBusy extends RequestRefused {
   constructor(status, body = {}, retryAfter = null) {
@@ -117,11 +117,12 @@ export class DaemonUnreachable extends SandboxError {
 
 /**
  * The run could not be set up (Docker refused: the daemon's `error` event), or the daemon's
- * answer broke off. `runId` is the run's id once it had one, else null.
+ * answer broke off. `runId` is the run's id once it had one, else null; `field` the request
+ * field whose value the engine refused (`image`, `runtime`, …), else null.
  */
 export class DaemonError extends SandboxError {
-  constructor(error, { runId = null, cause } = {}) {
-    super(error, { cause });
+  constructor(error, { runId = null, field = null, cause } = {}) {
+    super(error, { field, cause });
     this.runId = runId;
   }
 }
@@ -608,7 +609,10 @@ class Follower {
           }),
         };
       case "error":
-        throw new DaemonError(wire.error || "the run could not be set up", { runId: this.runId });
+        throw new DaemonError(wire.error || "the run could not be set up", {
+          runId: this.runId,
+          field: wire.field || null,
+        });
       default:
         return null;
     }

@@ -276,7 +276,7 @@ fn handle(
                     .and_then(|code| i32::try_from(code).ok()),
             );
         }
-        Event::Error { error } => {
+        Event::Error { error, .. } => {
             say(format_args!("egress-sandbox: error: {error}"));
             exit_code.set(Some(i32::from(SETUP_FAILED)));
         }

@@ -164,7 +164,7 @@ impl Gathered {
                 let report = serde_json::from_str(report.get()).unwrap_or_default();
                 self.end = Some(End::Exit { report, summary });
             }
-            Event::Error { error } => self.end = Some(End::SetupFailed(error)),
+            Event::Error { error, .. } => self.end = Some(End::SetupFailed(error)),
             // An event of a newer daemon: nothing a call's result holds.
             _ => {}
         }
@@ -393,6 +393,7 @@ mod tests {
         let mut gathered = Gathered::new(DEFAULT_RESULT_LIMIT);
         gathered.take(Event::Error {
             error: "image x not found locally".into(),
+            field: Some("image".into()),
         });
         let result = gathered.result();
         assert_eq!(result.is_error, Some(true));

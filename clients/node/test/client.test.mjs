@@ -306,6 +306,17 @@ test("a set-up failure is a DaemonError", async (t) => {
   assert.deepEqual([error.error, error.runId, error.field, error.status], ["image x not found locally", "r-5", null, null]);
 });
 
+test("a set-up failure names the field the engine refused", async (t) => {
+  const daemon = await fakeDaemon(t);
+  daemon.answers.push([
+    { event: "started", run: "r-7" },
+    { event: "error", error: 'the engine has no runtime "runsc"', field: "runtime", exit_code: 125 },
+  ]);
+  const error = await rejection(new Client(daemon.socket).run(["true"]), DaemonError);
+  assert.deepEqual([error.field, error.runId], ["runtime", "r-7"]);
+  assert.equal(error.message, 'the engine has no runtime "runsc" (field runtime)');
+});
+
 test("an answer that breaks off is a DaemonError", async (t) => {
   const daemon = await fakeDaemon(t);
   daemon.answers.push([{ event: "started", run: "r-6" }, "cut"]);

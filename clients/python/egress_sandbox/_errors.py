@@ -44,9 +44,9 @@ class InvalidRequest(RequestRefused, ValueError):
 
 
 class DaemonBusy(RequestRefused):
-    """503: the daemon had its limit of live runs for as long as the call's timeout let the
-    client wait and ask again, or it is stopping (then `retry_after` is None: it gave no
-    time to come back). `retry_after` is the daemon's last `Retry-After`, in seconds;
+    """503: the daemon had its limit of live runs, or was stopping, for as long as the
+    call's timeout let the client wait and ask again, or it gave no `Retry-After` (then
+    `retry_after` is None). `retry_after` is the daemon's last `Retry-After`, in seconds;
     `attempts` how many times the call asked."""
 
     def __init__(self, error: str, retry_after: Optional[float] = None,
@@ -78,10 +78,12 @@ class DaemonUnreachable(SandboxError, ConnectionError):
 
 class DaemonError(SandboxError):
     """The run could not be set up (Docker refused: the daemon's `error` event), or the
-    daemon's answer broke off. `run_id` is the run's id once it had one, else None."""
+    daemon's answer broke off. `run_id` is the run's id once it had one, else None; `field`
+    the request field whose value the engine refused (`image`, `runtime`, …), else None."""
 
-    def __init__(self, error: str, run_id: Optional[str] = None) -> None:
-        super().__init__(error)
+    def __init__(self, error: str, run_id: Optional[str] = None,
+                 field: Optional[str] = None) -> None:
+        super().__init__(error, field or None)
         self.run_id = run_id
 
 

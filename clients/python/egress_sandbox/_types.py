@@ -210,7 +210,8 @@ class Follower:
                                     self.records, wire["report"], wire.get("summary", ""),
                                     self.warnings, list(wire.get("teardown_errors", []))))
         if kind == "error":
-            raise DaemonError(wire.get("error") or "the run could not be set up", self.run_id)
+            raise DaemonError(wire.get("error") or "the run could not be set up", self.run_id,
+                              wire.get("field"))
         return None
 
     def ended(self) -> DaemonError:

@@ -355,6 +355,18 @@ class ErrorTests(FakeDaemonTest):
                 self.assertIsNone(error.field)
                 self.assertIsNone(error.status)
 
+    def test_a_setup_failure_names_the_field_the_engine_refused(self):
+        failed = [{"event": "started", "run": "r-7"},
+                  {"event": "error", "error": "the engine has no runtime \"runsc\"",
+                   "field": "runtime", "exit_code": 125}]
+        for name, run in self.runs():
+            with self.subTest(name):
+                self.daemon.answers = [failed]
+                error = self.raises(DaemonError, lambda: run(["true"]))
+                self.assertEqual((error.field, error.run_id), ("runtime", "r-7"))
+                self.assertEqual(str(error),
+                                 "the engine has no runtime \"runsc\" (field runtime)")
+
     def test_an_answer_that_breaks_off_is_a_daemon_error(self):
         for name, run in self.runs():
             with self.subTest(name):

@@ -37,8 +37,10 @@ pub enum Event {
         summary: String,
         teardown_errors: Vec<String>,
     },
+    /// The set-up failed; `field` names the request field at fault when one is.
     Error {
         error: String,
+        field: Option<String>,
     },
 }
 
@@ -56,6 +58,7 @@ struct Line {
     #[serde(default)]
     teardown_errors: Vec<String>,
     error: Option<String>,
+    field: Option<String>,
 }
 
 impl Event {
@@ -77,7 +80,10 @@ impl Event {
                 summary: line.summary?,
                 teardown_errors: line.teardown_errors,
             },
-            "error" => Event::Error { error: line.error? },
+            "error" => Event::Error {
+                error: line.error?,
+                field: line.field,
+            },
             _ => return None,
         })
     }

@@ -16,12 +16,15 @@
 
 pub mod client;
 
+mod daemon;
+mod live_runs;
 mod metrics;
 pub mod request;
 pub mod run_flags;
 mod run_task;
 pub mod secret_flags;
 pub mod socket;
+mod unavailable;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -34,11 +37,11 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::sync::{Notify, watch};
 
+use daemon::Daemon;
 use egress_sandbox::{Interruption, Pool, RunSpec, Sandbox};
+use live_runs::LiveRuns;
 use metrics::Metrics;
 use request::{BadRequest, RunRequest};
 use tokio_util::task::TaskTracker;
@@ -69,8 +72,9 @@ pub struct ServeOptions {
     /// The OCI runtime of the pool's slots, and of requests that name none (`None`: the
     /// engine's default).
     pub runtime: Option<String>,
-    /// Runs at most live at once (from the request to their objects' removal); a request
-    /// beyond is refused with 503 and `Retry-After`. 0 is taken as 1.
+    /// Runs at most live at once (from the request until its answer is sent; the removal
+    /// of a run's objects that follows is not counted); a request beyond is refused with
+    /// 503 and `Retry-After`. 0 is taken as 1.
     pub max_runs: usize,
     /// The shape of the pool's slots (image, runtime, tmp size; the egress network is
     /// `egress_network`'s), for a caller whose runs all take one that is not the default
@@ -84,6 +88,7 @@ pub struct ServeOptions {
 /// How many of the pool's slots are ready.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolState {
+    /// Slots ready to be claimed now.
     pub ready: usize,
     /// Slots the pool keeps ready (0: no pool, every run is cold).
     pub size: usize,
@@ -130,6 +135,8 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    Engine(#[from] egress_sandbox::EngineError),
+    #[error(transparent)]
     EgressNetwork(#[from] egress_sandbox::NetworkError),
     #[error("--runtime: {0}")]
     Runtime(String),
@@ -152,10 +159,8 @@ struct Shared {
     /// The runtime of requests that name none (the pool's).
     runtime: Option<String>,
     runs: Mutex<HashMap<String, Cancel>>,
-    /// One permit per live run (`ServeOptions::max_runs`), held until its objects are
-    /// removed: the engine never holds more runs' objects than that (besides the pool).
-    run_permits: Arc<tokio::sync::Semaphore>,
-    max_runs: usize,
+    /// The runs live at once (`ServeOptions::max_runs`), each until its answer is sent.
+    live_runs: Arc<LiveRuns>,
     /// Runs in flight: shutdown waits until each has torn down.
     tracker: TaskTracker,
     /// API connections: shutdown lets each deliver its last event (bounded).
@@ -169,196 +174,21 @@ impl Shared {
     }
 }
 
-/// How long stopping waits for connections to deliver their runs' last events.
-const DRAIN_CONNECTIONS: std::time::Duration = std::time::Duration::from_secs(5);
-
 type Body = BoxBody<Bytes, Infallible>;
 
 /// Serves until `stop` resolves, then interrupts every run, waits for their teardown and
-/// removes the socket.
+/// removes the socket. `ready` is called once the socket accepts connections. An error is
+/// a daemon that could not start, and it leaves no socket file and no pool slot.
 pub async fn serve(
     sandbox: Sandbox,
     options: ServeOptions,
     stop: impl Future<Output = ()>,
     ready: impl FnOnce(&ServeOptions),
 ) -> Result<(), ServeError> {
-    let engine = sandbox.engine();
-    match egress_sandbox::labels::HostIdentity::current() {
-        Ok(here) => match egress_sandbox::gc::sweep(engine, &here).await {
-            Ok(report) if !report.removed.is_empty() => {
-                tracing::info!(
-                    objects = report.removed.len(),
-                    "removed leftovers of earlier runs"
-                )
-            }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot sweep leftovers of earlier runs"),
-        },
-        Err(error) => tracing::warn!(%error, "cannot sweep leftovers: no host identity"),
-    }
-    let template = match &options.slot_shape {
-        Some(shape) => shape
-            .clone()
-            .with_egress_network(options.egress_network.clone()),
-        None => {
-            let mut template = RunSpec::builder(["true"]);
-            if let Some(network) = &options.egress_network {
-                template = template.egress_network(network.clone());
-            }
-            if let Some(runtime) = &options.runtime {
-                template = template.runtime(runtime.clone());
-            }
-            template
-                .build()
-                .map_err(|error| ServeError::Runtime(error.to_string()))?
-        }
-    };
-    // Checked as a cold run checks it, before the socket: a daemon whose every run would
-    // fail must not start up healthy.
-    if let Some(network) = &options.egress_network {
-        sandbox.check_egress_network(network).await?;
-    }
-    if let Some(name) = &options.runtime {
-        let available = engine
-            .runtimes()
-            .await
-            .map_err(|error| ServeError::Runtime(error.to_string()))?;
-        if !available.contains(name) {
-            return Err(ServeError::Runtime(format!(
-                "the engine has no runtime {name:?} (it has: {})",
-                available.join(", ")
-            )));
-        }
-    }
-    let pool_size = if engine.is_local() {
-        options.pool
-    } else {
-        if options.pool > 0 {
-            tracing::warn!(
-                "the engine is remote: no warm pool (its launcher needs a local engine)"
-            );
-        }
-        0
-    };
-    // Bound before the socket and the pool: failing here leaves no socket file and no slot.
-    let metrics_listener = match options.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::MetricsListen { addr, source })?,
-        ),
-        None => None,
-    };
-    let socket = socket::bind(&options.socket, options.socket_group.as_deref()).await?;
-    let (shutdown, _) = watch::channel(false);
-    let metrics = Metrics::new();
-    let ready_gauge = metrics.pool_ready().clone();
-    let pool_state = options.pool_state.clone();
-    if let Some(state) = &pool_state {
-        state.send_replace(PoolState {
-            ready: 0,
-            size: pool_size,
-        });
-    }
-    let pool = Pool::start(
-        sandbox.clone(),
-        template,
-        pool_size,
-        Box::new(move |ready| {
-            ready_gauge.set(i64::try_from(ready).unwrap_or(i64::MAX));
-            tracing::info!("pool: {ready} of {pool_size} warm slots ready");
-            if let Some(state) = &pool_state {
-                state.send_replace(PoolState {
-                    ready,
-                    size: pool_size,
-                });
-            }
-        }),
-    );
-    let shared = Arc::new(Shared {
-        sandbox,
-        metrics,
-        pool,
-        egress_network: options.egress_network.clone(),
-        runtime: options.runtime.clone(),
-        runs: Mutex::new(HashMap::new()),
-        run_permits: Arc::new(tokio::sync::Semaphore::new(options.max_runs.max(1))),
-        max_runs: options.max_runs.max(1),
-        tracker: TaskTracker::new(),
-        connections: TaskTracker::new(),
-        shutdown,
-    });
-    if let Some(listener) = metrics_listener {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut stopping = shared.shutdown.subscribe();
-            loop {
-                let stream = tokio::select! {
-                    accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => stream,
-                        Err(_) => continue,
-                    },
-                    _ = stopping.wait_for(|s| *s) => return,
-                };
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: Request<Incoming>| {
-                        let shared = shared.clone();
-                        async move {
-                            Ok::<_, Infallible>(match request.uri().path() {
-                                "/metrics" => metrics_response(&shared),
-                                _ => json_response(
-                                    StatusCode::NOT_FOUND,
-                                    &BadRequest::new("path", "not found"),
-                                ),
-                            })
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-    }
+    let daemon = Daemon::start(sandbox, &options).await?;
     ready(&options);
-    tokio::pin!(stop);
-    loop {
-        let stream = tokio::select! {
-            accepted = socket.listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
-        let shared = shared.clone();
-        let connection = shared.connections.token();
-        tokio::spawn(async move {
-            let _connection = connection;
-            let service = service_fn(move |request| handle(shared.clone(), request));
-            if let Err(error) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
-    }
-    tracing::info!("stopping: interrupting runs and removing their objects");
-    socket.close();
-    shared.shutdown.send_replace(true);
-    shared.tracker.close();
-    shared.connections.close();
-    tokio::join!(shared.tracker.wait(), shared.pool.shutdown());
-    if tokio::time::timeout(DRAIN_CONNECTIONS, shared.connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::debug!("connections still open at exit");
-    }
+    daemon.accept_until(stop).await;
+    daemon.stop().await;
     Ok(())
 }
 
@@ -396,10 +226,7 @@ async fn handle(
 
 async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     if *shared.shutdown.borrow() {
-        return json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &BadRequest::new("", "the daemon is stopping"),
-        );
+        return unavailable::stopping();
     }
     let body = match Limited::new(request.into_body(), MAX_REQUEST)
         .collect()
@@ -454,40 +281,22 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
                 );
             }
             // The engine did not answer: not the request's fault.
-            Err(error) => {
-                return json_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &BadRequest::new("", error.to_string()),
-                );
-            }
+            Err(error) => return unavailable::engine_down(&error.to_string()),
         }
     }
     // Again, now that the body is in: a stop that came while it was read must not meet a
     // run that starts after the daemon stopped waiting for runs.
     if *shared.shutdown.borrow() {
-        return json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &BadRequest::new("", "the daemon is stopping"),
-        );
+        return unavailable::stopping();
     }
-    let Ok(permit) = shared.run_permits.clone().try_acquire_owned() else {
-        shared.metrics.refused_busy().inc();
-        let mut busy = json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &BadRequest::new(
-                "",
-                format!(
-                    "the daemon has its limit of {} runs live (serve --max-runs); try again \
-                     when one has ended",
-                    shared.max_runs
-                ),
-            ),
-        );
-        busy.headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-        return busy;
+    let live = match shared.live_runs.admit(checked.spec.limits().timeout) {
+        Ok(live) => live,
+        Err(busy) => {
+            shared.metrics.refused_busy().inc();
+            return unavailable::busy(&busy);
+        }
     };
-    let lines = run_task::start(shared, checked.spec, checked.stdin, permit);
+    let lines = run_task::start(shared, checked.spec, checked.stdin, live);
     let stream = futures_util::stream::unfold(lines, |mut lines| async move {
         let line = lines.recv().await?;
         Some((Ok::<_, Infallible>(Frame::data(line)), lines))

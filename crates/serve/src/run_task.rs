@@ -17,9 +17,12 @@ use tokio::sync::mpsc::{Receiver, Sender, channel};
 use tokio_util::sync::PollSender;
 
 use super::Shared;
+use super::live_runs::LiveRun;
 use egress_sandbox::report::{RunReport, summary_line};
 use egress_sandbox::run::Leftovers;
-use egress_sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
+use egress_sandbox::{
+    ImageError, Interruption, NetworkError, OutputSinks, RunError, RunEvent, RunSpec, RunStatus,
+};
 
 /// Lines of the event stream the daemon holds for a client that has not read them yet.
 const STREAM_LINES: usize = 64;
@@ -46,6 +49,33 @@ struct ExitLine<'a> {
     summary: String,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     teardown_errors: &'a [String],
+}
+
+/// The `error` event: the set-up failed (nothing of the run is left), and the request
+/// field at fault when one is (named as a 400's `field` names it).
+#[derive(serde::Serialize)]
+struct ErrorLine {
+    event: &'static str,
+    error: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'static str>,
+    exit_code: u8,
+}
+
+/// The request field whose value the engine refused: the image it does not have, the
+/// egress network or the runtime it does not have, or what needs a local engine (`files`,
+/// a policy that inspects a host). `None` when the engine or this host failed.
+fn field_at_fault(error: &RunError) -> Option<&'static str> {
+    match error {
+        RunError::Image(ImageError::Missing { .. } | ImageError::InvalidReference { .. }) => {
+            Some("image")
+        }
+        RunError::Network(NetworkError::EgressMissing { .. }) => Some("egress_network"),
+        RunError::UnknownRuntime { .. } | RunError::RuntimeUnreachable { .. } => Some("runtime"),
+        RunError::FilesNeedLocalEngine => Some("files"),
+        RunError::InspectedNeedsLocalEngine { .. } => Some("policies"),
+        _ => None,
+    }
 }
 
 /// One event line of the stream (with its newline). Built from typed structs (never a
@@ -95,13 +125,13 @@ impl tokio::io::AsyncWrite for OutputEvents {
     }
 }
 
-/// Starts the run in the background; the returned receiver is the response body.
-/// Runs `spec` in the background, holding `permit` until its objects are removed.
+/// Runs `spec` in the background; the returned receiver is the response body. The run
+/// holds its `live` place until its answer is sent, not while its objects are removed.
 pub(super) fn start(
     shared: Arc<Shared>,
     spec: RunSpec,
     stdin: Vec<u8>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    live: LiveRun,
 ) -> Receiver<Bytes> {
     let (lines, body) = channel(STREAM_LINES);
     // The few warnings fit the fresh stream.
@@ -117,6 +147,8 @@ pub(super) fn start(
         let _guard = guard;
         shared.metrics.active().inc();
         let leftovers = run(&shared, spec, stdin, lines).await;
+        // Before the gauge falls: a client that saw it fall may ask for a run at once.
+        drop(live);
         shared.metrics.active().dec();
         // Answered (the stream has ended): now the containers and the network go.
         if let Some(leftovers) = leftovers {
@@ -126,8 +158,6 @@ pub(super) fn start(
                 tracing::warn!(run = %run_id, "could not remove {failure}; `egress-sandbox gc` will");
             }
             tracing::debug!(run = %run_id, "run objects removed");
-            // Before the gauge falls: a client that saw it fall may ask for a run at once.
-            drop(permit);
             shared.metrics.tearing_down().dec();
         }
     });
@@ -222,11 +252,12 @@ async fn run(
         }
         Err(error) => {
             shared.metrics.run_finished("setup_failed", None);
-            line(&serde_json::json!({
-                "event": "error",
-                "error": error.message_with_causes(),
-                "exit_code": 125,
-            }))
+            line(&ErrorLine {
+                event: "error",
+                error: error.message_with_causes(),
+                field: field_at_fault(&error),
+                exit_code: 125,
+            })
         }
     };
     if tokio::time::timeout_at(last_lines_by, lines.send(last_line))
@@ -305,5 +336,48 @@ fn status_name(status: RunStatus) -> &'static str {
             _ => "other",
         },
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_up_error_names_the_request_field_whose_value_was_refused() {
+        let cases = [
+            (
+                RunError::Image(ImageError::Missing { image: "x".into() }),
+                Some("image"),
+            ),
+            (
+                RunError::Network(NetworkError::EgressMissing { name: "n".into() }),
+                Some("egress_network"),
+            ),
+            (
+                RunError::UnknownRuntime {
+                    name: "runsc".into(),
+                    available: vec!["runc".into()],
+                },
+                Some("runtime"),
+            ),
+            (RunError::FilesNeedLocalEngine, Some("files")),
+            (
+                RunError::InspectedNeedsLocalEngine {
+                    hosts: vec!["api.example.com".into()],
+                    engine: "tcp://engine:2375".into(),
+                },
+                Some("policies"),
+            ),
+            (
+                RunError::ProxyNotReady {
+                    detail: "exited".into(),
+                },
+                None,
+            ),
+        ];
+        for (error, field) in cases {
+            assert_eq!(field_at_fault(&error), field, "{error}");
+        }
     }
 }
