@@ -117,13 +117,19 @@ impl LogLine {
 }
 
 /// The line's link, then its record: a line whose link does not read is no record either.
+/// A line that is not UTF-8 is no record, but still a link when the fields of its link read:
+/// its bytes are in the chain all the same.
 fn parse(
     bytes: &[u8],
 ) -> Result<(ChainLink, Result<AuditLine<RecordedReason>, LineError>), LineError> {
-    if std::str::from_utf8(bytes).is_err() {
-        return Err(LineError::NotUtf8);
+    let utf8 = std::str::from_utf8(bytes).is_ok();
+    let link: ChainLink = serde_json::from_slice(bytes).map_err(|error| match utf8 {
+        true => LineError::NotRecord(error),
+        false => LineError::NotUtf8,
+    })?;
+    if !utf8 {
+        return Ok((link, Err(LineError::NotUtf8)));
     }
-    let link: ChainLink = serde_json::from_slice(bytes).map_err(LineError::NotRecord)?;
     let record = match link.kind.as_deref() {
         Some(kind) if !is_known_kind(kind) => Err(LineError::UnknownKind(kind.to_owned())),
         kind => AuditLine::parse_kind(kind, bytes).map_err(LineError::NotRecord),
