@@ -252,6 +252,18 @@ mod tests {
         assert!(read[2].bytes.ends_with(b"}\r"), "exact bytes");
     }
 
+    /// Bytes that are not UTF-8 outside the link's fields: no record, still a link.
+    #[test]
+    fn a_line_that_is_not_utf8_is_still_a_link_when_its_link_reads() {
+        let mut line = ATTEMPT.as_bytes().to_vec();
+        let host = line.windows(9).position(|w| w == b"a.example").unwrap();
+        line[host] = 0xff;
+        let read = lines(&line);
+        assert!(matches!(read[0].record, Err(LineError::NotUtf8)));
+        let link = read[0].link.as_ref().expect("a link");
+        assert_eq!((link.seq, link.prev.as_deref()), (Some(3), Some("ab")));
+    }
+
     #[test]
     fn an_error_reading_the_log_is_the_readers() {
         struct Broken;
