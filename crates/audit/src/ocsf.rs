@@ -1,5 +1,6 @@
-//! Audit entries as OCSF events (schema 1.5.0, `security_control` profile), one JSON object
-//! per entry, for SIEMs that already understand OCSF.
+//! Audit records as OCSF events (schema 1.5.0, `security_control` profile), one JSON object
+//! per line of the log, for SIEMs that already understand OCSF. The events are typed
+//! ([`Event`]) and written by serde.
 //!
 //! | record | OCSF class | activity |
 //! |---|---|---|
@@ -35,9 +36,10 @@ const DNS_ACTIVITY: u32 = 4003;
 const EVENT_LOG_ACTIVITY: u32 = 1008;
 const LOG_NAME: &str = "egress-sandbox audit";
 
-/// One OCSF event: the fields every class has, then those of the class (attempts: Network,
-/// HTTP or DNS Activity; `limit` and `end`: Event Log Activity). Every struct here declares
-/// its fields in name order, so an event's keys are written sorted: one text per event.
+/// One OCSF event of any class: the fields every class has, and the class's own as options
+/// (attempts: Network, HTTP or DNS Activity; `limit` and `end`: Event Log Activity). Every
+/// struct here declares its fields in name order, so an event's keys are written sorted:
+/// one text per event.
 #[derive(Debug, Serialize)]
 pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -657,6 +659,21 @@ mod tests {
         let patch = export(&PLAIN_GET.replace(r#""GET""#, r#""PATCH""#));
         assert_eq!(patch["activity_id"], 99);
         assert_eq!(patch["unmapped"]["egress_sandbox"]["method"], "PATCH");
+    }
+
+    /// Fields declared out of name order would change the export's text.
+    #[test]
+    fn an_events_keys_are_written_sorted_at_every_level() {
+        let limit = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"limit","reason":"audit_limit","limit":5,"seq":5,"prev":"x"}"#;
+        let end = r#"{"v":1,"ts":"2026-11-29T18:40:44.000Z","run":"r-1","policy":"p","kind":"end","records":6,"dropped":9,"seq":6,"prev":"y"}"#;
+        let dns = PLAIN_GET.replace(r#""kind":"http""#, r#""kind":"dns""#);
+        for line in [PLAIN_GET, &dns, limit, end] {
+            let line = read_log(line.as_bytes()).next().unwrap().unwrap();
+            let event = event(&line.record.unwrap()).unwrap();
+            let written = serde_json::to_string(&event).unwrap();
+            let sorted = serde_json::to_value(&event).unwrap().to_string();
+            assert_eq!(written, sorted);
+        }
     }
 
     #[test]
