@@ -137,8 +137,8 @@ fn a_policy_that_requires_gvisor_runs_under_it_without_a_flag() {
 }
 
 /// Under gVisor the host's pids cgroup counts gVisor's own threads (dozens per busy guest
-/// task), so a cgroup limit meant for the command would kill gVisor's kernel with the run
-/// (`print(1)` printed, then the shell's next fork failed). The launcher sets the limit as
+/// task), so a limit meant for the command used to kill gVisor's kernel with the run:
+/// `print(1)` printed, then the shell's next fork failed. Now the launcher sets the limit as
 /// the sandbox's `RLIMIT_NPROC`, which gVisor's kernel counts per sandbox: the bomb's forks
 /// fail with EAGAIN at the limit, as under runc, and the shell goes on.
 #[test]

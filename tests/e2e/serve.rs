@@ -815,8 +815,8 @@ fn normalise(text: &str) -> String {
 }
 
 /// `serve --egress-network NAME` for a network that does not exist refuses to start, with
-/// the message a cold run gives, and leaves no socket, rather than starting up healthy and
-/// failing every run while its pool retries forever.
+/// the message a cold run gives, and leaves no socket. It used to start up healthy and fail
+/// every run, its pool retrying forever.
 #[test]
 fn a_missing_egress_network_keeps_the_daemon_from_starting() {
     let dir = tempfile::tempdir().expect("temporary directory");

@@ -116,8 +116,8 @@ mod tests {
         );
     }
 
-    /// A shorthand address (`127.1`, `0x7f000001`) is refused wherever a pin is read, and
-    /// the error says what it stands for, so `run` and `proxy` never read one pin two ways.
+    /// Where `run` and `proxy` used to disagree: `proxy` took `127.1` as 127.0.0.1, `run`
+    /// refused it; both now refuse every shorthand and say what it stands for.
     #[test]
     fn pin_addresses_are_written_in_full() {
         for (given, full) in [

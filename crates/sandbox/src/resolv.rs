@@ -10,8 +10,8 @@
 //! on the run network, and bind-mounts it read-only over `/etc/resolv.conf`: every lookup
 //! goes to the proxy's DNS door, where it is judged and recorded like any other. The one
 //! name the proxy answers without a record is the sandbox's own host name (handed over at
-//! the claim): glibc asks DNS for its AAAA record, which `/etc/hosts` lacks, whenever a
-//! program looks up its own host. A remote engine cannot mount a host file: its sandboxes
+//! the claim): glibc asks DNS for its AAAA record, which `/etc/hosts` lacks, and Docker's
+//! resolver used to absorb that. A remote engine cannot mount a host file: its sandboxes
 //! keep Docker's resolver (every other name still goes to the proxy). The directory goes
 //! with the run. A program that sends raw UDP to 127.0.0.11 still reaches Docker's resolver
 //! (the sandbox cannot be given rules of its own from outside): what it can learn there is
