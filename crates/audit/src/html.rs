@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use egress_core::audit::Outcome;
+use egress_core::audit::{AuditLine, Outcome, epoch_millis};
 
-use super::log::{AuditLog, Entry};
+use super::log::AuditLog;
 
 /// Timeline bars at most; a longer run gets wider buckets (the axis says how wide).
 const MAX_BUCKETS: i64 = 600;
@@ -49,9 +49,13 @@ pub fn text(raw: &str) -> String {
 /// Counts per decision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// `allowed` attempts.
     pub allowed: u64,
+    /// `blocked` attempts.
     pub blocked: u64,
+    /// `would_block` attempts.
     pub would_block: u64,
+    /// `failed` attempts, and those of a decision this version does not know.
     pub failed: u64,
 }
 
@@ -79,6 +83,7 @@ impl Counts {
         }
     }
 
+    /// Attempts of every decision.
     pub fn total(&self) -> u64 {
         self.allowed + self.blocked + self.would_block + self.failed
     }
@@ -161,7 +166,7 @@ fn group_by_run(log: &AuditLog) -> Vec<RunView> {
     let mut order: Vec<Option<String>> = Vec::new();
     let mut runs: BTreeMap<Option<String>, RunView> = BTreeMap::new();
     for located in &log.entries {
-        let id = located.entry.run().map(str::to_owned);
+        let id = located.record.run().map(str::to_owned);
         let run = runs.entry(id.clone()).or_insert_with(|| {
             order.push(id.clone());
             RunView {
@@ -169,13 +174,13 @@ fn group_by_run(log: &AuditLog) -> Vec<RunView> {
                 ..RunView::default()
             }
         });
-        match &located.entry {
-            Entry::Attempt(attempt) => {
+        match &located.record {
+            AuditLine::Attempt(attempt) => {
                 run.counts.add(attempt.decision);
                 if let Some(policy) = &attempt.policy {
                     run.policies.insert(policy.clone());
                 }
-                if let Some(at) = attempt.time_ms {
+                if let Some(at) = epoch_millis(&attempt.ts) {
                     run.times.push((at, attempt.decision));
                 }
                 let row = run
@@ -184,12 +189,14 @@ fn group_by_run(log: &AuditLog) -> Vec<RunView> {
                     .or_default();
                 row.counts.add(attempt.decision);
                 if attempt.decision != Outcome::Allowed {
-                    *row.reasons.entry(attempt.reason.clone()).or_default() += 1;
+                    *row.reasons.entry(attempt.reason.to_string()).or_default() += 1;
                 }
                 row.kinds.insert(attempt.kind.as_str());
             }
-            Entry::Limit(limit) => run.limit = Some(limit.limit),
-            Entry::End(end) => run.end = Some((end.records, end.dropped)),
+            AuditLine::Limit(limit) => run.limit = Some(limit.limit),
+            AuditLine::End(end) => run.end = Some((end.records, end.dropped)),
+            // A kind of line this version draws nothing for: its run is still listed.
+            _ => {}
         }
     }
     order

@@ -7,12 +7,15 @@
 //! # Layout
 //!
 //! - [`verify`]: every run's hash chain checked, and run reports against it.
-//! - [`summary`]: entries → the refusal and allowed-host tables of `audit summary`.
-//! - [`log`]: audit log files → [`log::Entry`] values (attempts, `limit` and `end` lines),
-//!   tolerant of fields added later and of lines that are not records.
-//! - [`ocsf`]: one entry → one OCSF 1.5 event (Network, HTTP, DNS or Event Log Activity).
-//! - [`html`]: entries → one self-contained HTML page (inline CSS and SVG, no script).
-//! - [`suggest`]: entries → a commented draft policy YAML.
+//! - [`summary`]: logs → the refusal and allowed-host tables of `audit summary`.
+//! - [`log`]: audit log files read through core's reader into core's records (attempts,
+//!   `limit` and `end` lines), each with its file and line, and the lines that are not
+//!   records.
+//! - [`ocsf`]: one line → one OCSF 1.5 event (Network, HTTP, DNS or Event Log Activity).
+//! - [`html`]: records → one self-contained HTML page (inline CSS and SVG, no script).
+//! - [`suggest`]: records → a commented draft policy YAML.
+
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod html;
 pub mod log;

@@ -1,5 +1,6 @@
-//! Audit entries as OCSF events (schema 1.5.0, `security_control` profile), one JSON object
-//! per entry, for SIEMs that already understand OCSF.
+//! Audit records as OCSF events (schema 1.5.0, `security_control` profile), one JSON object
+//! per line of the log, for SIEMs that already understand OCSF. The events are typed
+//! ([`Event`]) and written by serde.
 //!
 //! | record | OCSF class | activity |
 //! |---|---|---|
@@ -19,10 +20,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use egress_core::audit::{Kind, Outcome};
-use serde_json::{Map, Value, json};
+use egress_core::audit::{AuditLine, EndRecord, Kind, LimitRecord, Outcome, epoch_millis};
+use serde::Serialize;
 
-use super::log::{Entry, LimitReached, LoggedAttempt, RunEnd};
+use super::log::{LoggedAttempt, LoggedLine};
 
 /// The OCSF schema version the events follow (and are validated against in tests).
 pub const OCSF_VERSION: &str = "1.5.0";
@@ -33,18 +34,262 @@ const NETWORK_ACTIVITY: u32 = 4001;
 const HTTP_ACTIVITY: u32 = 4002;
 const DNS_ACTIVITY: u32 = 4003;
 const EVENT_LOG_ACTIVITY: u32 = 1008;
+const LOG_NAME: &str = "egress-sandbox audit";
 
-/// One entry as one OCSF event.
-pub fn event(entry: &Entry) -> Value {
-    match entry {
-        Entry::Attempt(attempt) => attempt_event(attempt),
-        Entry::Limit(limit) => limit_event(limit),
-        Entry::End(end) => end_event(end),
+/// One OCSF event of any class: the fields every class has, and the class's own as options
+/// (attempts: Network, HTTP or DNS Activity; `limit` and `end`: Event Log Activity). Every
+/// struct here declares its fields in name order, so an event's keys are written sorted:
+/// one text per event.
+#[derive(Debug, Serialize)]
+pub struct Event {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action_id: Option<u32>,
+    activity_id: u32,
+    activity_name: &'static str,
+    category_name: &'static str,
+    category_uid: u32,
+    class_name: &'static str,
+    class_uid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connection_info: Option<ConnectionInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disposition: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disposition_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dst_endpoint: Option<Endpoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_time: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    firewall_rule: Option<FirewallRule>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_request: Option<HttpRequest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_response: Option<HttpResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_name: Option<&'static str>,
+    message: String,
+    metadata: Metadata,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<PolicyName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    query: Option<Query>,
+    severity: &'static str,
+    severity_id: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    src_endpoint: Option<Endpoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_time: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_id: Option<u32>,
+    /// Milliseconds since the epoch; 0 when the line's `ts` does not parse
+    /// (`metadata.original_time` keeps the text).
+    time: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic: Option<Traffic>,
+    type_name: String,
+    /// `class_uid * 100 + activity_id` (OCSF).
+    type_uid: u64,
+    unmapped: Unmapped,
+}
+
+#[derive(Debug, Serialize)]
+struct ConnectionInfo {
+    direction: &'static str,
+    direction_id: u32,
+    protocol_name: &'static str,
+}
+
+/// `src_endpoint` or `dst_endpoint`.
+#[derive(Debug, Default, Serialize)]
+struct Endpoint {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostname: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
+}
+
+#[derive(Debug, Serialize)]
+struct FirewallRule {
+    name: String,
+    uid: String,
+}
+
+#[derive(Debug, Serialize)]
+struct HttpRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_method: Option<String>,
+    url: Url,
+}
+
+#[derive(Debug, Serialize)]
+struct Url {
+    hostname: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
+    scheme: &'static str,
+    url_string: String,
+}
+
+#[derive(Debug, Serialize)]
+struct HttpResponse {
+    code: u16,
+}
+
+#[derive(Debug, Serialize)]
+struct Metadata {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correlation_uid: Option<String>,
+    log_name: &'static str,
+    original_time: String,
+    product: Product,
+    profiles: [&'static str; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+    version: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct Product {
+    name: &'static str,
+    vendor_name: &'static str,
+    version: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct PolicyName {
+    name: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Query {
+    class: &'static str,
+    hostname: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Traffic {
+    bytes: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Unmapped {
+    egress_sandbox: EgressFields,
+}
+
+/// What the OCSF classes have no field for, as the record names it.
+#[derive(Debug, Default, Serialize)]
+struct EgressFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dropped: Option<u64>,
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+}
+
+/// An event's class and activity, by id and name.
+struct Class {
+    class_uid: u32,
+    class_name: &'static str,
+    category_uid: u32,
+    category_name: &'static str,
+    activity_id: u32,
+    activity_name: &'static str,
+}
+
+/// One line as one OCSF event; `None` for a kind of line this version has no mapping for.
+pub fn event(line: &LoggedLine) -> Option<Event> {
+    match line {
+        AuditLine::Attempt(attempt) => Some(attempt_event(attempt)),
+        AuditLine::Limit(limit) => Some(limit_event(limit)),
+        AuditLine::End(end) => Some(end_event(end)),
+        _ => None,
     }
 }
 
-fn attempt_event(attempt: &LoggedAttempt) -> Value {
-    let (class_uid, class_name, activity_id, activity_name) = class_and_activity(attempt);
+impl Event {
+    /// The fields every event has, the class-specific ones left out.
+    fn new(
+        class: Class,
+        ts: &str,
+        (severity_id, severity): (u32, &'static str),
+        metadata: Metadata,
+        message: String,
+        unmapped: EgressFields,
+    ) -> Event {
+        Event {
+            action: None,
+            action_id: None,
+            activity_id: class.activity_id,
+            activity_name: class.activity_name,
+            category_name: class.category_name,
+            category_uid: class.category_uid,
+            class_name: class.class_name,
+            class_uid: class.class_uid,
+            connection_info: None,
+            count: None,
+            disposition: None,
+            disposition_id: None,
+            dst_endpoint: None,
+            duration: None,
+            end_time: None,
+            firewall_rule: None,
+            http_request: None,
+            http_response: None,
+            log_name: None,
+            message,
+            metadata,
+            policy: None,
+            query: None,
+            severity,
+            severity_id,
+            src_endpoint: None,
+            start_time: None,
+            status: None,
+            status_detail: None,
+            status_id: None,
+            // A line whose `ts` does not parse still exports; 0 says "unknown" and
+            // `original_time` keeps the text.
+            time: epoch_millis(ts).unwrap_or(0),
+            traffic: None,
+            type_name: format!("{}: {}", class.class_name, class.activity_name),
+            type_uid: u64::from(class.class_uid) * 100 + u64::from(class.activity_id),
+            unmapped: Unmapped {
+                egress_sandbox: unmapped,
+            },
+        }
+    }
+}
+
+fn attempt_event(attempt: &LoggedAttempt) -> Event {
     let (action_id, action) = match attempt.decision {
         Outcome::Allowed | Outcome::Failed => (1, "Allowed"),
         Outcome::Blocked | Outcome::WouldBlock => (2, "Denied"),
@@ -57,7 +302,7 @@ fn attempt_event(attempt: &LoggedAttempt) -> Value {
         Outcome::WouldBlock => (17, "Logged"),
         _ => (0, "Unknown"),
     };
-    let (severity_id, severity) = match attempt.decision {
+    let severity = match attempt.decision {
         Outcome::Allowed | Outcome::Failed => (1, "Informational"),
         Outcome::WouldBlock => (2, "Low"),
         Outcome::Blocked => (3, "Medium"),
@@ -68,109 +313,107 @@ fn attempt_event(attempt: &LoggedAttempt) -> Value {
         Outcome::Blocked | Outcome::Failed => (2, "Failure"),
         _ => (0, "Unknown"),
     };
-    let mut event = base(
-        class_uid,
-        class_name,
-        NETWORK_CATEGORY,
-        "Network Activity",
-        activity_id,
-        activity_name,
-        attempt.time_ms,
-        (severity_id, severity),
+    let method = attempt
+        .request
+        .as_ref()
+        .map(|request| request.method.clone());
+    let unmapped = EgressFields {
+        decision: Some(attempt.decision.as_str()),
+        kind: attempt.kind.as_str(),
+        method: method.clone(),
+        reason: Some(attempt.reason.to_string()),
+        seq: attempt.seq,
+        ..EgressFields::default()
+    };
+    let metadata = metadata(attempt.run.as_deref(), attempt.seq, &attempt.ts);
+    let mut event = Event::new(
+        class(attempt),
+        &attempt.ts,
+        severity,
+        metadata,
+        message(attempt),
+        unmapped,
     );
-    event.insert(
-        "metadata".into(),
-        metadata(attempt.run.as_deref(), attempt.seq, &attempt.ts),
-    );
-    event.insert("action_id".into(), json!(action_id));
-    event.insert("action".into(), json!(action));
-    event.insert("disposition_id".into(), json!(disposition_id));
-    event.insert("disposition".into(), json!(disposition));
-    event.insert("status_id".into(), json!(status_id));
-    event.insert("status".into(), json!(status));
-    event.insert("status_detail".into(), json!(attempt.reason));
-    event.insert("message".into(), json!(message(attempt)));
+    event.action_id = Some(action_id);
+    event.action = Some(action);
+    event.disposition_id = Some(disposition_id);
+    event.disposition = Some(disposition);
+    event.status_id = Some(status_id);
+    event.status = Some(status);
+    event.status_detail = Some(attempt.reason.to_string());
     if attempt.duration_ms > 0
-        && let Some(end) = attempt.time_ms
+        && let Some(end) = epoch_millis(&attempt.ts)
     {
         let duration = i64::try_from(attempt.duration_ms).unwrap_or(i64::MAX);
-        event.insert("duration".into(), json!(duration));
-        event.insert("end_time".into(), json!(end));
-        event.insert("start_time".into(), json!(end.saturating_sub(duration)));
+        event.duration = Some(duration);
+        event.end_time = Some(end);
+        event.start_time = Some(end.saturating_sub(duration));
     }
-    if let Some(policy) = &attempt.policy {
-        event.insert("policy".into(), json!({ "name": policy }));
-    }
-    if let Some(rule) = &attempt.rule {
-        event.insert("firewall_rule".into(), json!({ "uid": rule, "name": rule }));
-    }
-    if let Some(source) = source(attempt) {
-        event.insert("src_endpoint".into(), source);
-    }
-    event.insert("dst_endpoint".into(), destination(attempt));
+    event.policy = attempt.policy.clone().map(|name| PolicyName { name });
+    event.firewall_rule = attempt.rule.clone().map(|rule| FirewallRule {
+        name: rule.clone(),
+        uid: rule,
+    });
+    event.src_endpoint = source(attempt);
+    event.dst_endpoint = Some(destination(attempt));
     if attempt.kind != Kind::Dns {
-        event.insert(
-            "connection_info".into(),
-            json!({ "protocol_name": "tcp", "direction_id": 2, "direction": "Outbound" }),
-        );
-        event.insert(
-            "traffic".into(),
-            json!({
-                "bytes_out": attempt.bytes_up,
-                "bytes_in": attempt.bytes_down,
-                "bytes": attempt.bytes_up.saturating_add(attempt.bytes_down),
-            }),
-        );
+        event.connection_info = Some(ConnectionInfo {
+            direction: "Outbound",
+            direction_id: 2,
+            protocol_name: "tcp",
+        });
+        event.traffic = Some(Traffic {
+            bytes: attempt.bytes_up.saturating_add(attempt.bytes_down),
+            bytes_in: attempt.bytes_down,
+            bytes_out: attempt.bytes_up,
+        });
     }
     match attempt.kind {
         Kind::Http => {
-            event.insert("http_request".into(), http_request(attempt));
-            if let Some(code) = attempt.status {
-                event.insert("http_response".into(), json!({ "code": code }));
-            }
+            event.http_request = Some(http_request(attempt));
+            event.http_response = attempt
+                .request
+                .as_ref()
+                .and_then(|request| request.status)
+                .map(|code| HttpResponse { code });
         }
         Kind::Dns => {
-            event.insert(
-                "query".into(),
-                json!({ "hostname": attempt.host, "class": "IN" }),
-            );
+            event.query = Some(Query {
+                class: "IN",
+                hostname: attempt.host.clone(),
+            });
         }
-        Kind::Connect | Kind::Tls | Kind::Tcp => {}
-        // A kind this version does not know: only the unmapped fields below.
+        // Connect, Tls, Tcp, and a kind this version does not know: nothing more.
         _ => {}
     }
-    let mut unmapped = json!({
-        "kind": attempt.kind.as_str(),
-        "decision": attempt.decision.as_str(),
-        "reason": attempt.reason,
-    });
-    if let Some(seq) = attempt.seq {
-        unmapped["seq"] = json!(seq);
-    }
-    if let Some(method) = &attempt.method {
-        unmapped["method"] = json!(method);
-    }
-    event.insert("unmapped".into(), json!({ "egress_sandbox": unmapped }));
-    Value::Object(event)
+    event
 }
 
-fn class_and_activity(attempt: &LoggedAttempt) -> (u32, &'static str, u32, &'static str) {
+fn class(attempt: &LoggedAttempt) -> Class {
+    let network = |class_uid, class_name, (activity_id, activity_name)| Class {
+        class_uid,
+        class_name,
+        category_uid: NETWORK_CATEGORY,
+        category_name: "Network Activity",
+        activity_id,
+        activity_name,
+    };
     match attempt.kind {
         Kind::Connect | Kind::Tls | Kind::Tcp => {
-            let (id, name) = match attempt.decision {
+            let activity = match attempt.decision {
                 Outcome::Allowed | Outcome::WouldBlock => (1, "Open"),
                 Outcome::Blocked => (5, "Refuse"),
                 Outcome::Failed => (4, "Fail"),
                 _ => (0, "Unknown"),
             };
-            (NETWORK_ACTIVITY, "Network Activity", id, name)
+            network(NETWORK_ACTIVITY, "Network Activity", activity)
         }
         Kind::Http => {
-            let (id, name) = http_activity(attempt.method.as_deref());
-            (HTTP_ACTIVITY, "HTTP Activity", id, name)
+            let method = attempt.request.as_ref().map(|r| r.method.as_str());
+            network(HTTP_ACTIVITY, "HTTP Activity", http_activity(method))
         }
-        Kind::Dns => (DNS_ACTIVITY, "DNS Activity", 1, "Query"),
-        _ => (NETWORK_ACTIVITY, "Network Activity", 0, "Unknown"),
+        Kind::Dns => network(DNS_ACTIVITY, "DNS Activity", (1, "Query")),
+        _ => network(NETWORK_ACTIVITY, "Network Activity", (0, "Unknown")),
     }
 }
 
@@ -192,63 +435,21 @@ fn http_activity(method: Option<&str>) -> (u32, &'static str) {
     }
 }
 
-/// The fields every event has. `type_uid` is `class_uid * 100 + activity_id` (OCSF).
-#[allow(clippy::too_many_arguments)]
-fn base(
-    class_uid: u32,
-    class_name: &str,
-    category_uid: u32,
-    category_name: &str,
-    activity_id: u32,
-    activity_name: &str,
-    time_ms: Option<i64>,
-    (severity_id, severity): (u32, &str),
-) -> Map<String, Value> {
-    let mut event = Map::new();
-    event.insert("class_uid".into(), json!(class_uid));
-    event.insert("class_name".into(), json!(class_name));
-    event.insert("category_uid".into(), json!(category_uid));
-    event.insert("category_name".into(), json!(category_name));
-    event.insert("activity_id".into(), json!(activity_id));
-    event.insert("activity_name".into(), json!(activity_name));
-    event.insert(
-        "type_uid".into(),
-        json!(u64::from(class_uid) * 100 + u64::from(activity_id)),
-    );
-    event.insert(
-        "type_name".into(),
-        json!(format!("{class_name}: {activity_name}")),
-    );
-    // A line whose `ts` does not parse still exports; 0 says "unknown" and `original_time`
-    // keeps the text.
-    event.insert("time".into(), json!(time_ms.unwrap_or(0)));
-    event.insert("severity_id".into(), json!(severity_id));
-    event.insert("severity".into(), json!(severity));
-    event
-}
-
-fn metadata(run: Option<&str>, seq: Option<u64>, ts: &str) -> Value {
-    let mut metadata = json!({
-        "version": OCSF_VERSION,
-        "product": {
-            "name": "egress-sandbox",
-            "vendor_name": "egress-sandbox",
-            "version": env!("CARGO_PKG_VERSION"),
+fn metadata(run: Option<&str>, seq: Option<u64>, ts: &str) -> Metadata {
+    Metadata {
+        correlation_uid: run.map(str::to_owned),
+        log_name: LOG_NAME,
+        original_time: ts.to_owned(),
+        product: Product {
+            name: "egress-sandbox",
+            vendor_name: "egress-sandbox",
+            version: env!("CARGO_PKG_VERSION"),
         },
-        "profiles": ["security_control"],
-        "log_name": "egress-sandbox audit",
-        "original_time": ts,
-    });
-    if let Some(run) = run {
-        metadata["correlation_uid"] = json!(run);
+        profiles: ["security_control"],
+        sequence: seq,
+        uid: run.zip(seq).map(|(run, seq)| format!("{run}:{seq}")),
+        version: OCSF_VERSION,
     }
-    if let Some(seq) = seq {
-        metadata["sequence"] = json!(seq);
-        if let Some(run) = run {
-            metadata["uid"] = json!(format!("{run}:{seq}"));
-        }
-    }
-    metadata
 }
 
 fn message(attempt: &LoggedAttempt) -> String {
@@ -270,158 +471,140 @@ fn message(attempt: &LoggedAttempt) -> String {
 
 /// Where the attempt came from: the client's `ip:port` (IPv6 in brackets) as the proxy saw
 /// it, and the sandbox's host name when the record names one. None when it has neither.
-fn source(attempt: &LoggedAttempt) -> Option<Value> {
-    let mut endpoint = Map::new();
-    if let Some(addr) = attempt
+fn source(attempt: &LoggedAttempt) -> Option<Endpoint> {
+    let client = attempt
         .client
         .as_deref()
-        .and_then(|text| text.parse::<SocketAddr>().ok())
-    {
-        endpoint.insert("ip".into(), json!(addr.ip().to_string()));
-        endpoint.insert("port".into(), json!(addr.port()));
-    }
-    if let Some(name) = &attempt.sandbox_hostname {
-        endpoint.insert("hostname".into(), json!(name));
-    }
-    (!endpoint.is_empty()).then_some(Value::Object(endpoint))
+        .and_then(|text| text.parse::<SocketAddr>().ok());
+    let endpoint = Endpoint {
+        hostname: attempt.sandbox_hostname.clone(),
+        ip: client.map(|addr| addr.ip().to_string()),
+        port: client.map(|addr| addr.port()),
+    };
+    (endpoint.hostname.is_some() || endpoint.ip.is_some()).then_some(endpoint)
 }
 
 /// Where the attempt went: the host as asked (a name, or an IP literal), its port, and the
 /// address the proxy connected to when it did.
-fn destination(attempt: &LoggedAttempt) -> Value {
-    let mut endpoint = Map::new();
+fn destination(attempt: &LoggedAttempt) -> Endpoint {
     let literal = attempt
         .host
         .trim_start_matches('[')
         .trim_end_matches(']')
         .parse::<IpAddr>()
         .ok();
-    match literal {
-        Some(ip) => {
-            endpoint.insert("ip".into(), json!(ip.to_string()));
-        }
-        None => {
-            endpoint.insert("hostname".into(), json!(attempt.host));
-        }
-    }
-    if let Some(port) = attempt.port {
-        endpoint.insert("port".into(), json!(port));
-    }
-    if let Some(addr) = attempt
+    let connected = attempt
         .addr
         .as_deref()
-        .and_then(|a| a.parse::<SocketAddr>().ok())
-    {
-        endpoint.insert("ip".into(), json!(addr.ip().to_string()));
-        endpoint.insert("port".into(), json!(addr.port()));
+        .and_then(|a| a.parse::<SocketAddr>().ok());
+    Endpoint {
+        hostname: literal.is_none().then(|| attempt.host.clone()),
+        ip: connected
+            .map(|addr| addr.ip())
+            .or(literal)
+            .map(|ip| ip.to_string()),
+        port: connected.map(|addr| addr.port()).or(attempt.port),
     }
-    Value::Object(endpoint)
 }
 
-fn http_request(attempt: &LoggedAttempt) -> Value {
+fn http_request(attempt: &LoggedAttempt) -> HttpRequest {
     let port = attempt
         .port
         .filter(|&port| port != 80)
         .map_or_else(String::new, |port| format!(":{port}"));
-    let path = attempt.path.as_deref().unwrap_or("");
-    let mut url = json!({
-        "scheme": "http",
-        "hostname": attempt.host,
-        "url_string": format!("http://{}{port}{path}", attempt.host),
-    });
-    if let Some(port) = attempt.port {
-        url["port"] = json!(port);
-    }
-    if let Some(path) = &attempt.path {
-        url["path"] = json!(path);
-    }
-    let mut request = json!({ "url": url });
+    let path = attempt.request.as_ref().map(|request| request.path.clone());
+    let url = Url {
+        hostname: attempt.host.clone(),
+        port: attempt.port,
+        scheme: "http",
+        url_string: format!(
+            "http://{}{port}{}",
+            attempt.host,
+            path.as_deref().unwrap_or("")
+        ),
+        path,
+    };
     // OCSF's `http_method` is an enum of the eight RFC 9110 methods; any other method
     // (PATCH, WebDAV's, a hostile client's) stays in `unmapped.egress_sandbox.method`.
-    if let Some(method) = &attempt.method {
-        let method = method.to_ascii_uppercase();
-        if http_activity(Some(&method)).0 != 99 {
-            request["http_method"] = json!(method);
-        }
-    }
-    request
+    let http_method = attempt
+        .request
+        .as_ref()
+        .map(|request| request.method.to_ascii_uppercase())
+        .filter(|method| http_activity(Some(method)).0 != 99);
+    HttpRequest { http_method, url }
 }
 
-fn limit_event(limit: &LimitReached) -> Value {
-    let mut event = base(
-        EVENT_LOG_ACTIVITY,
-        "Event Log Activity",
-        SYSTEM_CATEGORY,
-        "System Activity",
-        99,
-        "Audit limit reached",
-        limit.time_ms,
-        (3, "Medium"),
-    );
-    event.insert(
-        "metadata".into(),
-        metadata(limit.run.as_deref(), limit.seq, &limit.ts),
-    );
-    event.insert("log_name".into(), json!("egress-sandbox audit"));
-    event.insert(
-        "message".into(),
-        json!(format!(
-            "audit limit of {} records reached: later attempts of this run are counted, not written",
-            limit.limit
-        )),
-    );
-    let mut unmapped = json!({ "kind": "limit", "reason": "audit_limit", "limit": limit.limit });
-    if let Some(seq) = limit.seq {
-        unmapped["seq"] = json!(seq);
+/// `limit` and `end` lines: Event Log Activity of the run's log.
+fn log_class(activity_id: u32, activity_name: &'static str) -> Class {
+    Class {
+        class_uid: EVENT_LOG_ACTIVITY,
+        class_name: "Event Log Activity",
+        category_uid: SYSTEM_CATEGORY,
+        category_name: "System Activity",
+        activity_id,
+        activity_name,
     }
-    event.insert("unmapped".into(), json!({ "egress_sandbox": unmapped }));
-    Value::Object(event)
 }
 
-fn end_event(end: &RunEnd) -> Value {
+fn limit_event(limit: &LimitRecord) -> Event {
+    let message = format!(
+        "audit limit of {} records reached: later attempts of this run are counted, not written",
+        limit.limit
+    );
+    let unmapped = EgressFields {
+        kind: "limit",
+        limit: Some(limit.limit),
+        reason: Some("audit_limit".to_owned()),
+        seq: limit.seq,
+        ..EgressFields::default()
+    };
+    let metadata = metadata(limit.run.as_deref(), limit.seq, &limit.ts);
+    let class = log_class(99, "Audit limit reached");
+    let mut event = Event::new(class, &limit.ts, (3, "Medium"), metadata, message, unmapped);
+    event.log_name = Some(LOG_NAME);
+    event
+}
+
+fn end_event(end: &EndRecord) -> Event {
     let severity = if end.dropped > 0 {
         (3, "Medium")
     } else {
         (1, "Informational")
     };
-    let mut event = base(
-        EVENT_LOG_ACTIVITY,
-        "Event Log Activity",
-        SYSTEM_CATEGORY,
-        "System Activity",
-        7,
-        "Stop",
-        end.time_ms,
+    let message = format!(
+        "audit log of the run closed: {} records written, {} attempts dropped",
+        end.records, end.dropped
+    );
+    let unmapped = EgressFields {
+        dropped: Some(end.dropped),
+        kind: "end",
+        records: Some(end.records),
+        seq: end.seq,
+        ..EgressFields::default()
+    };
+    let metadata = metadata(end.run.as_deref(), end.seq, &end.ts);
+    let mut event = Event::new(
+        log_class(7, "Stop"),
+        &end.ts,
         severity,
+        metadata,
+        message,
+        unmapped,
     );
-    event.insert(
-        "metadata".into(),
-        metadata(end.run.as_deref(), end.seq, &end.ts),
-    );
-    event.insert("log_name".into(), json!("egress-sandbox audit"));
-    event.insert("count".into(), json!(end.records));
-    event.insert(
-        "message".into(),
-        json!(format!(
-            "audit log of the run closed: {} records written, {} attempts dropped",
-            end.records, end.dropped
-        )),
-    );
-    let mut unmapped = json!({ "kind": "end", "records": end.records, "dropped": end.dropped });
-    if let Some(seq) = end.seq {
-        unmapped["seq"] = json!(seq);
-    }
-    event.insert("unmapped".into(), json!({ "egress_sandbox": unmapped }));
-    Value::Object(event)
+    event.log_name = Some(LOG_NAME);
+    event.count = Some(end.records);
+    event
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::parse_line;
+    use egress_core::audit::read_log;
+    use serde_json::{Value, json};
 
     fn export(line: &str) -> Value {
-        event(&parse_line(line).unwrap())
+        let line = read_log(line.as_bytes()).next().unwrap().unwrap();
+        serde_json::to_value(event(&line.record.unwrap())).unwrap()
     }
 
     #[test]
@@ -476,6 +659,21 @@ mod tests {
         let patch = export(&PLAIN_GET.replace(r#""GET""#, r#""PATCH""#));
         assert_eq!(patch["activity_id"], 99);
         assert_eq!(patch["unmapped"]["egress_sandbox"]["method"], "PATCH");
+    }
+
+    /// Fields declared out of name order would change the export's text.
+    #[test]
+    fn an_events_keys_are_written_sorted_at_every_level() {
+        let limit = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"limit","reason":"audit_limit","limit":5,"seq":5,"prev":"x"}"#;
+        let end = r#"{"v":1,"ts":"2026-11-29T18:40:44.000Z","run":"r-1","policy":"p","kind":"end","records":6,"dropped":9,"seq":6,"prev":"y"}"#;
+        let dns = PLAIN_GET.replace(r#""kind":"http""#, r#""kind":"dns""#);
+        for line in [PLAIN_GET, &dns, limit, end] {
+            let line = read_log(line.as_bytes()).next().unwrap().unwrap();
+            let event = event(&line.record.unwrap()).unwrap();
+            let written = serde_json::to_string(&event).unwrap();
+            let sorted = serde_json::to_value(&event).unwrap().to_string();
+            assert_eq!(written, sorted);
+        }
     }
 
     #[test]

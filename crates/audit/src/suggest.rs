@@ -28,16 +28,21 @@ use std::net::IpAddr;
 use egress_core::audit::{Kind, Outcome};
 use egress_core::policy::{HostPattern, PatternUse, parse_host_pattern, registrable_domain};
 
-use super::log::{AuditLog, Entry, LoggedAttempt};
+use egress_core::audit::AuditLine;
+
+use super::log::{AuditLog, LoggedAttempt};
 
 /// `--wildcard-after` default: sibling names under one registrable domain before a
 /// wildcard is suggested instead.
 pub const DEFAULT_WILDCARD_AFTER: usize = 5;
 
+/// How a draft is made and named.
 #[derive(Clone, Debug)]
 pub struct SuggestOptions {
     /// `name:` of the draft.
     pub name: String,
+    /// Sibling names under one registrable domain before a wildcard stands for them
+    /// (`--wildcard-after`; 0: never).
     pub wildcard_after: usize,
     /// Shown in the header comment.
     pub sources: Vec<String>,
@@ -174,7 +179,10 @@ fn classify(
             }
         }
     } else {
-        *seen.refused_for.entry(attempt.reason.clone()).or_default() += 1;
+        *seen
+            .refused_for
+            .entry(attempt.reason.to_string())
+            .or_default() += 1;
     }
 }
 
@@ -411,11 +419,11 @@ fn render(
         exact,
     } = widened;
     let mut out = String::new();
-    let runs: BTreeSet<&str> = log.entries.iter().filter_map(|e| e.entry.run()).collect();
+    let runs: BTreeSet<&str> = log.entries.iter().filter_map(|e| e.record.run()).collect();
     let attempts = log
         .entries
         .iter()
-        .filter(|e| matches!(e.entry, Entry::Attempt(_)))
+        .filter(|e| matches!(e.record, AuditLine::Attempt(_)))
         .count();
     out.push_str("# Draft policy from `egress-sandbox policy suggest`: REVIEW EVERY RULE.\n");
     out.push_str(

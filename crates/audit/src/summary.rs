@@ -7,7 +7,8 @@
 //! before the proxy escaped them at the source) or forged: everything rendered goes through
 //! `text::visible`.
 //!
-//! Lines are read as every other log reader reads them ([`log`](super::log)): a newer proxy
+//! Lines are read as every other log reader reads them (core's
+//! [`read_log`](egress_core::audit::read_log)): a newer proxy
 //! may add fields and reasons, and an auditor with an older tool must still get a summary.
 //! Refusals with a reason this version does not know are grouped under the reason as
 //! written, and how many records had one is said once
@@ -17,14 +18,11 @@ use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::Path;
 
-use egress_core::audit::{DroppedByDecision, Outcome};
-use egress_core::policy::Reason;
-use egress_core::text::visible;
-use serde::Deserialize as _;
-use serde::de::IntoDeserializer as _;
-
-use crate::log::{Entry, LoggedAttempt, RunEnd, parse_line};
+use egress_core::audit::{AuditLine, DroppedByDecision, EndRecord, Outcome, read_log};
 use egress_core::tally::{AuditTally, REPORT_GROUPS};
+use egress_core::text::visible;
+
+use crate::log::LoggedAttempt;
 
 /// What the logs read so far amount to: feed it every log ([`read`](Self::read)), then
 /// [`render`](Self::render) the table.
@@ -59,29 +57,32 @@ impl AuditSummary {
     ) -> std::io::Result<()> {
         let shown = path.display().to_string();
         let shown = visible(&shown);
-        for (index, line) in reader.split(b'\n').enumerate() {
+        for line in read_log(reader) {
             let line = line?;
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
             // The proxy's own lines besides attempts (docs/src/reference/audit-record.md): `limit`
             // once the audit limit is reached, `end` last with what was dropped.
-            match parse(&line) {
-                Ok(Entry::Attempt(attempt)) => self.add(&attempt),
-                Ok(Entry::End(end)) => self.add_end(&end),
-                Ok(Entry::Limit(_)) => {
+            match line.record {
+                Ok(AuditLine::Attempt(attempt)) => self.add(&attempt),
+                Ok(AuditLine::End(end)) => self.add_end(&end),
+                Ok(AuditLine::Limit(_)) => {
                     self.limits += 1;
                     self.tally.add_limit();
                 }
+                // A kind of line the reader yields only once this version counts it.
+                Ok(_) => {}
                 // The reason may quote the line's own (hostile) text.
-                Err(why) => warn(format!("{shown}:{}: {}; skipped", index + 1, visible(&why))),
+                Err(why) => warn(format!(
+                    "{shown}:{}: {}; skipped",
+                    line.number,
+                    visible(&why.to_string())
+                )),
             }
         }
         Ok(())
     }
 
     /// A run's `end`: what it dropped joins the totals, by decision where it says so.
-    fn add_end(&mut self, end: &RunEnd) {
+    fn add_end(&mut self, end: &EndRecord) {
         self.dropped += end.dropped;
         if let Some(by_decision) = end.dropped_by_decision {
             self.tally.add_dropped(by_decision);
@@ -94,15 +95,12 @@ impl AuditSummary {
     }
 
     fn add(&mut self, attempt: &LoggedAttempt) {
-        if !is_known_reason(&attempt.reason) {
+        if attempt.reason.known().is_none() {
             self.unknown_reasons += 1;
         }
-        self.tally.add_attempt(
-            attempt.decision,
-            &attempt.host,
-            attempt.port,
-            &attempt.reason,
-        );
+        let reason = attempt.reason.as_str();
+        self.tally
+            .add_attempt(attempt.decision, &attempt.host, attempt.port, reason);
         let by_decision = match attempt.decision {
             Outcome::Blocked => &mut self.blocked,
             Outcome::WouldBlock => &mut self.would_block,
@@ -110,7 +108,7 @@ impl AuditSummary {
             // Failures, and outcomes this version does not know, list no host.
             _ => return,
         };
-        by_decision.add_to_group(&attempt.host, attempt.port, &attempt.reason);
+        by_decision.add_to_group(&attempt.host, attempt.port, reason);
     }
 
     /// Said once, after every file: the counts are right, but some refusals are grouped
@@ -236,24 +234,15 @@ fn column_width<'a>(cells: impl Iterator<Item = &'a String>) -> usize {
         .max(4)
 }
 
-/// One line, read as `audit_tools::log` reads it for every other log command.
-fn parse(line: &[u8]) -> Result<Entry, String> {
-    let line =
-        std::str::from_utf8(line).map_err(|_| "not an audit record (not UTF-8)".to_owned())?;
-    parse_line(line)
-}
-
-/// Whether `reason` is in this version's vocabulary ([`Reason`], as serde spells it).
-fn is_known_reason(reason: &str) -> bool {
-    let text: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
-        reason.into_deserializer();
-    Reason::deserialize(text).is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use egress_core::audit::RecordedReason;
     use egress_core::text::must_escape;
+
+    fn is_known_reason(reason: &str) -> bool {
+        RecordedReason::from(reason.to_owned()).known().is_some()
+    }
 
     const RECORD: &str = r#"{"v":1,"ts":"2026-11-29T18:40:43.123Z","run":"r-1","policy":"p","kind":"dns","client":"10.213.0.3:5","host":"HOST","port":null,"decision":"blocked","reason":"not_allowed","rule":null,"addr":null,"bytes_up":0,"bytes_down":0,"duration_ms":0}"#;
 

@@ -13,24 +13,9 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use egress_core::audit::{genesis, sha256_hex};
+use egress_core::audit::{LogLine, genesis, read_log, sha256_hex};
 use egress_core::text::visible;
 use serde::Deserialize;
-
-/// The fields of a line the chain needs; every other field is covered by the hash.
-#[derive(Deserialize)]
-struct ChainFields {
-    #[serde(default)]
-    run: Option<String>,
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    seq: Option<u64>,
-    #[serde(default)]
-    prev: Option<String>,
-    #[serde(default)]
-    records: Option<u64>,
-}
 
 /// What a run report contributes to the check (`--report`): the run and the hash of its
 /// `end` line.
@@ -96,14 +81,10 @@ impl ChainVerifier {
     /// Reads one log at `path` (the name every break of it is reported under).
     pub fn read(&mut self, path: &Path, reader: impl BufRead) -> std::io::Result<()> {
         let mut any = false;
-        for (index, line) in reader.split(b'\n').enumerate() {
-            let line = line?;
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
+        for line in read_log(reader) {
             any = true;
             self.lines += 1;
-            self.line(path, index + 1, &line);
+            self.line(path, &line?);
         }
         if !any {
             self.breaks.push(format!(
@@ -123,17 +104,16 @@ impl ChainVerifier {
         ));
     }
 
-    fn line(&mut self, path: &Path, number: usize, line: &[u8]) {
-        let fields = match serde_json::from_slice::<ChainFields>(line) {
-            Ok(fields) => fields,
-            Err(error) => {
-                self.breaks.push(format!(
-                    "{}:{number}: not an audit record ({})",
-                    visible(&path.display().to_string()),
-                    visible(&error.to_string())
-                ));
-                return;
-            }
+    fn line(&mut self, path: &Path, line: &LogLine) {
+        let number = line.number;
+        let Some(fields) = &line.link else {
+            let why = line.record.as_ref().err().map(ToString::to_string);
+            self.breaks.push(format!(
+                "{}:{number}: {}",
+                visible(&path.display().to_string()),
+                visible(why.as_deref().unwrap_or("not an audit record"))
+            ));
+            return;
         };
         let run = fields.run.as_deref();
         let (Some(seq), Some(prev)) = (fields.seq, fields.prev.as_deref()) else {
@@ -168,7 +148,7 @@ impl ChainVerifier {
                 self.chains.len() - 1
             }
         };
-        let hash = sha256_hex(line);
+        let hash = sha256_hex(&line.bytes);
         let mut found = Vec::new();
         {
             let chain = &mut self.chains[slot].1;

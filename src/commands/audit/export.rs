@@ -15,10 +15,10 @@ pub fn export(format: ExportFormat, files: &[PathBuf]) -> anyhow::Result<ExitCod
     crate::commands::warn_skipped(&log);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let written = log.entries.iter().try_for_each(|located| {
-        let event = match format {
-            ExportFormat::Ocsf => ocsf::event(&located.entry),
-        };
+    let events = log.entries.iter().filter_map(|located| match format {
+        ExportFormat::Ocsf => ocsf::event(&located.record),
+    });
+    let written = events.into_iter().try_for_each(|event| {
         serde_json::to_writer(&mut out, &event)?;
         out.write_all(b"\n")
     });

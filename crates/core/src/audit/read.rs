@@ -117,13 +117,19 @@ impl LogLine {
 }
 
 /// The line's link, then its record: a line whose link does not read is no record either.
+/// A line that is not UTF-8 is no record, but still a link when the fields of its link read:
+/// its bytes are in the chain all the same.
 fn parse(
     bytes: &[u8],
 ) -> Result<(ChainLink, Result<AuditLine<RecordedReason>, LineError>), LineError> {
-    if std::str::from_utf8(bytes).is_err() {
-        return Err(LineError::NotUtf8);
+    let utf8 = std::str::from_utf8(bytes).is_ok();
+    let link: ChainLink = serde_json::from_slice(bytes).map_err(|error| match utf8 {
+        true => LineError::NotRecord(error),
+        false => LineError::NotUtf8,
+    })?;
+    if !utf8 {
+        return Ok((link, Err(LineError::NotUtf8)));
     }
-    let link: ChainLink = serde_json::from_slice(bytes).map_err(LineError::NotRecord)?;
     let record = match link.kind.as_deref() {
         Some(kind) if !is_known_kind(kind) => Err(LineError::UnknownKind(kind.to_owned())),
         kind => AuditLine::parse_kind(kind, bytes).map_err(LineError::NotRecord),
@@ -244,6 +250,18 @@ mod tests {
             "not an audit record (not UTF-8)"
         );
         assert!(read[2].bytes.ends_with(b"}\r"), "exact bytes");
+    }
+
+    /// Bytes that are not UTF-8 outside the link's fields: no record, still a link.
+    #[test]
+    fn a_line_that_is_not_utf8_is_still_a_link_when_its_link_reads() {
+        let mut line = ATTEMPT.as_bytes().to_vec();
+        let host = line.windows(9).position(|w| w == b"a.example").unwrap();
+        line[host] = 0xff;
+        let read = lines(&line);
+        assert!(matches!(read[0].record, Err(LineError::NotUtf8)));
+        let link = read[0].link.as_ref().expect("a link");
+        assert_eq!((link.seq, link.prev.as_deref()), (Some(3), Some("ab")));
     }
 
     #[test]
