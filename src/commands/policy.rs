@@ -201,11 +201,11 @@ fn test(files: &[PathBuf], allow: &[String], method: Option<&str>, raw_target: &
         && set.reserves_for_tls(port)
         && set.credential_tls_port(&target, port).is_none();
     if reserved {
-        decision = Decision {
-            verdict: Verdict::Block,
-            reason: egress_core::policy::Reason::SniMismatch,
-            rule: None,
-        };
+        decision = Decision::new(
+            Verdict::Block,
+            egress_core::policy::Reason::SniMismatch,
+            None,
+        );
     }
     print_decision(&set, &target, port, &decision);
     if reserved {

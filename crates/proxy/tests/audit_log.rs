@@ -369,13 +369,7 @@ async fn an_allowed_request_past_a_budget_spent_on_refusals_is_still_written() {
     match &lines[7] {
         AuditLine::End(end) => {
             assert_eq!((end.records, end.dropped), (7, 3));
-            assert_eq!(
-                end.dropped_by_decision,
-                Some(DroppedByDecision {
-                    blocked: 3,
-                    ..DroppedByDecision::default()
-                })
-            );
+            assert_eq!(end.dropped_by_decision, Some(blocked_dropped(3)));
         }
         other => panic!("not an end record: {other:?}"),
     }
@@ -736,4 +730,11 @@ async fn repeated_and_made_up_allowed_names_cannot_flood_the_log() {
     );
     assert_eq!(hosts.len() as u64, 1 + answered);
     assert_eq!(dropped(&lines), refused);
+}
+
+/// Attempts dropped past the budget, all of them refusals.
+fn blocked_dropped(blocked: u64) -> DroppedByDecision {
+    let mut dropped = DroppedByDecision::default();
+    dropped.blocked = blocked;
+    dropped
 }

@@ -308,14 +308,11 @@ mod tests {
             ));
         }
         tally.add_limit();
-        tally.add_end(
-            REPORT_GROUPS as u64 + 8,
-            1234,
-            DroppedByDecision {
-                blocked: 1234,
-                ..DroppedByDecision::default()
-            },
-        );
+        tally.add_end(REPORT_GROUPS as u64 + 8, 1234, {
+            let mut dropped = DroppedByDecision::default();
+            dropped.blocked = 1234;
+            dropped
+        });
         let outcome = outcome(&tally);
         let line = summary_line(&outcome);
         assert!(

@@ -194,10 +194,15 @@ impl EndRecord {
 /// reader adds the four to the written attempts of each decision and needs no rule.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct DroppedByDecision {
+    /// Allowed attempts not written (always 0: see above).
     pub allowed: u64,
+    /// Refused attempts not written: past the audit budget.
     pub blocked: u64,
+    /// Report-mode attempts not written (always 0).
     pub would_block: u64,
+    /// Failed attempts not written (always 0).
     pub failed: u64,
 }
 
@@ -213,6 +218,7 @@ impl DroppedByDecision {
         }
     }
 
+    /// Every attempt counted, whatever its decision.
     pub fn total(&self) -> u64 {
         self.allowed + self.blocked + self.would_block + self.failed
     }

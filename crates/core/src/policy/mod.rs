@@ -208,11 +208,28 @@ impl fmt::Display for RuleRef {
     }
 }
 
+/// What the policies say of one attempt: let it through, refuse it, or (report mode) let it
+/// through and record that it would have been refused; why; and the rule that decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decision {
+    /// Through, refused, or through only because the deciding policy only reports.
     pub verdict: Verdict,
+    /// Why, as the audit record names it.
     pub reason: Reason,
+    /// The rule that decided; `None` when no rule did (nothing matched, the floor, …).
     pub rule: Option<RuleRef>,
+}
+
+impl Decision {
+    /// A decision of `verdict` for `reason`, by `rule` if a rule made it.
+    pub fn new(verdict: Verdict, reason: Reason, rule: Option<RuleRef>) -> Decision {
+        Decision {
+            verdict,
+            reason,
+            rule,
+        }
+    }
 }
 
 /// `enforce` (default) or `report`.

@@ -363,11 +363,7 @@ fn attempt_decision(attempt: &Attempt, tunnel: &Decision) -> Decision {
         Outcome::WouldBlock => Verdict::WouldBlock,
         _ => tunnel.verdict,
     };
-    Decision {
-        verdict,
-        reason: attempt.reason,
-        rule: tunnel.rule.clone(),
-    }
+    Decision::new(verdict, attempt.reason, tunnel.rule.clone())
 }
 
 /// One request, judged by the gate ([`crate::gate::Gate::judge_inspected_request`]) and,
