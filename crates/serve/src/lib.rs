@@ -203,7 +203,7 @@ pub async fn serve(
         let available = engine
             .runtimes()
             .await
-            .map_err(|error| ServeError::Runtime(error.to_string()))?;
+            .map_err(|error| ServeError::Runtime(egress_sandbox::outcome::with_causes(&error)))?;
         if !available.contains(name) {
             return Err(ServeError::Runtime(format!(
                 "the engine has no runtime {name:?} (it has: {})",
