@@ -555,6 +555,8 @@ mod tests {
             (r#"{"argv":["x"],"workdir":"rel"}"#, "workdir"),
             (r#"{"argv":["x"],"env":{"A=B":"c"}}"#, "env"),
             (r#"{"argv":["x"],"mounts":["/nonexistent-x:/y"]}"#, "mounts"),
+            (r#"{"argv":["x"],"tmp":"512KiB"}"#, "tmp"),
+            (r#"{"argv":["x"],"timeout":0}"#, "timeout"),
             (r#"{"argv":["x"],"colour":"red"}"#, "colour"),
         ] {
             let refused = check(json)
