@@ -19,6 +19,7 @@ use egress_sandbox::EGRESS_NETWORK;
 use egress_sandbox::engine::{ContainerEngine, EngineFacts};
 use egress_sandbox::images::{self, BASE_IMAGE};
 use egress_sandbox::labels::{Owner, RunNames};
+use egress_sandbox::outcome::with_causes;
 use egress_sandbox::private_dir;
 use egress_sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
 
@@ -105,7 +106,7 @@ async fn checks() -> Vec<Check> {
             checks.push(Check::not_ok(
                 Status::Fail,
                 "engine",
-                error.to_string(),
+                with_causes(&error),
                 "start the Docker engine, or point DOCKER_HOST at one that answers (`docker version` must work)",
             ));
             return checks;
@@ -118,7 +119,7 @@ async fn checks() -> Vec<Check> {
             checks.push(Check::not_ok(
                 Status::Fail,
                 "engine",
-                error.to_string(),
+                with_causes(&error),
                 "check that this user may use the engine (`docker info` must work)",
             ));
             return checks;
@@ -252,7 +253,7 @@ async fn proxy_image_check(engine: &dyn ContainerEngine) -> Result<String, Check
             Check::not_ok(
                 Status::Fail,
                 "proxy image",
-                error.to_string(),
+                with_causes(&error),
                 "the proxy image is made from this binary, which must be the static build",
             )
         })
@@ -295,7 +296,7 @@ async fn egress_network_check(engine: &dyn ContainerEngine) -> Check {
         Err(error) => Check::not_ok(
             Status::Fail,
             "egress network",
-            format!("cannot inspect {EGRESS_NETWORK}: {error}"),
+            format!("cannot inspect {EGRESS_NETWORK}: {}", with_causes(&error)),
             "check the engine's networks (`docker network ls`)",
         ),
     }
@@ -311,7 +312,7 @@ async fn runtime_checks(engine: &dyn ContainerEngine, probe_image: Option<&str>)
             return vec![Check::not_ok(
                 Status::Fail,
                 "runtimes",
-                error.to_string(),
+                with_causes(&error),
                 "check that `docker info` works",
             )];
         }

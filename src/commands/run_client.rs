@@ -20,6 +20,7 @@ use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
 use egress_core::handoff::Secrets;
 use egress_sandbox::Interruption;
+use egress_sandbox::report::RunReport;
 use egress_serve::client::{Client, ClientError, Event};
 
 use egress_sandbox::RunCredentials;
@@ -253,15 +254,23 @@ fn handle(
                     "egress-sandbox: could not remove {failure}; `egress-sandbox gc` will"
                 ));
             }
-            let (report, summary) = match audit_log.error.as_deref() {
-                Some(error) => (
-                    with_audit_log_error(report.get(), error),
-                    summary + &egress_sandbox::report::audit_log_incomplete(error),
-                ),
-                None => (report.get().to_string(), summary),
+            let mut report = match serde_json::from_str::<RunReport<'static>>(report.get()) {
+                Ok(report) => report,
+                Err(error) => {
+                    say(format_args!(
+                        "egress-sandbox: error: the daemon's report cannot be read: {error}"
+                    ));
+                    exit_code.set(Some(i32::from(SETUP_FAILED)));
+                    return;
+                }
             };
+            let mut summary = summary;
+            if let Some(error) = audit_log.error.as_deref() {
+                report.audit_log_error = Some(error.to_owned().into());
+                summary += &egress_sandbox::report::audit_log_incomplete(error);
+            }
             if let Some(path) = report_path
-                && let Err(error) = write_report(path, &report)
+                && let Err(error) = std::fs::write(path, report.to_json() + "\n")
             {
                 say(format_args!(
                     "egress-sandbox: cannot write the report {}: {error}",
@@ -269,12 +278,7 @@ fn handle(
                 ));
             }
             tool_lines::print_line(&summary);
-            exit_code.set(
-                serde_json::from_str::<serde_json::Value>(&report)
-                    .ok()
-                    .and_then(|report| report["exit_code"].as_i64())
-                    .and_then(|code| i32::try_from(code).ok()),
-            );
+            exit_code.set(Some(report.exit_code));
         }
         Event::Error { error, .. } => {
             say(format_args!("egress-sandbox: error: {error}"));
@@ -283,25 +287,6 @@ fn handle(
         // An event of a newer daemon: nothing this client has to act on.
         _ => {}
     }
-}
-
-/// The daemon's compact report with the field a cold run adds last when its audit log
-/// is incomplete (`RunReport::audit_log_error`).
-fn with_audit_log_error(compact: &str, error: &str) -> String {
-    let fields = compact.trim_end().strip_suffix('}').unwrap_or(compact);
-    let error = serde_json::to_string(error).expect("a string always serialises");
-    format!("{fields},\"audit_log_error\":{error}}}")
-}
-
-/// The report as `run` writes it: pretty JSON, fields in the daemon's order, a newline.
-fn write_report(path: &std::path::Path, compact: &str) -> std::io::Result<()> {
-    let mut pretty = Vec::new();
-    let mut deserializer = serde_json::Deserializer::from_str(compact);
-    let mut serializer = serde_json::Serializer::pretty(&mut pretty);
-    serde_transcode::transcode(&mut deserializer, &mut serializer)
-        .map_err(std::io::Error::other)?;
-    pretty.push(b'\n');
-    std::fs::write(path, pretty)
 }
 
 /// The request `run`'s flags amount to, with `stdin`: the fields that carry a flag as it is

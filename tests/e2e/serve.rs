@@ -492,6 +492,38 @@ fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
     daemon.stop();
 }
 
+/// What the engine lacks is the request's fault too: a 400 naming the field, answered before
+/// anything is created, never a 200 whose stream ends in an error event.
+#[test]
+fn a_request_the_engine_cannot_carry_out_is_a_400_naming_its_field() {
+    let daemon = Daemon::start();
+    for (request, field) in [
+        (
+            json!({"argv": ["true"], "egress_network": "egress-test-no-such-network"}),
+            "egress_network",
+        ),
+        (
+            json!({"argv": ["true"], "runtime": "egress-test-no-such-runtime"}),
+            "runtime",
+        ),
+        (json!({"argv": ["true"], "timeout": 0}), "timeout"),
+        (json!({"argv": ["true"], "tmp": "512KiB"}), "tmp"),
+    ] {
+        match post(&daemon, request.clone()) {
+            Err(ClientError::Refused { status, refusal }) => {
+                assert_eq!(status.as_u16(), 400, "{request}");
+                assert_eq!(refusal.field, field, "{request}: {}", refusal.error);
+                assert!(!refusal.error.is_empty(), "{request}");
+            }
+            Ok(run) => panic!("{request} was accepted: {:#?}", run.events),
+            Err(other) => panic!("{request}: {other}"),
+        }
+    }
+    let (owned, _) = objects_owned_by(daemon.pid());
+    assert!(owned.is_empty(), "a refused request created {owned:?}");
+    daemon.stop();
+}
+
 /// Starts `sleep 60` and returns its run id once `started` came, with the stream still open
 /// in a thread that reports the rest of the events.
 fn start_long_run(daemon: &Daemon, network: &TestNetwork) -> (String, mpsc::Receiver<Vec<Value>>) {

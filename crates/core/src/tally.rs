@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use crate::audit::{AuditRecord, DroppedByDecision, Outcome};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How many refusal groups a report lists at most; the rest is counted in `blocked_more`.
 pub const REPORT_GROUPS: usize = 1000;
@@ -25,7 +25,7 @@ pub const MAX_HOST_BYTES: usize = crate::audit::MAX_RAW_HOST_BYTES;
 
 /// Attempts by decision: those written and, once the proxy's `end` record came, those it
 /// only counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AttemptCounts {
     pub allowed: u64,
@@ -46,7 +46,7 @@ impl AttemptCounts {
 }
 
 /// Refused attempts of one host, port and reason (kinds merged; port `None` for DNS).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RefusalGroup {
     /// As the audit record carries it (escaped at the source by the proxy); shown to a
@@ -112,7 +112,7 @@ pub struct Refusals {
 }
 
 /// How many records the proxy wrote for the run, and how many attempts it only counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AuditCounts {
     /// Lines written for the run before its `end` record (attempts and the `limit` record).

@@ -312,7 +312,7 @@ impl DockerError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
-    #[error("cannot reach the Docker engine at {host}: {source}")]
+    #[error("cannot reach the Docker engine at {host}")]
     Unreachable {
         host: String,
         #[source]
@@ -320,7 +320,7 @@ pub enum EngineError {
     },
     #[error("cannot reach the Docker engine at {host}: no answer within {}s", crate::docker::CONNECT_TIMEOUT.as_secs())]
     NoAnswer { host: String },
-    #[error("Docker: {step}: {source}")]
+    #[error("Docker: {step}")]
     Api {
         step: String,
         #[source]

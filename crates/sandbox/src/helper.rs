@@ -113,7 +113,7 @@ pub enum HelperError {
         shown_paths(searched)
     )]
     NotFound { searched: Vec<PathBuf> },
-    #[error("cannot run `{} version`: {source}", path.display())]
+    #[error("cannot run `{} version`", path.display())]
     Run {
         path: PathBuf,
         #[source]

@@ -74,6 +74,7 @@ pub(crate) mod credentials;
 pub mod docker;
 pub mod engine;
 pub mod events;
+pub mod fit;
 pub mod gc;
 pub mod handle;
 pub mod helper;

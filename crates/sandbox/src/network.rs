@@ -82,7 +82,7 @@ pub enum NetworkError {
         "no free /29 left in the subnet pool {pool} (set EGRESS_SANDBOX_SUBNET_POOL to another range, or run `egress-sandbox gc`)"
     )]
     PoolExhausted { pool: Ipv4Net },
-    #[error("Docker: create network {name}: {source}")]
+    #[error("Docker: create network {name}")]
     Create {
         name: String,
         #[source]
@@ -90,7 +90,7 @@ pub enum NetworkError {
     },
     #[error("egress network {name:?} does not exist (create it, or leave out --egress-network)")]
     EgressMissing { name: String },
-    #[error("Docker: egress network {name}: {source}")]
+    #[error("Docker: egress network {name}")]
     Egress {
         name: String,
         #[source]

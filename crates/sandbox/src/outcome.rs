@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{DockerError, EngineError};
 use crate::images::ImageError;
@@ -18,7 +18,7 @@ use crate::trust::TrustError;
 use egress_core::tally::{AttemptCounts, AuditCounts, RefusalGroup};
 
 /// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum RunStatus {
@@ -105,7 +105,7 @@ pub enum RunError {
     Image(#[from] ImageError),
     #[error(transparent)]
     Network(#[from] NetworkError),
-    #[error("Docker: {step}: {source}")]
+    #[error("Docker: {step}")]
     Docker {
         step: String,
         #[source]
@@ -115,12 +115,12 @@ pub enum RunError {
     ProxyNotReady { detail: String },
     #[error("the proxy was not ready within {}s", waited.as_secs())]
     ProxyReadyTimeout { waited: Duration },
-    #[error("cannot hand the run's configuration to the proxy: {source}")]
+    #[error("cannot hand the run's configuration to the proxy")]
     Handoff {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot signal the sandbox's launcher: {source}")]
+    #[error("cannot signal the sandbox's launcher")]
     GoSignal {
         #[source]
         source: std::io::Error,
@@ -132,7 +132,7 @@ pub enum RunError {
         hosts.join(", ")
     )]
     InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
-    #[error("cannot open the audit log {path}: {source}")]
+    #[error("cannot open the audit log {path}")]
     AuditLog {
         path: PathBuf,
         #[source]
@@ -141,7 +141,7 @@ pub enum RunError {
     /// The helper binary could not be found, or answered as no helper of this library.
     #[error(transparent)]
     Helper(#[from] crate::helper::HelperError),
-    #[error("cannot find the proxy binary {}: {source}", path.display())]
+    #[error("cannot find the proxy binary {}", path.display())]
     ProxyBinary {
         path: PathBuf,
         #[source]
@@ -157,17 +157,17 @@ pub enum RunError {
          a network (for gVisor: runtimeArgs [\"--network=host\"], see scripts/gvisor-setup.sh)"
     )]
     RuntimeUnreachable { name: String, kind: String },
-    #[error("cannot list this host's interface addresses: {0}")]
+    #[error("cannot list this host's interface addresses")]
     HostAddresses(#[source] std::io::Error),
-    #[error("cannot identify this process for the owner label: {0}")]
+    #[error("cannot identify this process for the owner label")]
     Owner(#[source] std::io::Error),
     #[error(transparent)]
     Trust(#[from] TrustError),
-    #[error("cannot create the sandbox's resolv.conf: {0}")]
+    #[error("cannot create the sandbox's resolv.conf")]
     ResolvConf(#[source] std::io::Error),
-    #[error("cannot create the directory the sandbox passes its doors through: {0}")]
+    #[error("cannot create the directory the sandbox passes its doors through")]
     DoorsDir(#[source] std::io::Error),
-    #[error("cannot place the binary the sandbox mounts as its launcher: {0}")]
+    #[error("cannot place the binary the sandbox mounts as its launcher")]
     LauncherBinary(#[source] std::io::Error),
     /// A directory the run would keep files in is not the running user's alone.
     #[error(transparent)]
@@ -175,24 +175,68 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// The error and its causes on one line (each cause once), as the CLI and the daemon
-    /// show a set-up failure.
+    /// The error and its causes on one line, as the CLI and the daemon show a set-up
+    /// failure ([`with_causes`]).
     pub fn message_with_causes(&self) -> String {
-        let mut message = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !message.contains(&text) {
-                message.push_str(": ");
-                message.push_str(&text);
-            }
-            source = cause.source();
-        }
-        message
+        with_causes(self)
     }
+}
+
+/// `error` and each of its causes, joined with `: `. Every error of a run says only its own
+/// step and leaves its cause to [`source`](std::error::Error::source), so each cause is said
+/// once here, as in anyhow's `{:#}`.
+pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
 }
 
 pub(crate) fn docker_step(step: impl Into<String>) -> impl FnOnce(DockerError) -> RunError {
     let step = step.into();
     move |source| RunError::Docker { step, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::NetworkError;
+
+    /// A nested set-up error, as the CLI prints it (anyhow's `{:#}`) and as the daemon does
+    /// (`message_with_causes`): every step and cause once.
+    #[test]
+    fn each_cause_is_said_once() {
+        let engine_words = "the engine answered 500: pool overlaps";
+        let error = RunError::Network(NetworkError::Engine(EngineError::Api {
+            step: "list networks".into(),
+            source: DockerError::Engine {
+                status: 500,
+                message: "pool overlaps".into(),
+            },
+        }));
+        let expected = format!("Docker: list networks: {engine_words}");
+        assert_eq!(error.message_with_causes(), expected);
+        let io = RunError::ResolvConf(std::io::Error::other("disk full"));
+        assert_eq!(
+            io.message_with_causes(),
+            "cannot create the sandbox's resolv.conf: disk full"
+        );
+        for shown in [
+            format!("{:#}", anyhow::Error::new(error)),
+            format!("{:#}", anyhow::Error::new(io)),
+        ] {
+            for part in [
+                "Docker: list networks",
+                engine_words,
+                "disk full",
+                "resolv.conf",
+            ] {
+                assert!(shown.matches(part).count() <= 1, "{part} twice in {shown}");
+            }
+        }
+    }
 }

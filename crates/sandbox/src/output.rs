@@ -9,7 +9,7 @@
 //! [`relay`].
 
 use futures_util::{Stream, StreamExt};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -88,7 +88,7 @@ impl OutputSinks {
 }
 
 /// What the command wrote.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct OutputStats {
     /// Bytes the command wrote to stdout, including any dropped past the cap.

@@ -38,13 +38,13 @@ pub enum PlaceError {
         mode: u32,
         problem: &'static str,
     },
-    #[error("cannot create the private directory {}: {source}", path.display())]
+    #[error("cannot create the private directory {}", path.display())]
     Create {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("cannot inspect {}: {source}", path.display())]
+    #[error("cannot inspect {}", path.display())]
     Inspect {
         path: PathBuf,
         #[source]

@@ -2,53 +2,55 @@
 //! one-line summary on stderr, and the tally of refused attempts that both share with
 //! `audit summary`.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::outcome::{Interruption, RunOutcome, RunStatus};
 pub use egress_core::tally::{
     AttemptCounts, AuditCounts, AuditTally, REPORT_GROUPS, RefusalGroup, Refusals,
 };
 
-/// The `--report` file.
-#[derive(Debug, Serialize)]
+/// The `--report` file: borrowed from a [`RunOutcome`] when written, owned when read back
+/// (`run --server` reads the daemon's and completes it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunReport<'a> {
     pub v: u32,
-    pub run: &'a str,
+    pub run: Cow<'a, str>,
     pub status: RunStatus,
     pub exit_code: i32,
     pub duration_ms: u64,
-    pub image: &'a str,
-    pub policy: &'a str,
+    pub image: Cow<'a, str>,
+    pub policy: Cow<'a, str>,
     pub output: crate::output::OutputStats,
     pub attempts: AttemptCounts,
     /// At most [`REPORT_GROUPS`] groups, most attempts first.
-    pub blocked: &'a [RefusalGroup],
+    pub blocked: Cow<'a, [RefusalGroup]>,
     /// Refused attempts counted in no group of `blocked`.
     pub blocked_more: u64,
     pub audit: AuditCounts,
     /// Hex SHA-256 of the run's `end` audit line (null when the proxy never wrote it).
-    pub audit_head: Option<&'a str>,
+    pub audit_head: Option<Cow<'a, str>>,
     /// Present only when the `--audit-log` file could not take every record: why not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub audit_log_error: Option<&'a str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_log_error: Option<Cow<'a, str>>,
 }
 
 impl<'a> RunReport<'a> {
     pub fn new(outcome: &'a RunOutcome) -> RunReport<'a> {
         RunReport {
             v: 1,
-            run: &outcome.run_id,
+            run: Cow::Borrowed(&outcome.run_id),
             status: outcome.status,
             exit_code: outcome.exit_code,
             duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
-            image: &outcome.image,
-            policy: &outcome.policy,
+            image: Cow::Borrowed(&outcome.image),
+            policy: Cow::Borrowed(&outcome.policy),
             output: outcome.output,
             attempts: outcome.attempts,
             // RunOutcome holds at most REPORT_GROUPS already; an embedder's may not.
-            blocked: &outcome.blocked[..outcome.blocked.len().min(REPORT_GROUPS)],
+            blocked: Cow::Borrowed(&outcome.blocked[..outcome.blocked.len().min(REPORT_GROUPS)]),
             blocked_more: outcome.blocked_more
                 + outcome
                     .blocked
@@ -57,11 +59,12 @@ impl<'a> RunReport<'a> {
                     .map(|group| group.count)
                     .sum::<u64>(),
             audit: outcome.audit,
-            audit_head: outcome.audit_head.as_deref(),
-            audit_log_error: outcome.audit_log_error.as_deref(),
+            audit_head: outcome.audit_head.as_deref().map(Cow::Borrowed),
+            audit_log_error: outcome.audit_log_error.as_deref().map(Cow::Borrowed),
         }
     }
 
+    /// The report as `--report` writes it: pretty JSON (without the final newline).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a report always serialises")
     }
@@ -216,6 +219,30 @@ mod tests {
             report["audit_log_error"],
             "No space left on device (os error 28)"
         );
+    }
+
+    /// A report read back is the report written: what `run --server` relies on when it
+    /// completes the daemon's.
+    #[test]
+    fn a_report_reads_back_as_written() {
+        let mut tally = AuditTally::default();
+        tally.add(&record(
+            "test.example.org",
+            Some(443),
+            Outcome::Blocked,
+            Reason::NotAllowed,
+        ));
+        let mut outcome = outcome(&tally);
+        outcome.audit_head = Some("ab".repeat(32));
+        outcome.audit_log_error = Some("disk full".into());
+        let written = RunReport::new(&outcome);
+        let json = written.to_json();
+        let read: RunReport<'static> = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, written);
+        assert_eq!(read.to_json(), json);
+        let compact: RunReport<'static> =
+            serde_json::from_str(&serde_json::to_string(&written).unwrap()).unwrap();
+        assert_eq!(compact, written);
     }
 
     #[test]

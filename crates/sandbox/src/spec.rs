@@ -33,7 +33,7 @@ use crate::credentials::{CredentialError, RunCredentials};
 use crate::task_files::{self, TaskFile};
 
 use env::check_env;
-pub use limits::{DEFAULT_LIMITS, MIN_MEMORY, RunLimits};
+pub use limits::{DEFAULT_LIMITS, MIN_MEMORY, MIN_TMP, RunLimits};
 use limits::{Requested, resolve_limits, resolve_runtime};
 pub use mounts::Mount;
 use mounts::check_mount;

@@ -255,7 +255,7 @@ impl Drop for Teardown {
                     let engine = engine
                         .reconnect()
                         .await
-                        .map_err(|error| vec![error.to_string()])?;
+                        .map_err(|error| vec![crate::outcome::with_causes(&error)])?;
                     if wait_for_creations {
                         let waited = tokio::task::spawn_blocking(move || {
                             pending.iter().all(|creation| creation.wait_until(deadline))

@@ -50,15 +50,15 @@ const MAX_IMAGE_BUNDLE: u64 = 16 << 20;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrustError {
-    #[error("cannot create the sandbox's CA bundle file: {0}")]
+    #[error("cannot create the sandbox's CA bundle file")]
     Create(#[source] std::io::Error),
-    #[error("cannot create a container to read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
+    #[error("cannot create a container to read the image's CA bundle {IMAGE_BUNDLE}")]
     Probe(#[source] crate::engine::DockerError),
-    #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
+    #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}")]
     Download(#[source] crate::engine::DockerError),
-    #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}: {0}")]
+    #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}")]
     Archive(#[source] std::io::Error),
-    #[error("cannot write the sandbox's CA bundle: {0}")]
+    #[error("cannot write the sandbox's CA bundle")]
     Write(#[source] std::io::Error),
 }
 

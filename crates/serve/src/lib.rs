@@ -224,6 +224,30 @@ async fn handle(
     Ok(response)
 }
 
+/// What the request asks of the engine (egress network, runtime), checked before
+/// anything is created: a 400 naming the field it lacks, a 503 when the engine does not
+/// answer.
+async fn check_fit(shared: &Shared, spec: &egress_sandbox::RunSpec) -> Result<(), Response<Body>> {
+    use egress_sandbox::fit::Unfit;
+    let unfit = match egress_sandbox::fit::check_fit(shared.sandbox.engine(), spec).await {
+        Ok(()) => return Ok(()),
+        Err(unfit) => unfit,
+    };
+    let field = match &unfit {
+        Unfit::EgressNetwork { .. } => "egress_network",
+        Unfit::Runtime { .. } => "runtime",
+        _ => {
+            return Err(unavailable::engine_down(
+                &egress_sandbox::outcome::with_causes(&unfit),
+            ));
+        }
+    };
+    Err(json_response(
+        StatusCode::BAD_REQUEST,
+        &BadRequest::new(field, unfit.to_string()),
+    ))
+}
+
 async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     if *shared.shutdown.borrow() {
         return unavailable::stopping();
@@ -255,6 +279,9 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
         Ok(checked) => checked,
         Err(refused) => return json_response(StatusCode::BAD_REQUEST, &refused),
     };
+    if let Err(refused) = check_fit(&shared, &checked.spec).await {
+        return refused;
+    }
     if let Some(image) = checked.spec.image().map(str::to_owned) {
         // `run` answers a missing image with 125 before creating anything: so does this.
         match egress_sandbox::images::require_local_image(shared.sandbox.engine(), &image).await {

@@ -346,8 +346,8 @@ impl RunRequest {
         for (key, value) in self.env.map(EnvVars::pairs).unwrap_or_default() {
             builder = builder.env(key, value);
         }
-        for (name, ip) in self.resolve {
-            let (name, ip) = run_flags::resolve(&format!("{name}={ip}")).map_err(spec_error)?;
+        for (name, ip) in &self.resolve {
+            let (name, ip) = pin(name, ip)?;
             builder = builder.resolve(name.as_str(), ip);
         }
         for (path, b64) in files {
@@ -383,6 +383,24 @@ impl RunRequest {
         let spec = builder.build().map_err(spec_error)?;
         Ok(Checked { spec, stdin })
     }
+}
+
+/// One `resolve` entry, NAME → IP, checked as the proxy checks a pin (the name normalised
+/// like any target, the address written in full) and refused in the field's terms.
+fn pin(
+    name: &str,
+    ip: &str,
+) -> Result<(egress_core::target::HostName, std::net::IpAddr), BadRequest> {
+    let refused = |reason: String| {
+        BadRequest::new(
+            "resolve",
+            format!("invalid resolve {name:?}: {ip:?}: {reason}"),
+        )
+    };
+    let host =
+        egress_core::target::HostName::parse(name).map_err(|error| refused(error.to_string()))?;
+    let ip = egress_core::pin::parse_pin_address(ip).map_err(|error| refused(error.to_string()))?;
+    Ok((host, ip))
 }
 
 /// A flag's value as a request field holds it.
@@ -555,6 +573,8 @@ mod tests {
             (r#"{"argv":["x"],"workdir":"rel"}"#, "workdir"),
             (r#"{"argv":["x"],"env":{"A=B":"c"}}"#, "env"),
             (r#"{"argv":["x"],"mounts":["/nonexistent-x:/y"]}"#, "mounts"),
+            (r#"{"argv":["x"],"tmp":"512KiB"}"#, "tmp"),
+            (r#"{"argv":["x"],"timeout":0}"#, "timeout"),
             (r#"{"argv":["x"],"colour":"red"}"#, "colour"),
         ] {
             let refused = check(json)
@@ -702,6 +722,8 @@ mod tests {
             r#"{"argv":["x"],"mounts":["/nonexistent-x:/y"]}"#,
             r#"{"argv":["x"],"egress_network":""}"#,
             r#"{"argv":["x"],"audit_limit":0}"#,
+            r#"{"argv":["x"],"resolve":{"a.example":"127.1"}}"#,
+            r#"{"argv":["x"],"resolve":{"a b":"127.0.0.1"}}"#,
         ] {
             let refused = check(json).err().unwrap();
             assert!(!refused.error.contains("--"), "{json}: {}", refused.error);

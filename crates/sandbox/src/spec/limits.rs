@@ -22,6 +22,10 @@ pub const DEFAULT_LIMITS: RunLimits = RunLimits {
 /// Docker refuses memory limits below 6 MiB; say so before anything is created.
 pub const MIN_MEMORY: u64 = 6 << 20;
 
+/// The smallest `/tmp` (and `/task`) a run gets: below 1 MiB a tmpfs holds no more than a few
+/// files of any size, and the run would fail with `ENOSPC` after everything was created.
+pub const MIN_TMP: u64 = 1 << 20;
+
 /// The limits a run is held to.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -210,8 +214,12 @@ pub(super) fn resolve_limits(
             "must be at least 2",
         ));
     }
-    if limits.tmp == 0 {
-        return Err(invalid("--tmp", "0", "must be more than 0"));
+    if limits.tmp < MIN_TMP {
+        return Err(invalid(
+            "--tmp",
+            format_size(limits.tmp),
+            format!("must be at least {}", format_size(MIN_TMP)),
+        ));
     }
     if i64::try_from(limits.pids).is_err() {
         return Err(invalid("--pids", limits.pids.to_string(), "too large"));
@@ -324,6 +332,30 @@ mod tests {
         let mut asked = requested();
         asked.cpus = Some(f64::NAN);
         assert!(resolve_limits(&asked, &Limits::default(), "p").is_err());
+    }
+
+    /// A `/tmp` below 1 MiB is refused before anything is created, whether asked for or a
+    /// policy's ceiling; 1 MiB itself is taken.
+    #[test]
+    fn a_tmp_below_the_minimum_is_refused() {
+        let mut asked = requested();
+        asked.tmp = Some(MIN_TMP - 1);
+        let refused = resolve_limits(&asked, &Limits::default(), "p").unwrap_err();
+        assert!(
+            refused.to_string().starts_with("invalid --tmp")
+                && refused.to_string().contains("at least 1MiB"),
+            "{refused}"
+        );
+        let ceilings = Limits {
+            tmp: Some(4096),
+            ..Limits::default()
+        };
+        assert!(resolve_limits(&requested(), &ceilings, "p").is_err());
+        asked.tmp = Some(MIN_TMP);
+        assert_eq!(
+            resolve_limits(&asked, &Limits::default(), "p").unwrap().tmp,
+            MIN_TMP
+        );
     }
 
     /// The library takes a `Duration` and byte counts, not text: the bounds the parsers

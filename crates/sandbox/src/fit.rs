@@ -1,0 +1,97 @@
+//! Whether the engine can carry out a checked [`RunSpec`]: its egress network and its
+//! runtime, asked of the engine before anything is created, so a front end
+//! can refuse the request as the caller's fault (`serve`: a 400 naming the field).
+
+use crate::engine::{ContainerEngine, EngineError};
+use crate::network::{self, EGRESS_NETWORK, NetworkError};
+use crate::spec::RunSpec;
+
+/// What the engine lacks for a run. Display is the message for the caller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unfit {
+    #[error("egress network {name:?} does not exist on the engine")]
+    EgressNetwork { name: String },
+    #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
+    Runtime {
+        name: String,
+        available: Vec<String>,
+    },
+    /// The engine did not answer: not the request's fault.
+    #[error("cannot ask the engine whether it can run this")]
+    Engine(#[source] EngineError),
+}
+
+impl From<NetworkError> for Unfit {
+    fn from(error: NetworkError) -> Unfit {
+        match error {
+            NetworkError::EgressMissing { name } => Unfit::EgressNetwork { name },
+            NetworkError::Engine(error) => Unfit::Engine(error),
+            other => Unfit::Engine(EngineError::Api {
+                step: "inspect the egress network".into(),
+                source: crate::engine::DockerError::Protocol {
+                    message: crate::outcome::with_causes(&other),
+                },
+            }),
+        }
+    }
+}
+
+/// Checks `spec` against what `engine` has. The tool's own egress network is not checked:
+/// a run creates it on first use.
+pub async fn check_fit(engine: &dyn ContainerEngine, spec: &RunSpec) -> Result<(), Unfit> {
+    let info = engine
+        .info()
+        .await
+        .map_err(|source| Unfit::Engine(EngineError::api("ask the engine what it has")(source)))?;
+    if let Some(name) = spec.runtime()
+        && !info.runtimes.contains_key(name)
+    {
+        return Err(Unfit::Runtime {
+            name: name.to_owned(),
+            available: info.runtimes.into_keys().collect(),
+        });
+    }
+    if let Some(name) = spec.egress_network().filter(|name| *name != EGRESS_NETWORK) {
+        network::egress_network(engine, Some(name)).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::testing::FakeEngine;
+
+    fn spec(build: impl FnOnce(crate::RunSpecBuilder) -> crate::RunSpecBuilder) -> RunSpec {
+        build(RunSpec::builder(["true"])).build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn what_the_engine_has_fits_and_what_it_lacks_is_named() {
+        let fake = FakeEngine::local();
+        fake.add_network("mine", HashMap::new());
+        let fits = spec(|b| b.runtime("runc").egress_network("mine"));
+        check_fit(&fake, &fits).await.unwrap();
+        check_fit(&fake, &spec(|b| b.egress_network(EGRESS_NETWORK)))
+            .await
+            .unwrap();
+
+        let unfit = check_fit(&fake, &spec(|b| b.runtime("kata")))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            unfit.to_string(),
+            "the engine has no runtime \"kata\" (it has: runc)"
+        );
+        let unfit = check_fit(&fake, &spec(|b| b.egress_network("nowhere")))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&unfit, Unfit::EgressNetwork { name } if name == "nowhere"),
+            "{unfit:?}"
+        );
+    }
+}
