@@ -498,6 +498,7 @@ fn a_refused_request_is_a_400_naming_its_field_and_creates_nothing() {
 fn a_request_the_engine_cannot_carry_out_is_a_400_naming_its_field() {
     let daemon = Daemon::start();
     for (request, field) in [
+        (json!({"argv": ["true"], "cpus": 4096}), "cpus"),
         (
             json!({"argv": ["true"], "egress_network": "egress-test-no-such-network"}),
             "egress_network",

@@ -248,10 +248,11 @@ fn a_claim_the_engine_refuses_ends_in_an_error_and_leaves_nothing() {
     let network = TestNetwork::create();
     let daemon = Daemon::with_pool(1, &network);
     let slots = slot_ids(&daemon);
-    // More CPUs than any machine has: the engine refuses them at the claim's update.
+    // More tasks than the kernel's pid limit (4194304): the kernel refuses the pids cgroup's
+    // value at the claim's update, which the daemon cannot know before.
     let run = post(
         &daemon,
-        with_network(&network, json!({"argv": ["true"], "cpus": 4096})),
+        with_network(&network, json!({"argv": ["true"], "pids": 10_000_000})),
     )
     .unwrap();
     assert!(slots.contains(&run.run_id()), "the run was not warm");

@@ -502,6 +502,7 @@ impl ContainerEngine for DockerEngine {
                 })
                 .collect();
             Ok(EngineInfo {
+                cpus: info.ncpu.and_then(|cpus| u64::try_from(cpus).ok()),
                 runtimes,
                 default_runtime: info.default_runtime,
                 storage_driver: info.driver.unwrap_or_default(),

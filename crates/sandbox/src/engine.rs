@@ -236,6 +236,8 @@ pub struct EngineVersion {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EngineInfo {
+    /// CPUs the engine's host has, when it says.
+    pub cpus: Option<u64>,
     /// Its OCI runtimes as it registers them, by name.
     pub runtimes: BTreeMap<String, RuntimeInfo>,
     pub default_runtime: Option<String>,

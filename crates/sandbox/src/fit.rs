@@ -1,5 +1,5 @@
-//! Whether the engine can carry out a checked [`RunSpec`]: its egress network and its
-//! runtime, asked of the engine before anything is created, so a front end
+//! Whether the engine can carry out a checked [`RunSpec`]: the CPUs it asks for, its egress
+//! network and its runtime, asked of the engine before anything is created, so a front end
 //! can refuse the request as the caller's fault (`serve`: a 400 naming the field).
 
 use crate::engine::{ContainerEngine, EngineError};
@@ -10,6 +10,8 @@ use crate::spec::RunSpec;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unfit {
+    #[error("cpus {asked} is more than the engine has ({available})")]
+    Cpus { asked: f64, available: u64 },
     #[error("egress network {name:?} does not exist on the engine")]
     EgressNetwork { name: String },
     #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
@@ -44,6 +46,12 @@ pub async fn check_fit(engine: &dyn ContainerEngine, spec: &RunSpec) -> Result<(
         .info()
         .await
         .map_err(|source| Unfit::Engine(EngineError::api("ask the engine what it has")(source)))?;
+    let asked = spec.limits().cpus;
+    if let Some(available) = info.cpus
+        && asked > available as f64
+    {
+        return Err(Unfit::Cpus { asked, available });
+    }
     if let Some(name) = spec.runtime()
         && !info.runtimes.contains_key(name)
     {
@@ -73,12 +81,18 @@ mod tests {
     async fn what_the_engine_has_fits_and_what_it_lacks_is_named() {
         let fake = FakeEngine::local();
         fake.add_network("mine", HashMap::new());
-        let fits = spec(|b| b.runtime("runc").egress_network("mine"));
+        let fits = spec(|b| b.cpus(2.0).runtime("runc").egress_network("mine"));
         check_fit(&fake, &fits).await.unwrap();
         check_fit(&fake, &spec(|b| b.egress_network(EGRESS_NETWORK)))
             .await
             .unwrap();
 
+        let unfit = check_fit(&fake, &spec(|b| b.cpus(64.0))).await.unwrap_err();
+        assert!(
+            matches!(unfit, Unfit::Cpus { available: 2, .. }),
+            "{unfit:?}"
+        );
+        assert_eq!(unfit.to_string(), "cpus 64 is more than the engine has (2)");
         let unfit = check_fit(&fake, &spec(|b| b.runtime("kata")))
             .await
             .unwrap_err();

@@ -1236,6 +1236,7 @@ impl ContainerEngine for FakeEngine {
         self.answer(Method::Info, "", |_| {
             let runc = RuntimeInfo::new("runc".into(), Some("runc".into()), Vec::new());
             Ok(EngineInfo {
+                cpus: Some(2),
                 runtimes: BTreeMap::from([("runc".to_owned(), runc)]),
                 default_runtime: Some("runc".into()),
                 storage_driver: "overlay2".into(),

@@ -224,7 +224,7 @@ async fn handle(
     Ok(response)
 }
 
-/// What the request asks of the engine (egress network, runtime), checked before
+/// What the request asks of the engine (CPUs, egress network, runtime), checked before
 /// anything is created: a 400 naming the field it lacks, a 503 when the engine does not
 /// answer.
 async fn check_fit(shared: &Shared, spec: &egress_sandbox::RunSpec) -> Result<(), Response<Body>> {
@@ -234,6 +234,7 @@ async fn check_fit(shared: &Shared, spec: &egress_sandbox::RunSpec) -> Result<()
         Err(unfit) => unfit,
     };
     let field = match &unfit {
+        Unfit::Cpus { .. } => "cpus",
         Unfit::EgressNetwork { .. } => "egress_network",
         Unfit::Runtime { .. } => "runtime",
         _ => {
