@@ -51,51 +51,51 @@ const HOLD_LIMIT: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Method {
-    /// [`ContainerEngine::reconnect`](crate::ContainerEngine::reconnect).
+    /// [`ContainerEngine::reconnect`].
     Reconnect,
-    /// [`ContainerEngine::create_container`](crate::ContainerEngine::create_container).
+    /// [`ContainerEngine::create_container`].
     CreateContainer,
-    /// [`ContainerEngine::attach_container`](crate::ContainerEngine::attach_container).
+    /// [`ContainerEngine::attach_container`].
     AttachContainer,
-    /// [`ContainerEngine::start_container`](crate::ContainerEngine::start_container).
+    /// [`ContainerEngine::start_container`].
     StartContainer,
-    /// [`ContainerEngine::wait_container`](crate::ContainerEngine::wait_container).
+    /// [`ContainerEngine::wait_container`].
     WaitContainer,
-    /// [`ContainerEngine::inspect_container`](crate::ContainerEngine::inspect_container).
+    /// [`ContainerEngine::inspect_container`].
     InspectContainer,
-    /// [`ContainerEngine::update_container`](crate::ContainerEngine::update_container).
+    /// [`ContainerEngine::update_container`].
     UpdateContainer,
-    /// [`ContainerEngine::kill_container`](crate::ContainerEngine::kill_container).
+    /// [`ContainerEngine::kill_container`].
     KillContainer,
-    /// [`ContainerEngine::remove_container`](crate::ContainerEngine::remove_container).
+    /// [`ContainerEngine::remove_container`].
     RemoveContainer,
-    /// [`ContainerEngine::list_containers`](crate::ContainerEngine::list_containers).
+    /// [`ContainerEngine::list_containers`].
     ListContainers,
-    /// [`ContainerEngine::download_from_container`](crate::ContainerEngine::download_from_container).
+    /// [`ContainerEngine::download_from_container`].
     DownloadFromContainer,
-    /// [`ContainerEngine::saw_oom_event`](crate::ContainerEngine::saw_oom_event).
+    /// [`ContainerEngine::saw_oom_event`].
     SawOomEvent,
-    /// [`ContainerEngine::create_network`](crate::ContainerEngine::create_network).
+    /// [`ContainerEngine::create_network`].
     CreateNetwork,
-    /// [`ContainerEngine::inspect_network`](crate::ContainerEngine::inspect_network).
+    /// [`ContainerEngine::inspect_network`].
     InspectNetwork,
-    /// [`ContainerEngine::connect_network`](crate::ContainerEngine::connect_network).
+    /// [`ContainerEngine::connect_network`].
     ConnectNetwork,
-    /// [`ContainerEngine::remove_network`](crate::ContainerEngine::remove_network).
+    /// [`ContainerEngine::remove_network`].
     RemoveNetwork,
-    /// [`ContainerEngine::list_networks`](crate::ContainerEngine::list_networks).
+    /// [`ContainerEngine::list_networks`].
     ListNetworks,
-    /// [`ContainerEngine::inspect_image`](crate::ContainerEngine::inspect_image).
+    /// [`ContainerEngine::inspect_image`].
     InspectImage,
-    /// [`ContainerEngine::list_images`](crate::ContainerEngine::list_images).
+    /// [`ContainerEngine::list_images`].
     ListImages,
-    /// [`ContainerEngine::import_image`](crate::ContainerEngine::import_image).
+    /// [`ContainerEngine::import_image`].
     ImportImage,
-    /// [`ContainerEngine::remove_image`](crate::ContainerEngine::remove_image).
+    /// [`ContainerEngine::remove_image`].
     RemoveImage,
-    /// [`ContainerEngine::version`](crate::ContainerEngine::version).
+    /// [`ContainerEngine::version`].
     Version,
-    /// [`ContainerEngine::info`](crate::ContainerEngine::info).
+    /// [`ContainerEngine::info`].
     Info,
 }
 
