@@ -8,7 +8,7 @@
 //! the IPv4 list.
 //!
 //! A proxy's `Floor` adds its extra ranges
-//! ([`ProxyConfig::floor_extra`](crate::ProxyConfig::floor_extra)): addresses that are
+//! (the proxy's `ProxyConfig::floor_extra`): addresses that are
 //! public but lead back to the machine running the sandbox, judged the same way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

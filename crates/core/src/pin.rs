@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use crate::target::{HostName, Target, TargetError};
 
-/// Why a `NAME=IP` pin ([`ProxyConfig::pins`](crate::ProxyConfig::pins)) was refused.
+/// Why a `NAME=IP` pin (the proxy's `ProxyConfig::pins`) was refused.
 /// `Display` starts with the quoted pin, so a front end can name its own source of pins
 /// in front of it (the CLI: `--resolve "a.example": expected NAME=IP`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -298,7 +298,7 @@ pub async fn sweep_images(engine: &dyn ContainerEngine) -> usize {
 /// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else `cache` in the
 /// running user's private temporary directory (`$TMPDIR/egress-sandbox-<uid>/cache`: a root
 /// service without `HOME` has a private place too). Created and checked on use
-/// ([`private_cache_dir`]), not here.
+/// (`private_cache_dir`), not here.
 pub fn cache_dir() -> PathBuf {
     let from_env = |name: &str| {
         std::env::var_os(name)

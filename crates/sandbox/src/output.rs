@@ -6,7 +6,7 @@
 //!
 //! A caller that reads slowly slows the command down (the relay waits on its sink), until
 //! the run is over (time limit, interrupt, cancel): then the rest is read and dropped, see
-//! [`relay`].
+//! `relay`.
 
 use futures_util::{Stream, StreamExt};
 use serde::Serialize;

@@ -16,7 +16,7 @@
 //!   Go threads: about 40 idle, up to fifty per guest task under a fork bomb), not the
 //!   guest's tasks; a limit meant for the command starves that kernel, which then dies with
 //!   the run. gVisor's kernel enforces `RLIMIT_NPROC` per sandbox, so that carries the limit
-//!   there, and the cgroup is only a backstop ([`host_pids_for`]).
+//!   there, and the cgroup is only a backstop (`host_pids_for`).
 
 /// A runtime as the engine registers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
