@@ -8,7 +8,7 @@
 //! the IPv4 list.
 //!
 //! A proxy's `Floor` adds its extra ranges
-//! ([`ProxyConfig::floor_extra`](crate::ProxyConfig::floor_extra)): addresses that are
+//! (the proxy's `ProxyConfig::floor_extra`): addresses that are
 //! public but lead back to the machine running the sandbox, judged the same way.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -83,9 +83,11 @@ pub fn parse_extra(raw: &str) -> Result<ipnet::IpNet, FloorError> {
         .map_err(|_| FloorError::BadRange(raw.to_owned()))
 }
 
+/// Why a floor range (an address or CIDR range given to widen or narrow the floor) was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FloorError {
+    /// The text is neither an IP address nor a CIDR range.
     #[error("{0:?} is not an IP address or CIDR range (e.g. 203.0.113.7 or 203.0.113.0/24)")]
     BadRange(String),
 }

@@ -31,6 +31,7 @@ pub const MAX_HANDOFF_BYTES: u64 = 16 * 1024 * 1024;
 pub struct InlinePolicy {
     /// Shown in diagnostics (`NAME:LINE:COL`), and the policy's default name.
     pub file: String,
+    /// The policy's YAML text, parsed by the proxy as a policy file is.
     pub yaml: String,
 }
 
@@ -90,7 +91,9 @@ pub struct Handoff {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pin {
+    /// The pinned host name.
     pub name: String,
+    /// The address the name resolves to instead of DNS.
     pub addr: IpAddr,
 }
 
@@ -98,7 +101,9 @@ pub struct Pin {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InlineCertificate {
+    /// The name errors show for this certificate.
     pub file: String,
+    /// The PEM text of one or more certificates.
     pub pem: String,
 }
 
@@ -108,6 +113,7 @@ pub struct InlineCertificate {
 pub struct Secrets(pub BTreeMap<String, String>);
 
 impl Secrets {
+    /// Whether no secret is given.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -125,10 +131,13 @@ impl std::fmt::Debug for Secrets {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
+    /// Reading stdin failed.
     #[error("cannot read the run's configuration from stdin: {0}")]
     Read(#[from] io::Error),
+    /// Stdin reached its end before a whole line.
     #[error("stdin closed before the run's configuration arrived")]
     Closed,
+    /// The line is longer than [`MAX_HANDOFF_BYTES`].
     #[error("the run's configuration on stdin is over {MAX_HANDOFF_BYTES} bytes")]
     TooLarge,
     /// The line is of another handoff version than this reader's: the library that wrote
@@ -138,7 +147,13 @@ pub enum ReadError {
          the library and its helper binary were built from different versions of egress-sandbox",
         wire::shown_version(*found)
     )]
-    Version { found: Option<u64>, expected: u32 },
+    Version {
+        /// The version the line declares, `None` when it declares none.
+        found: Option<u64>,
+        /// The version this reader reads.
+        expected: u32,
+    },
+    /// The line is not a handoff this reader understands.
     #[error("the run's configuration on stdin is not valid: {0}")]
     Invalid(#[from] serde_json::Error),
 }

@@ -5,28 +5,48 @@ use std::net::IpAddr;
 
 use crate::target::{HostName, Target, TargetError};
 
-/// Why a `NAME=IP` pin ([`ProxyConfig::pins`](crate::ProxyConfig::pins)) was refused.
+/// Why a `NAME=IP` pin (the proxy's `ProxyConfig::pins`) was refused.
 /// `Display` starts with the quoted pin, so a front end can name its own source of pins
 /// in front of it (the CLI: `--resolve "a.example": expected NAME=IP`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PinError {
+    /// The pin is not of the form `NAME=IP`.
     #[error("{0:?}: expected NAME=IP")]
     Syntax(String),
+    /// The name is not a valid host name.
     #[error("{pin:?}: {error}")]
-    Name { pin: String, error: TargetError },
+    Name {
+        /// The pin as given.
+        pin: String,
+        /// Why the name was refused.
+        error: TargetError,
+    },
+    /// The address is refused.
     #[error("{pin:?}: {error}")]
-    Address { pin: String, error: PinAddressError },
+    Address {
+        /// The pin as given.
+        pin: String,
+        /// Why the address was refused.
+        error: PinAddressError,
+    },
 }
 
 /// Why the address of a pin was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PinAddressError {
+    /// The text after `=` is not an IP address.
     #[error("`{0}` is not an IP address")]
     NotAnAddress(String),
+    /// The address is written in a shortened IPv4 form (e.g. `127.1`).
     #[error("`{given}` is a shorthand of {full}; write the address in full")]
-    Shorthand { given: String, full: IpAddr },
+    Shorthand {
+        /// The address as given.
+        given: String,
+        /// The address it stands for.
+        full: IpAddr,
+    },
 }
 
 /// A `--resolve NAME=IP` pin, the one parser for every front end (`run`, `proxy`, the

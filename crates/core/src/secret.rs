@@ -14,6 +14,7 @@ pub const MIN_SECRET_BYTES: usize = 6;
 pub struct SecretValue(String);
 
 impl SecretValue {
+    /// Wraps a secret's value so it never prints.
     pub fn new(value: String) -> Self {
         SecretValue(value)
     }
@@ -34,8 +35,11 @@ impl fmt::Debug for SecretValue {
 /// holds in the environment variable of that name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Secret {
+    /// The secret's name, as the policy's credentials name it.
     pub name: String,
+    /// The real value, sent only in the credential's header.
     pub value: SecretValue,
+    /// The stand-in the sandbox sees in place of the value.
     pub placeholder: String,
 }
 

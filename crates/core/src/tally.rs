@@ -28,13 +28,18 @@ pub const MAX_HOST_BYTES: usize = crate::audit::MAX_RAW_HOST_BYTES;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AttemptCounts {
+    /// Attempts let through.
     pub allowed: u64,
+    /// Attempts refused.
     pub blocked: u64,
+    /// Attempts let through in report mode that enforce mode would refuse.
     pub would_block: u64,
+    /// Attempts allowed whose upstream could not be resolved or reached.
     pub failed: u64,
 }
 
 impl AttemptCounts {
+    /// Every attempt counted.
     pub fn total(&self) -> u64 {
         self.allowed + self.blocked + self.would_block + self.failed
     }
@@ -52,12 +57,14 @@ pub struct RefusalGroup {
     /// As the audit record carries it (escaped at the source by the proxy); shown to a
     /// person only through [`describe`](Self::describe) or `text::visible`.
     pub host: String,
+    /// The port refused; `None` for a DNS query.
     pub port: Option<u16>,
     /// The record's reason as written (`not_allowed`, …). Text, not
     /// [`Reason`](crate::policy::Reason): a log written by a newer proxy may hold a
     /// reason this version does not know, and its refusals still count. Shown to a person
     /// only through `describe` or `text::visible`, as the host is.
     pub reason: String,
+    /// How many refusals the group holds.
     pub count: u64,
 }
 
@@ -134,6 +141,7 @@ struct GroupKey {
 /// Counts audit records; bounded in memory (module docs).
 #[derive(Clone, Debug, Default)]
 pub struct AuditTally {
+    /// Attempts counted by decision.
     pub attempts: AttemptCounts,
     groups: HashMap<GroupKey, u64>,
     /// Refused attempts of groups set aside when the tally was full.

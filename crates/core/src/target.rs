@@ -37,40 +37,70 @@ pub const MAX_LABEL_BYTES: usize = 63;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TargetError {
+    /// The host is empty.
     #[error("the host is empty")]
     Empty,
+    /// The host is longer than a DNS name may be.
     #[error("the host is {len} bytes long; the limit is {max}")]
-    TooLong { len: usize, max: usize },
+    TooLong {
+        /// The host's length in bytes.
+        len: usize,
+        /// The most bytes a host may hold.
+        max: usize,
+    },
+    /// One label is longer than [`MAX_LABEL_BYTES`].
     #[error("a label of the host is {len} bytes long; the limit is {MAX_LABEL_BYTES}")]
-    LabelTooLong { len: usize },
+    LabelTooLong {
+        /// The label's length in bytes.
+        len: usize,
+    },
+    /// The host has an empty label.
     #[error("the host has an empty label (two dots in a row, or a leading dot)")]
     EmptyLabel,
+    /// The host holds a byte a host name may not hold.
     #[error("the host contains {found} at byte {position}, which is not allowed in a host name")]
-    BadByte { found: String, position: usize },
+    BadByte {
+        /// The byte, shown escaped.
+        found: String,
+        /// Its offset in the host, from 0.
+        position: usize,
+    },
+    /// The host is not a valid internationalised domain name.
     #[error("the host is not a valid internationalised domain name (IDNA)")]
     Idna,
+    /// An IP address was given where only a name is accepted.
     #[error("`{0}` is an IP address, not a host name")]
     IpLiteral(IpAddr),
     #[error(
         "the host ends in a number but is not a valid IPv4 address; numeric hosts are never names"
     )]
+    /// The host ends in a number but is no valid IPv4 address.
     NumericNotAddress,
+    /// The host is not a valid IPv6 address.
     #[error("the IPv6 address is not valid")]
     BadIpv6,
+    /// The IPv6 address carries a zone id.
     #[error("IPv6 zone ids (`%…`) are not accepted")]
     Ipv6ZoneId,
+    /// An IPv6 address with a port is not in brackets.
     #[error("an IPv6 address with a port needs brackets, e.g. `[::1]:443`")]
     Ipv6NeedsBrackets,
+    /// The host carries a scheme.
     #[error("the host contains a scheme (`…://`); give only host[:port]")]
     Scheme,
+    /// The host carries userinfo.
     #[error("the host contains userinfo (`…@`); give only host[:port]")]
     Userinfo,
+    /// The host carries a path, query or fragment.
     #[error("the host contains a path, query or fragment; give only host[:port]")]
     Path,
+    /// The authority has no port where one is required.
     #[error("a port is required (host:port)")]
     MissingPort,
+    /// The port is not a number.
     #[error("the port `{0}` is not a number")]
     BadPort(String),
+    /// The port is outside 1–65535.
     #[error("the port {0} is outside 1–65535")]
     PortOutOfRange(u32),
 }
@@ -82,6 +112,7 @@ pub enum TargetError {
 pub struct HostName(String);
 
 impl HostName {
+    /// The name in canonical form.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -105,7 +136,9 @@ impl fmt::Display for HostName {
 /// A destination: a name still to be judged and resolved, or an address given literally.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
+    /// A host name, in canonical form.
     Name(HostName),
+    /// An IP address given literally.
     Ip(IpAddr),
 }
 

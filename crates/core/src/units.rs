@@ -31,14 +31,29 @@ pub const MAX_CA_LIFETIME: Duration = Duration::from_secs(MAX_DURATION.as_secs()
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UnitError {
+    /// The value is zero; a duration or size must be positive.
     #[error("`{0}` is zero")]
     Zero(String),
+    /// The text is not a duration.
     #[error("`{raw}` is not a duration like `30s`, `500ms` or `2m` ({reason})")]
-    Duration { raw: String, reason: String },
+    Duration {
+        /// The text as given.
+        raw: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The text is not a size.
     #[error("`{raw}` is not a size like `256MiB` or `1GiB` ({reason})")]
-    Size { raw: String, reason: String },
+    Size {
+        /// The text as given.
+        raw: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The duration is over the longest this tool takes.
     #[error("`{0}` is longer than any duration this tool takes (at most 7days)")]
     TooLong(String),
+    /// The size is over the largest this tool takes.
     #[error("`{0}` is larger than any size this tool takes (at most 1PiB)")]
     TooLarge(String),
 }

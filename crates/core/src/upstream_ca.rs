@@ -8,12 +8,28 @@ use rustls_pki_types::pem::PemObject;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UpstreamCaError {
+    /// The file holds no PEM certificate.
     #[error("{name}: no PEM certificate in it")]
-    Empty { name: String },
+    Empty {
+        /// The file's name.
+        name: String,
+    },
+    /// The file is not valid PEM.
     #[error("{name}: not a PEM certificate: {detail}")]
-    Pem { name: String, detail: String },
+    Pem {
+        /// The file's name.
+        name: String,
+        /// What the PEM parser reports.
+        detail: String,
+    },
+    /// A certificate in the file cannot serve as a trust anchor.
     #[error("{name}: not a usable CA certificate: {detail}")]
-    Unusable { name: String, detail: String },
+    Unusable {
+        /// The file's name.
+        name: String,
+        /// Why it cannot.
+        detail: String,
+    },
 }
 
 /// Extra CA certificates trusted for upstream TLS, parsed from PEM text; each must be one

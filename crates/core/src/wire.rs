@@ -19,7 +19,12 @@ pub const VERSION_KEY: &str = "v";
 pub enum WireError {
     /// The object is of another version of its format (or names none: `found` is `None`).
     #[error("it is version {}, this reader's is {expected}", shown_version(*found))]
-    Version { found: Option<u64>, expected: u32 },
+    Version {
+        /// The version the object declares; `None` when it declares none.
+        found: Option<u64>,
+        /// The version this reader reads.
+        expected: u32,
+    },
     /// The object is of this version but not a valid one.
     #[error(transparent)]
     Invalid(#[from] serde_json::Error),

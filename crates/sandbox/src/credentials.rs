@@ -19,24 +19,41 @@ const MAX_UPSTREAM_CA_BYTES: u64 = 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CredentialError {
+    /// A credential of the policy names a secret the run was not given.
     #[error("the credential for {host} needs the secret {name}: give it with --secret {name}")]
-    MissingSecret { name: String, host: String },
+    MissingSecret {
+        /// The secret's name.
+        name: String,
+        /// The host the credential is for.
+        host: String,
+    },
+    /// A secret is given that no credential of the policy uses.
     #[error("--secret {0} is given, but no credential of the policy uses it")]
     UnusedSecret(String),
+    /// A secret is given twice.
     #[error("--secret {0} is given twice")]
     DuplicateSecret(String),
     #[error(
         "--env {0} would replace the placeholder of the secret {0}; the sandbox gets {0} from --secret"
     )]
+    /// An environment variable of the run has a secret's name, whose placeholder it would replace.
     EnvShadowsSecret(String),
+    /// An upstream CA file could not be read.
     #[error("--upstream-ca {path}: cannot read: {source}")]
     UpstreamCaRead {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
+    /// An upstream CA file is larger than a CA file can be.
     #[error("--upstream-ca {path}: larger than {MAX_UPSTREAM_CA_BYTES} bytes")]
-    UpstreamCaTooLarge { path: PathBuf },
+    UpstreamCaTooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An upstream CA file holds no usable CA certificate.
     #[error("--upstream-ca {0}")]
     UpstreamCa(#[from] UpstreamCaError),
 }

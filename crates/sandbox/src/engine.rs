@@ -49,13 +49,17 @@ pub type ArchiveStream = Pin<Box<dyn Stream<Item = Result<Bytes, DockerError>> +
 /// One chunk of a container's output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutputFrame {
+    /// Bytes the container wrote to stdout.
     Stdout(Bytes),
+    /// Bytes the container wrote to stderr.
     Stderr(Bytes),
 }
 
 /// An attach to a container: its output and, when asked for, its stdin.
 pub struct Attached {
+    /// The container's stdout and stderr, frame by frame.
     pub output: OutputFrames,
+    /// A writer to the container's stdin; `Some` only when the attach asked for it.
     pub stdin: Option<StdinWriter>,
 }
 
@@ -71,10 +75,12 @@ impl ContainerConfig {
         ContainerConfig { body }
     }
 
+    /// The image the container is made from.
     pub fn image(&self) -> Option<&str> {
         self.body.image.as_deref()
     }
 
+    /// The labels the container is created with (run id, owner).
     pub fn labels(&self) -> HashMap<String, String> {
         self.body.labels.clone().unwrap_or_default()
     }
@@ -102,10 +108,12 @@ impl NetworkConfig {
         NetworkConfig { request }
     }
 
+    /// The network's name.
     pub fn name(&self) -> &str {
         &self.request.name
     }
 
+    /// The labels the network carries.
     pub fn labels(&self) -> HashMap<String, String> {
         self.request.labels.clone().unwrap_or_default()
     }
@@ -126,6 +134,7 @@ impl NetworkConfig {
 /// Which objects a listing returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ListFilter {
+    /// Every object.
     All,
     /// Objects carrying a label: `key` (any value) or `key=value`.
     Label(String),
@@ -150,16 +159,20 @@ impl ListFilter {
 /// A container as a listing shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerSummary {
+    /// The container's id.
     pub id: String,
     /// Without Docker's leading `/`.
     pub name: String,
+    /// The labels it carries, by which gc and the pool tell whose it is.
     pub labels: HashMap<String, String>,
 }
 
 /// What an inspect says of a container's state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerState {
+    /// Whether it is still running.
     pub running: bool,
+    /// Its exit code, once it has exited; read when waiting for it failed.
     pub exit_code: Option<i64>,
     /// The kernel's OOM killer ended it.
     pub oom_killed: bool,
@@ -168,8 +181,11 @@ pub struct ContainerState {
 /// A network as an inspect or a listing shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NetworkSummary {
+    /// The network's id.
     pub id: String,
+    /// The network's name.
     pub name: String,
+    /// The labels it carries.
     pub labels: HashMap<String, String>,
     /// Its IPAM subnets (CIDR).
     pub subnets: Vec<String>,
@@ -181,14 +197,18 @@ pub struct NetworkSummary {
 /// files) and its own entrypoint, which the launcher goes in front of.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageFacts {
+    /// The image's id.
     pub id: String,
+    /// The image's own entrypoint; empty when it has none.
     pub entrypoint: Vec<String>,
 }
 
 /// An image as a listing shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageSummary {
+    /// The image's id.
     pub id: String,
+    /// Its `repository:tag` names.
     pub repo_tags: Vec<String>,
     /// Seconds since the epoch.
     pub created: i64,
@@ -197,10 +217,15 @@ pub struct ImageSummary {
 /// An image made from a root filesystem archive (`docker import`), tagged
 /// `repository:tag`, with Dockerfile-style `changes` (`ENTRYPOINT …`, `LABEL …`).
 pub struct ImageImport {
+    /// The repository of the new image's tag.
     pub repository: String,
+    /// The new image's tag.
     pub tag: String,
+    /// The import's commit message, as the engine records it.
     pub message: String,
+    /// Dockerfile instructions applied to the image (`ENTRYPOINT …`, `LABEL …`).
     pub changes: Vec<String>,
+    /// The root filesystem, as a tar archive.
     pub archive: ImageArchive,
 }
 
@@ -216,19 +241,26 @@ pub enum ImageArchive {
 /// top), CPU and the pids cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveLimits {
+    /// Memory in bytes; swap is held at the same value, so there is none on top.
     pub memory: u64,
+    /// CPU time in billionths of a CPU.
     pub nano_cpus: i64,
+    /// The most processes the container may hold.
     pub pids: u64,
 }
 
 /// The engine's version, and the API version this client agreed on with it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EngineVersion {
+    /// The engine's own version.
     pub version: String,
+    /// The newest API version the engine speaks.
     pub api_version: String,
+    /// The API version this client and the engine agreed on.
     pub negotiated_api: String,
-    /// The engine's platform (`linux`, `amd64`), when it says.
+    /// The engine's operating system (`linux`), when it says.
     pub os: Option<String>,
+    /// The engine's CPU architecture (`amd64`), when it says.
     pub arch: Option<String>,
 }
 
@@ -240,12 +272,19 @@ pub struct EngineInfo {
     pub cpus: Option<u64>,
     /// Its OCI runtimes as it registers them, by name.
     pub runtimes: BTreeMap<String, RuntimeInfo>,
+    /// The runtime the engine uses when a container names none.
     pub default_runtime: Option<String>,
+    /// The storage driver (`overlay2`, `vfs`, …).
     pub storage_driver: String,
+    /// The cgroup version (`1`, `2`); empty when it does not say.
     pub cgroup_version: String,
+    /// Whether memory limits are enforced.
     pub memory_limit: bool,
+    /// Whether swap limits are enforced.
     pub swap_limit: bool,
+    /// Whether CPU quotas are enforced.
     pub cpu_quota: bool,
+    /// Whether pids limits are enforced.
     pub pids_limit: bool,
 }
 
@@ -255,19 +294,36 @@ pub struct EngineInfo {
 pub enum DockerError {
     /// No such object (404).
     #[error("the engine answered 404: {message}")]
-    NotFound { message: String },
+    NotFound {
+        /// The engine's message.
+        message: String,
+    },
     /// A conflict (409): a name in use, a container not running, a removal in progress.
     #[error("the engine answered 409: {message}")]
-    Conflict { message: String },
+    Conflict {
+        /// The engine's message.
+        message: String,
+    },
     /// Any other refusal, with the engine's status and words.
     #[error("the engine answered {status}: {message}")]
-    Engine { status: u16, message: String },
+    Engine {
+        /// The HTTP status code.
+        status: u16,
+        /// The engine's message.
+        message: String,
+    },
     /// No answer: the connection failed or broke (the message carries its causes).
     #[error("{message}")]
-    Unreachable { message: String },
+    Unreachable {
+        /// What failed, with its causes.
+        message: String,
+    },
     /// An answer this client could not read, or a stream that ended too soon.
     #[error("{message}")]
-    Protocol { message: String },
+    Protocol {
+        /// What could not be read.
+        message: String,
+    },
 }
 
 impl DockerError {
@@ -314,17 +370,27 @@ impl DockerError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
+    /// The connection to the engine failed.
     #[error("cannot reach the Docker engine at {host}")]
     Unreachable {
+        /// Where the engine is.
         host: String,
+        /// Why it could not be reached.
         #[source]
         source: DockerError,
     },
+    /// The engine did not answer within the connect timeout.
     #[error("cannot reach the Docker engine at {host}: no answer within {}s", crate::docker::CONNECT_TIMEOUT.as_secs())]
-    NoAnswer { host: String },
+    NoAnswer {
+        /// Where the engine is.
+        host: String,
+    },
+    /// A request to the engine failed.
     #[error("Docker: {step}")]
     Api {
+        /// What the request was for, as the message names it.
         step: String,
+        /// The engine's refusal.
         #[source]
         source: DockerError,
     },
@@ -357,11 +423,13 @@ pub trait ContainerEngine: Send + Sync + 'static {
     /// `stdin` a writer to the container's stdin.
     fn attach_container(&self, container: &str, stdin: bool) -> EngineCall<'_, Attached>;
 
+    /// Starts a created container.
     fn start_container(&self, container: &str) -> EngineCall<'_, ()>;
 
     /// Waits until the container is not running; its exit status.
     fn wait_container(&self, container: &str) -> EngineCall<'_, i64>;
 
+    /// The container's running state and exit code.
     fn inspect_container(&self, container: &str) -> EngineCall<'_, ContainerState>;
 
     /// Sets the limits of a live container.
@@ -397,44 +465,60 @@ pub trait ContainerEngine: Send + Sync + 'static {
     /// Connects a container to a network, with default endpoint settings.
     fn connect_network(&self, network: &str, container: &str) -> EngineCall<'_, ()>;
 
+    /// Removes a network; the engine refuses while a container is still connected to it.
     fn remove_network(&self, network: &str) -> EngineCall<'_, ()>;
 
+    /// Networks that `filter` admits.
     fn list_networks(&self, filter: &ListFilter) -> EngineCall<'_, Vec<NetworkSummary>>;
 
+    /// The image of this name or id: its id and entrypoint.
     fn inspect_image(&self, image: &str) -> EngineCall<'_, ImageFacts>;
 
     /// Images carrying `label` (`key` or `key=value`).
     fn list_images(&self, label: &str) -> EngineCall<'_, Vec<ImageSummary>>;
 
+    /// Makes an image from a root filesystem archive.
     fn import_image(&self, import: ImageImport) -> EngineCall<'_, ()>;
 
     /// Removes an image (`force`: even while a container uses it).
     fn remove_image(&self, image: &str, force: bool) -> EngineCall<'_, ()>;
 
+    /// The engine's version and the API version agreed on.
     fn version(&self) -> EngineCall<'_, EngineVersion>;
 
+    /// What the engine says of itself: runtimes, storage, cgroups, which limits it enforces.
     fn info(&self) -> EngineCall<'_, EngineInfo>;
 }
 
 /// The engine's OCI runtimes by name, and the name of its default one.
 #[derive(Clone, Debug)]
 pub struct RuntimeRegistry {
+    /// Every runtime the engine registers, by name.
     pub runtimes: BTreeMap<String, RuntimeInfo>,
+    /// The runtime a container gets when it names none.
     pub default: String,
 }
 
 /// The engine as `doctor` reports it.
 #[derive(Clone, Debug)]
 pub struct EngineFacts {
+    /// The engine's own version.
     pub version: String,
     /// The newest API version the engine speaks, and the one this client agreed on.
     pub api_version: String,
+    /// The API version this client and the engine agreed on.
     pub negotiated_api: String,
+    /// The storage driver (`overlay2`, `vfs`, …).
     pub storage_driver: String,
+    /// The cgroup version; empty when the engine does not say.
     pub cgroup_version: String,
+    /// Whether memory limits are enforced.
     pub memory_limit: bool,
+    /// Whether swap limits are enforced.
     pub swap_limit: bool,
+    /// Whether CPU quotas are enforced.
     pub cpu_quota: bool,
+    /// Whether pids limits are enforced.
     pub pids_limit: bool,
 }
 

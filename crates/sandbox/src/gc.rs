@@ -22,18 +22,26 @@ use crate::labels::{HostIdentity, OWNER_LABEL, Owner, OwnerLabel, RUN_LABEL};
 /// One object `gc` removed (or failed to).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Swept {
+    /// `container`, `network` or `directory` (a run's host directory).
     pub kind: &'static str,
+    /// The object's name; a directory's path.
     pub name: String,
+    /// The run it belongs to, from its run label; empty for a directory.
     pub run: String,
+    /// Why removing it failed; `None` when it was removed.
     pub error: Option<String>,
 }
 
 /// One object `gc` left alone, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skipped {
+    /// `container` or `network`.
     pub kind: &'static str,
+    /// The object's name.
     pub name: String,
+    /// The run it belongs to, from its run label.
     pub run: String,
+    /// Why it was left alone.
     pub reason: SkipReason,
 }
 
@@ -42,13 +50,25 @@ pub struct Skipped {
 #[non_exhaustive]
 pub enum SkipReason {
     /// Its owner process runs.
-    Live { pid: u32 },
+    Live {
+        /// The owner's pid.
+        pid: u32,
+    },
     /// Its owner lives on another host or in another PID namespace: its pid says nothing here.
-    OtherHost { owner: HostIdentity },
+    OtherHost {
+        /// The host identity the owner label names.
+        owner: HostIdentity,
+    },
     /// Its owner label has no host identity (an older egress-sandbox wrote it).
-    NoHostIdentity { pid: u32 },
+    NoHostIdentity {
+        /// The pid the label names.
+        pid: u32,
+    },
     /// Its owner label is missing or not one egress-sandbox writes.
-    UnreadableOwner { label: Option<String> },
+    UnreadableOwner {
+        /// The label as found; `None` when the object has none.
+        label: Option<String>,
+    },
 }
 
 impl std::fmt::Display for SkipReason {
@@ -81,7 +101,9 @@ impl std::fmt::Display for SkipReason {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GcReport {
+    /// The objects removed, or tried and failed.
     pub removed: Vec<Swept>,
+    /// The objects left alone.
     pub skipped: Vec<Skipped>,
 }
 

@@ -112,20 +112,37 @@ pub enum HelperError {
          it in {HELPER_ENV}",
         shown_paths(searched)
     )]
-    NotFound { searched: Vec<PathBuf> },
+    /// No helper binary was found.
+    NotFound {
+        /// Every path looked at, in order.
+        searched: Vec<PathBuf>,
+    },
+    /// The helper could not be run.
     #[error("cannot run `{} version`", path.display())]
     Run {
+        /// The file run.
         path: PathBuf,
+        /// Why it could not be run.
         #[source]
         source: std::io::Error,
     },
+    /// The helper did not answer the handshake in time.
     #[error("`{} version` did not answer within {}s", path.display(), HANDSHAKE_TIMEOUT.as_secs())]
-    Timeout { path: PathBuf },
+    Timeout {
+        /// The file run.
+        path: PathBuf,
+    },
     #[error(
         "{} is not an {HELPER_NAME}: `version` answered {said:?}, not `{HELPER_NAME} VERSION handoff N launch M`",
         path.display()
     )]
-    NotAHelper { path: PathBuf, said: String },
+    /// The file's answer is not a helper's handshake.
+    NotAHelper {
+        /// The file run.
+        path: PathBuf,
+        /// What it answered.
+        said: String,
+    },
     #[error(
         "{} is {found}, but this library (egress-sandbox {}) speaks {}: use the helper built \
          with this library ({HELPER_NAME} {})",
@@ -134,9 +151,13 @@ pub enum HelperError {
         expected.formats(),
         expected.version
     )]
+    /// The helper is of another version or speaks other formats than this library.
     Mismatch {
+        /// The file run.
         path: PathBuf,
+        /// The version and formats it answered.
         found: HelperVersion,
+        /// The version and formats this library needs.
         expected: HelperVersion,
     },
 }
@@ -196,10 +217,12 @@ impl Helper {
         })
     }
 
+    /// The helper binary's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The version and formats it answered the handshake with.
     pub fn version(&self) -> &HelperVersion {
         &self.version
     }

@@ -44,9 +44,19 @@ pub enum ImageError {
         "image {image} not found locally: egress-sandbox never pulls images; check `docker images`, \
          build or load it on this machine (docker build, docker load), then pass its local name to --image"
     )]
-    Missing { image: String },
+    /// The image is not on the engine, and egress-sandbox never pulls one.
+    Missing {
+        /// The image asked for.
+        image: String,
+    },
+    /// The image name is not a valid Docker reference.
     #[error("--image {image:?} is not a valid image reference: {message}")]
-    InvalidReference { image: String, message: String },
+    InvalidReference {
+        /// The name as given.
+        image: String,
+        /// What is wrong with it.
+        message: String,
+    },
     #[error(
         "{} is dynamically linked (it needs {interpreter}), so it cannot run in the FROM-scratch \
          proxy image; use a static build: `cargo build --release` inside the egress-sandbox \
@@ -55,7 +65,13 @@ pub enum ImageError {
          and an explicit --target",
         path.display()
     )]
-    NotStatic { path: PathBuf, interpreter: String },
+    /// The binary meant for the proxy image is dynamically linked, so it cannot run in an empty image.
+    NotStatic {
+        /// The binary.
+        path: PathBuf,
+        /// The loader it needs.
+        interpreter: String,
+    },
     #[error(
         "{} is built for {binary} but the Docker engine runs {engine}, and the proxy image runs \
          this very binary on the engine; use an egress-sandbox built for {engine} ({build} in \
@@ -63,10 +79,15 @@ pub enum ImageError {
          architecture",
         path.display()
     )]
+    /// The binary meant for the proxy image is of another platform than the engine's.
     WrongPlatform {
+        /// The binary.
         path: PathBuf,
+        /// The binary's platform (`linux/<arch>`).
         binary: String,
+        /// The engine's platform.
         engine: String,
+        /// How to build a binary for the engine's platform, as the message suggests it.
         build: String,
     },
     #[error(
@@ -74,18 +95,33 @@ pub enum ImageError {
          egress-sandbox binary itself",
         path.display()
     )]
-    NotElf { path: PathBuf, reason: String },
+    /// The binary meant for the proxy image is not an executable ELF file.
+    NotElf {
+        /// The binary.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     #[error(
         "debootstrap is not installed; it is needed once, to build the default sandbox image: \
          apt-get install -y debootstrap (or pass --image with a local image)"
     )]
+    /// `debootstrap`, which builds the default sandbox image, is not installed.
     DebootstrapMissing,
+    /// Building an image failed.
     #[error("building the image {image} failed: {message}")]
-    Build { image: String, message: String },
+    Build {
+        /// The image being built.
+        image: String,
+        /// What failed.
+        message: String,
+    },
     #[error(
         "a Docker API request failed (is the Docker daemon running, and DOCKER_HOST right if set?)"
     )]
+    /// An engine request failed.
     Docker(#[source] DockerError),
+    /// A directory the step keeps files in is refused or cannot be made.
     #[error(transparent)]
     Place(#[from] PlaceError),
     #[error(
@@ -94,14 +130,21 @@ pub enum ImageError {
          run makes it again); restart the daemon if it is the binary a daemon kept",
         path.display()
     )]
+    /// A file changed between its check and its use.
     BinaryChanged {
+        /// The file.
         path: PathBuf,
+        /// The sha256 it had when checked.
         expected: String,
+        /// The sha256 it has now.
         found: String,
     },
+    /// Reading or writing a file failed.
     #[error("{context}")]
     Io {
+        /// What was being done, as the message says it.
         context: String,
+        /// The underlying error.
         #[source]
         source: io::Error,
     },
@@ -117,15 +160,20 @@ pub enum Progress {
     WaitingForBaseImage,
     /// The base image is missing and its build begins (minutes).
     BuildingBaseImage {
+        /// The image being built.
         image: String,
+        /// The Debian mirror `debootstrap` fetches from.
         mirror: String,
+        /// The file the build's output goes to.
         log: PathBuf,
     },
     /// A stage of the base image build (`debootstrap: …`, `importing into Docker` …).
     BaseImageStage(String),
     /// The base image was built.
     BaseImageReady {
+        /// The image built.
         image: String,
+        /// How long the build took.
         elapsed: std::time::Duration,
     },
 }
@@ -250,7 +298,7 @@ pub async fn sweep_images(engine: &dyn ContainerEngine) -> usize {
 /// `$XDG_CACHE_HOME/egress-sandbox`, else `~/.cache/egress-sandbox`, else `cache` in the
 /// running user's private temporary directory (`$TMPDIR/egress-sandbox-<uid>/cache`: a root
 /// service without `HOME` has a private place too). Created and checked on use
-/// ([`private_cache_dir`]), not here.
+/// (`private_cache_dir`), not here.
 pub fn cache_dir() -> PathBuf {
     let from_env = |name: &str| {
         std::env::var_os(name)

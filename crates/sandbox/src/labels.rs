@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
+/// The label holding the id of the run an object belongs to.
 pub const RUN_LABEL: &str = "egress-sandbox.run";
+/// The label holding the owner stamp of the process that made an object, which `gc` reads.
 pub const OWNER_LABEL: &str = "egress-sandbox.owner";
 /// Marks the shared outside network; it belongs to no run and `gc` leaves it alone.
 pub const SHARED_LABEL: &str = "egress-sandbox.shared";
@@ -22,8 +24,11 @@ pub const SHARED_LABEL: &str = "egress-sandbox.shared";
 pub struct RunNames {
     /// `r-` + 8 hex digits.
     pub id: String,
+    /// The run's network: `egress-run-<id>`.
     pub network: String,
+    /// The proxy container: `egress-run-<id>-proxy`.
     pub proxy: String,
+    /// The sandbox container: `egress-run-<id>-sandbox`.
     pub sandbox: String,
 }
 
@@ -34,6 +39,7 @@ impl RunNames {
         RunNames::for_id(&id)
     }
 
+    /// The object names of the run `id`.
     pub fn for_id(id: &str) -> RunNames {
         RunNames {
             id: id.to_string(),
@@ -91,8 +97,11 @@ fn parse_namespace_link(link: &str) -> Option<u64> {
 /// One process, for good: pid plus start time, on one host identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
+    /// The owner's process id.
     pub pid: u32,
+    /// The process's start time, in clock ticks since boot, so a reused pid is another owner.
     pub start_time: u64,
+    /// Where the pid means something.
     pub host: HostIdentity,
 }
 
@@ -104,7 +113,12 @@ pub enum OwnerLabel {
     Owner(Owner),
     /// `<pid>:<start time>` as written before the host identity: the pid may belong to
     /// another host or PID namespace, so nothing can be proved about it.
-    WithoutHost { pid: u32, start_time: u64 },
+    WithoutHost {
+        /// The pid the label names.
+        pid: u32,
+        /// The start time the label names.
+        start_time: u64,
+    },
     /// Not a label egress-sandbox writes.
     Unreadable,
 }

@@ -43,6 +43,7 @@ pub struct LaunchSetup {
     /// The working directory; none: the container's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Files written under the task directory before the command starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<TaskFile>,
     /// The most tasks the sandbox's user may have (`RLIMIT_NPROC`), set by the launcher when the
@@ -61,8 +62,10 @@ pub struct LaunchSetup {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SignalError {
+    /// Reading stdin failed.
     #[error("cannot read the launch signal: {0}")]
     Read(#[from] io::Error),
+    /// The text is not a launch signal; says what is wrong.
     #[error("not a launch signal: {0}")]
     Invalid(String),
     /// The setup is of another version than this launcher's: the library that signalled it
@@ -72,7 +75,12 @@ pub enum SignalError {
          and its helper binary were built from different versions of egress-sandbox",
         wire::shown_version(*found)
     )]
-    Version { found: Option<u64>, expected: u32 },
+    Version {
+        /// The version the signal declares; `None` when it declares none.
+        found: Option<u64>,
+        /// The version this launcher reads.
+        expected: u32,
+    },
 }
 
 /// The bytes that open the launcher with `setup`.

@@ -22,6 +22,7 @@ use crate::engine::{
 };
 use crate::labels::SHARED_LABEL;
 
+/// The shared network every run's proxy reaches the outside through, unless a run names another.
 pub const EGRESS_NETWORK: &str = "egress-sandbox-egress";
 const RUN_PREFIX: u8 = 29;
 /// Concurrent runs may pick the same free /29; the loser picks again.
@@ -75,27 +76,43 @@ fn pick_subnet(pool: Ipv4Net, used: &[Ipv4Net], start: usize) -> Option<Ipv4Net>
         .find(|candidate| !used.iter().any(|used| overlaps(candidate, used)))
 }
 
+/// Why a run network or the egress network could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NetworkError {
     #[error(
         "no free /29 left in the subnet pool {pool} (set EGRESS_SANDBOX_SUBNET_POOL to another range, or run `egress-sandbox gc`)"
     )]
-    PoolExhausted { pool: Ipv4Net },
+    /// Every /29 of the subnet pool is in use.
+    PoolExhausted {
+        /// The pool searched.
+        pool: Ipv4Net,
+    },
+    /// Creating the run network failed.
     #[error("Docker: create network {name}")]
     Create {
+        /// The network's name.
         name: String,
+        /// The engine's refusal.
         #[source]
         source: DockerError,
     },
+    /// The egress network named for the run does not exist.
     #[error("egress network {name:?} does not exist (create it, or leave out --egress-network)")]
-    EgressMissing { name: String },
+    EgressMissing {
+        /// The network's name.
+        name: String,
+    },
+    /// The engine refused a request about the egress network.
     #[error("Docker: egress network {name}")]
     Egress {
+        /// The network's name or id.
         name: String,
+        /// The engine's refusal.
         #[source]
         source: DockerError,
     },
+    /// Listing the engine's networks failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
 }

@@ -6,7 +6,7 @@
 //!
 //! A caller that reads slowly slows the command down (the relay waits on its sink), until
 //! the run is over (time limit, interrupt, cancel): then the rest is read and dropped, see
-//! [`relay`].
+//! `relay`.
 
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -20,7 +20,9 @@ use crate::engine::{DockerError, OutputFrame};
 /// [`with_stdin`](Self::with_stdin).
 #[non_exhaustive]
 pub struct OutputSinks {
+    /// Where the command's stdout goes.
     pub stdout: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Where the command's stderr goes.
     pub stderr: Box<dyn AsyncWrite + Send + Unpin>,
     /// Forwarded to the command's stdin until it ends, then the command sees EOF; `None`:
     /// EOF at once. Needs a local engine (the launcher's attached stdin); ignored otherwise.
@@ -93,6 +95,7 @@ impl OutputSinks {
 pub struct OutputStats {
     /// Bytes the command wrote to stdout, including any dropped past the cap.
     pub stdout_bytes: u64,
+    /// Bytes the command wrote to stderr, including any dropped past the cap.
     pub stderr_bytes: u64,
     /// Whether the cap was reached and output dropped.
     pub truncated: bool,

@@ -131,7 +131,7 @@ impl Pool {
     }
 
     /// A ready slot for `spec`, if one fits it, and the start of its replacement: when the
-    /// [`Refill`] is dropped (the run answered) or [`REFILL_AFTER`], whichever is first.
+    /// [`Refill`] is dropped (the run answered) or `REFILL_AFTER`, whichever is first.
     /// `None`: the run takes the cold path.
     pub fn take(self: &Arc<Self>, spec: &RunSpec) -> Option<(WarmSlot, Refill)> {
         if self.size == 0 || self.stopping() {

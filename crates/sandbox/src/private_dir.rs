@@ -32,21 +32,32 @@ pub enum PlaceError {
          not writable by others, or choose another directory (TMPDIR, XDG_CACHE_HOME, --socket)",
         path.display()
     )]
+    /// A path component or the directory itself can be changed by someone else, or is not the user's.
     NotPrivate {
+        /// The path refused.
         path: PathBuf,
+        /// Who owns it.
         owner: User,
+        /// Its permission bits.
         mode: u32,
+        /// What is wrong with it.
         problem: &'static str,
     },
+    /// The directory could not be created.
     #[error("cannot create the private directory {}", path.display())]
     Create {
+        /// The directory.
         path: PathBuf,
+        /// Why it could not.
         #[source]
         source: io::Error,
     },
+    /// A path component could not be inspected.
     #[error("cannot inspect {}", path.display())]
     Inspect {
+        /// The path.
         path: PathBuf,
+        /// Why it could not be inspected.
         #[source]
         source: io::Error,
     },
@@ -56,11 +67,14 @@ pub enum PlaceError {
 /// the name where `/etc/passwd` knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
+    /// The user's id.
     pub uid: u32,
+    /// The user's name; `None` when `/etc/passwd` does not know the uid.
     pub name: Option<String>,
 }
 
 impl User {
+    /// The user of `uid`, named from `/etc/passwd` where it can be.
     pub fn of(uid: u32) -> User {
         User {
             uid,

@@ -16,15 +16,18 @@
 //!   Go threads: about 40 idle, up to fifty per guest task under a fork bomb), not the
 //!   guest's tasks; a limit meant for the command starves that kernel, which then dies with
 //!   the run. gVisor's kernel enforces `RLIMIT_NPROC` per sandbox, so that carries the limit
-//!   there, and the cgroup is only a backstop ([`host_pids_for`]).
+//!   there, and the cgroup is only a backstop (`host_pids_for`).
 
 /// A runtime as the engine registers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeInfo {
+    /// The name the engine registers it under, which `--runtime` and a policy's `runtime:` use.
     pub name: String,
     /// The executable (`runsc`, `/usr/bin/runsc`); the name when the engine gives none.
     pub path: String,
+    /// The arguments the engine passes the executable (gVisor's `--network=…` among them).
     pub args: Vec<String>,
+    /// What kind of runtime it is, judged from its path and arguments.
     pub kind: RuntimeKind,
 }
 
@@ -35,7 +38,10 @@ pub enum RuntimeKind {
     /// runc, crun, youki: containers on the host kernel.
     HostKernel,
     /// gVisor's `runsc`, with the network mode it was registered with.
-    Gvisor { network: GvisorNetwork },
+    Gvisor {
+        /// The `--network` mode it was registered with.
+        network: GvisorNetwork,
+    },
     /// Anything else (Kata, Firecracker shims): a kernel of its own, nothing known.
     Other,
 }
@@ -63,6 +69,7 @@ pub enum WiringChoice {
 }
 
 impl WiringChoice {
+    /// The wiring for a person, as `doctor` shows it.
     pub fn describe(self) -> &'static str {
         match self {
             WiringChoice::PassedListeners => "passed listeners (no network for the sandbox)",
@@ -118,6 +125,7 @@ impl RuntimeKind {
         !matches!(self, RuntimeKind::Gvisor { .. })
     }
 
+    /// The kind for a person, as `doctor` and run errors show it.
     pub fn describe(self) -> String {
         match self {
             RuntimeKind::HostKernel => "host kernel".into(),

@@ -19,7 +19,9 @@ const MAX_PATH_BYTES: usize = 4096 - TASK_DIR.len() - 1;
 /// One file: a relative path under [`TASK_DIR`] and its bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskFile {
+    /// The path relative to [`TASK_DIR`], checked by [`check_path`].
     pub path: String,
+    /// The file's bytes, base64 in JSON.
     #[serde(with = "base64_bytes")]
     pub contents: Vec<u8>,
 }

@@ -51,28 +51,51 @@ const HOLD_LIMIT: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Method {
+    /// [`ContainerEngine::reconnect`].
     Reconnect,
+    /// [`ContainerEngine::create_container`].
     CreateContainer,
+    /// [`ContainerEngine::attach_container`].
     AttachContainer,
+    /// [`ContainerEngine::start_container`].
     StartContainer,
+    /// [`ContainerEngine::wait_container`].
     WaitContainer,
+    /// [`ContainerEngine::inspect_container`].
     InspectContainer,
+    /// [`ContainerEngine::update_container`].
     UpdateContainer,
+    /// [`ContainerEngine::kill_container`].
     KillContainer,
+    /// [`ContainerEngine::remove_container`].
     RemoveContainer,
+    /// [`ContainerEngine::list_containers`].
     ListContainers,
+    /// [`ContainerEngine::download_from_container`].
     DownloadFromContainer,
+    /// [`ContainerEngine::saw_oom_event`].
     SawOomEvent,
+    /// [`ContainerEngine::create_network`].
     CreateNetwork,
+    /// [`ContainerEngine::inspect_network`].
     InspectNetwork,
+    /// [`ContainerEngine::connect_network`].
     ConnectNetwork,
+    /// [`ContainerEngine::remove_network`].
     RemoveNetwork,
+    /// [`ContainerEngine::list_networks`].
     ListNetworks,
+    /// [`ContainerEngine::inspect_image`].
     InspectImage,
+    /// [`ContainerEngine::list_images`].
     ListImages,
+    /// [`ContainerEngine::import_image`].
     ImportImage,
+    /// [`ContainerEngine::remove_image`].
     RemoveImage,
+    /// [`ContainerEngine::version`].
     Version,
+    /// [`ContainerEngine::info`].
     Info,
 }
 
@@ -80,11 +103,14 @@ pub enum Method {
 /// id, a filter), with any run id in it written `{run}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Call {
+    /// The method called.
     pub method: Method,
+    /// What the call was about (a name, an id, a filter), with run ids written `{run}`.
     pub target: String,
 }
 
 impl Call {
+    /// The call of `method` about `target`, with run ids in `target` written `{run}`.
     pub fn new(method: Method, target: &str) -> Call {
         Call {
             method,
@@ -135,7 +161,9 @@ pub fn injected_error(call: &Call) -> DockerError {
 /// What the command does in a fake sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommandScript {
+    /// What the command writes to stdout.
     pub stdout: Vec<u8>,
+    /// What the command writes to stderr.
     pub stderr: Vec<u8>,
     /// Its exit status once it has written; `None`: it runs until killed.
     pub exit: Option<i64>,
@@ -157,7 +185,10 @@ pub enum ProxyScript {
     /// Prints its ready line and runs until signalled.
     Ready,
     /// Writes `said` on stderr and exits 1, as a proxy that cannot start.
-    Fails { said: String },
+    Fails {
+        /// What it writes on stderr.
+        said: String,
+    },
 }
 
 /// A call a test holds or waits for ([`FakeEngine::hook`]).

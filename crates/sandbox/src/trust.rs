@@ -50,14 +50,19 @@ const MAX_IMAGE_BUNDLE: u64 = 16 << 20;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrustError {
+    /// The host file for the bundle could not be created.
     #[error("cannot create the sandbox's CA bundle file")]
     Create(#[source] std::io::Error),
+    /// The container that reads the image's bundle could not be created.
     #[error("cannot create a container to read the image's CA bundle {IMAGE_BUNDLE}")]
     Probe(#[source] crate::engine::DockerError),
+    /// The image's bundle could not be copied out of that container.
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}")]
     Download(#[source] crate::engine::DockerError),
+    /// The archive holding the image's bundle could not be read.
     #[error("cannot read the image's CA bundle {IMAGE_BUNDLE}")]
     Archive(#[source] std::io::Error),
+    /// The bundle could not be written to its host file.
     #[error("cannot write the sandbox's CA bundle")]
     Write(#[source] std::io::Error),
 }

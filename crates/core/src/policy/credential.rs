@@ -15,7 +15,9 @@ pub const SECRET_PLACEHOLDER: &str = "{secret}";
 /// One validated credential.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Credential {
+    /// The host the credential is sent to.
     pub host: HostName,
+    /// The port on that host the credential is sent to.
     pub port: u16,
     /// The secret's name (and the sandbox environment variable holding its placeholder).
     pub secret: String,

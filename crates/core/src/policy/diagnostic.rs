@@ -9,7 +9,9 @@ use crate::text::visible;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Severity {
+    /// The policy is refused.
     Error,
+    /// The policy is accepted; the finding is reported.
     Warning,
 }
 
@@ -28,10 +30,15 @@ impl fmt::Display for Severity {
 /// position (1 = first flag) and COL the byte column in the flag's value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// The file the finding is in (`--allow` for an `--allow` flag), escaped for a terminal.
     pub file: String,
+    /// The line, from 1; 0 for a finding about the whole file.
     pub line: usize,
+    /// The column, from 1; 0 for a finding about the whole file.
     pub column: usize,
+    /// Whether the finding refuses the policy.
     pub severity: Severity,
+    /// What is wrong, escaped for a terminal.
     pub message: String,
 }
 
@@ -49,6 +56,7 @@ impl Diagnostic {
         }
     }
 
+    /// A warning finding, escaped as [`Diagnostic::error`] escapes.
     pub fn warning(file: &str, line: usize, column: usize, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Warning,
@@ -56,6 +64,7 @@ impl Diagnostic {
         }
     }
 
+    /// Whether this finding refuses the policy.
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
@@ -79,6 +88,7 @@ impl fmt::Display for Diagnostic {
 /// everything at once.
 #[derive(Clone, Debug, thiserror::Error)]
 pub struct PolicyError {
+    /// The findings: the errors first, then the warnings.
     pub diagnostics: Vec<Diagnostic>,
 }
 

@@ -110,14 +110,18 @@ pub fn registrable_domain(name: &str) -> Option<&str> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PatternUse {
+    /// The pattern is in an `allow` rule.
     Allow,
+    /// The pattern is in a `deny` rule.
     Deny,
 }
 
 /// A checked pattern and the warnings it deserves.
 #[derive(Debug)]
 pub struct CheckedPattern {
+    /// The parsed pattern.
     pub pattern: HostPattern,
+    /// Warnings about the pattern, as messages for a diagnostic.
     pub warnings: Vec<String>,
 }
 

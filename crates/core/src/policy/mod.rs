@@ -61,17 +61,29 @@ pub use within::check_within;
 pub enum Reason {
     /// Allowed by a rule.
     Rule,
+    /// The host is not on the allowlist.
     NotAllowed,
+    /// A deny rule matches.
     Denied,
+    /// The host is allowed, but not on this port.
     PortNotAllowed,
+    /// An IP address was asked for and no `cidr` rule allows it.
     IpLiteral,
+    /// The address is private, loopback or link-local (the floor).
     PrivateAddress,
+    /// The TLS server name does not match the `CONNECT` host.
     SniMismatch,
+    /// The request is malformed.
     BadRequest,
+    /// The proxy does not support this kind of request.
     Unsupported,
+    /// The proxy is at its connection limit.
     Limit,
+    /// The host name could not be resolved.
     ResolveFailed,
+    /// The upstream could not be reached.
     ConnectFailed,
+    /// The upstream did not answer in time.
     Timeout,
     /// An inspected request whose method no rule for its host allows.
     MethodNotAllowed,
@@ -122,6 +134,7 @@ impl Reason {
         }
     }
 
+    /// The reason's stable name, as audit records and `reasons.md` write it.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Rule => "rule",
@@ -157,7 +170,9 @@ impl fmt::Display for Reason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Verdict {
+    /// Let through.
     Allow,
+    /// Refused.
     Block,
     /// Report mode: only the allowlist refused it, so it goes through and is logged.
     WouldBlock,
@@ -185,7 +200,9 @@ impl fmt::Display for Verdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RuleList {
+    /// An `allow` rule.
     Allow,
+    /// A `deny` rule.
     Deny,
 }
 
@@ -193,8 +210,11 @@ pub enum RuleList {
 /// `POLICY:allow[N]` / `POLICY:deny[N]`, N counting from 0 in that policy's file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RuleRef {
+    /// The name of the policy holding the rule.
     pub policy: Arc<str>,
+    /// The list the rule is in.
     pub list: RuleList,
+    /// The rule's position in that list, from 0.
     pub index: usize,
 }
 
@@ -236,19 +256,27 @@ impl Decision {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Mode {
+    /// Refuse what the policy does not allow.
     #[default]
     Enforce,
+    /// Let everything through and record what would have been refused.
     Report,
 }
 
 /// Ceilings for runs under a policy. `None` = the policy sets no ceiling.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Limits {
+    /// The longest a run may take.
     pub timeout: Option<Duration>,
+    /// The most memory a run may use, in bytes.
     pub memory: Option<u64>,
+    /// The most CPUs a run may use.
     pub cpus: Option<f64>,
+    /// The most processes a run may hold at once.
     pub pids: Option<u64>,
+    /// The largest the run's `/tmp` may grow, in bytes.
     pub tmp: Option<u64>,
+    /// The most output a run may write, in bytes.
     pub output: Option<u64>,
     /// The OCI runtimes a run may use (`runtime: NAME`, as `--runtime` and the engine name
     /// them): one name per policy; merged policies keep the names all of them allow, so an
@@ -272,7 +300,9 @@ pub enum SniCheck {
 /// whose SNI equals the CONNECT host, and how strictly. Defaults: ports `[443]`, Strict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsSettings {
+    /// The `CONNECT` ports whose traffic must be TLS.
     pub ports: Vec<u16>,
+    /// How strictly the ClientHello on those ports is checked.
     pub sni: SniCheck,
 }
 
@@ -395,18 +425,22 @@ impl Policy {
             .collect()
     }
 
+    /// The policy's name (its `name:`, or its file's name).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The ceilings the policy sets for a run.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
 
+    /// Whether the policy enforces or only reports.
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
+    /// The policy's `tls:` settings.
     pub fn tls(&self) -> &TlsSettings {
         &self.tls
     }

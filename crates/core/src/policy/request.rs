@@ -67,7 +67,9 @@ impl fmt::Display for PathPattern {
 /// The `methods`/`paths` of one allow rule. `None` = not restricted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RequestRules {
+    /// The methods allowed, upper-case; `None` allows every method.
     pub methods: Option<Vec<String>>,
+    /// The path patterns allowed; `None` allows every path.
     pub paths: Option<Vec<PathPattern>>,
 }
 
@@ -77,12 +79,14 @@ impl RequestRules {
         self.methods.is_some() || self.paths.is_some()
     }
 
+    /// Whether the rule allows the request method `method`.
     pub fn admits_method(&self, method: &str) -> bool {
         self.methods
             .as_ref()
             .is_none_or(|methods| methods.iter().any(|m| m == method))
     }
 
+    /// Whether the rule allows the request path `path` (already checked by [`check_request_path`]).
     pub fn admits_path(&self, path: &str) -> bool {
         self.paths
             .as_ref()
@@ -165,27 +169,35 @@ pub(crate) fn parse_path_pattern(raw: &str) -> Result<PathPattern, String> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PathError {
+    /// The path does not start with `/`.
     #[error("the request path must start with `/`")]
     NotAbsolute,
+    /// The path holds an empty segment (`//`).
     #[error("the request path holds an empty segment (`//`)")]
     EmptySegment,
     #[error(
         "the request path holds a dot segment (`.` or `..`, maybe percent-encoded or with `;parameters`)"
     )]
+    /// The path holds a `.` or `..` segment, in any spelling.
     DotSegment,
+    /// The path holds an encoded `/` or `\`.
     #[error("the request path holds an encoded `/` or `\\` (`%2F`, `%5C`)")]
     EncodedSeparator,
+    /// The path holds a `\`.
     #[error("the request path holds a `\\`")]
     Backslash,
+    /// The path holds a malformed percent escape.
     #[error("the request path holds a bad percent escape")]
     BadEscape,
     #[error(
         "the request path holds a non-canonical escape (`%25`, an encoded `%`, or escapes that are not UTF-8, such as overlong `%c0%ae`)"
     )]
+    /// The path holds an escape that has a shorter or a UTF-8 spelling.
     NonCanonical,
     #[error(
         "the request path holds a character that is not allowed in a URL path (or an encoded control byte)"
     )]
+    /// The path holds a byte a URL path may not hold.
     BadByte,
 }
 

@@ -258,14 +258,17 @@ impl PolicySet {
         &self.index.name
     }
 
+    /// Report only when every policy in the set reports; enforce otherwise.
     pub fn mode(&self) -> Mode {
         self.index.mode
     }
 
+    /// The strictest of the set's limits, ceiling by ceiling.
     pub fn limits(&self) -> &Limits {
         &self.index.limits
     }
 
+    /// The set's `tls:` settings: the union of its TLS ports, strict unless every policy is off.
     pub fn tls(&self) -> &TlsSettings {
         &self.index.tls
     }

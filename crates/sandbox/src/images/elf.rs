@@ -18,7 +18,10 @@ pub enum ElfLinkage {
     /// No `PT_INTERP`: runs in an empty image.
     Static,
     /// Needs the named loader (e.g. `/lib64/ld-linux-x86-64.so.2`) and its libraries.
-    Dynamic { interpreter: String },
+    Dynamic {
+        /// The loader's path, from `PT_INTERP`.
+        interpreter: String,
+    },
     /// Not an ELF file, or one too damaged to read; the text says what is wrong.
     NotElf(String),
 }

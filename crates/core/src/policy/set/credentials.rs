@@ -18,7 +18,9 @@ use crate::target::HostName;
 pub struct CredentialConflict {
     /// The later policy, whose credential the set does not keep.
     pub policy: Arc<str>,
+    /// The host both credentials are for.
     pub host: HostName,
+    /// The port both credentials are for.
     pub port: u16,
     /// The secret the later policy's credential names.
     pub secret: String,
