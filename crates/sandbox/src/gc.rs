@@ -59,7 +59,7 @@ pub enum SkipReason {
         /// The host identity the owner label names.
         owner: HostIdentity,
     },
-    /// Its owner label has no host identity (an older egress-sandbox wrote it).
+    /// Its owner label has no host identity, so whether its owner lives cannot be told.
     NoHostIdentity {
         /// The pid the label names.
         pid: u32,

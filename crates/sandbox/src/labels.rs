@@ -111,8 +111,8 @@ pub struct Owner {
 pub enum OwnerLabel {
     /// The current format, with a host identity.
     Owner(Owner),
-    /// `<pid>:<start time>` as written before the host identity: the pid may belong to
-    /// another host or PID namespace, so nothing can be proved about it.
+    /// `<pid>:<start time>` alone, without a host identity: the pid may belong to another
+    /// host or PID namespace, so nothing can be proved about it.
     WithoutHost {
         /// The pid the label names.
         pid: u32,
