@@ -66,6 +66,7 @@
 //!   user's, writable by no one else), so another local user can plant or swap nothing.
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
+#![deny(missing_docs)]
 
 pub(crate) mod audit_tee;
 pub(crate) mod audit_trail;
