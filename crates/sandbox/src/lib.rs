@@ -55,7 +55,7 @@
 //!   watchdog), found beside the program or on `PATH` and checked by a version handshake
 //!   ([`Sandbox::connect_with_helper`]).
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
-//!   [`RunOutcome`](outcome::RunOutcome).
+//!   [`RunOutcome`].
 //! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
 //!   (handle, slot, run, report) without those depending on one another.
 //! - [`launch_signal`]: what opens the sandbox's launcher (and hands it the task files);

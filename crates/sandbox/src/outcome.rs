@@ -87,7 +87,7 @@ pub struct RunOutcome {
     /// The run's egress attempts by decision.
     pub attempts: AttemptCounts,
     /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
-    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
+    /// at most [`REPORT_GROUPS`](crate::report::REPORT_GROUPS) groups.
     pub blocked: Vec<RefusalGroup>,
     /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
     pub blocked_more: u64,
