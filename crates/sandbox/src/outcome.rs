@@ -204,11 +204,11 @@ pub enum RunError {
     RuntimeUnreachable {
         /// The runtime's name.
         name: String,
-        /// What kind of runtime the engine says it is.
+        /// What kind of runtime it is, for a person (`host kernel`, …).
         kind: String,
     },
-    /// This host's interface addresses, which a run's network must not overlap, could not
-    /// be listed.
+    /// This host's interface addresses, which the proxy refuses as upstreams on a local
+    /// engine, could not be listed.
     #[error("cannot list this host's interface addresses")]
     HostAddresses(#[source] std::io::Error),
     /// The running process could not be identified for the owner label `gc` goes by.
