@@ -40,8 +40,11 @@ pub const MAX_RAW_HOST_BYTES: usize = 256;
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Kind {
+    /// A CONNECT tunnel.
     Connect,
+    /// A plain HTTP request, or a request read inside an inspected tunnel.
     Http,
+    /// A DNS query to the proxy's resolver.
     Dns,
     /// Transparent TLS, routed by SNI.
     Tls,
@@ -74,7 +77,9 @@ impl std::fmt::Display for Kind {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Outcome {
+    /// Let through by the policy.
     Allowed,
+    /// Refused.
     Blocked,
     /// Report mode: the allowlist alone would have refused it; it went through.
     WouldBlock,
@@ -83,6 +88,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The name the audit record's `decision` field carries (`allowed`, `blocked`,
+    /// `would_block`, `failed`).
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -113,12 +120,17 @@ impl From<Verdict> for Outcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AuditRecord<R = Reason> {
+    /// The schema version, [`AUDIT_VERSION`] when this version writes it.
     pub v: u32,
     /// RFC 3339 UTC with milliseconds, e.g. `2026-11-29T18:40:43.123Z`.
     pub ts: String,
+    /// The run id, or null when the proxy runs without one.
     pub run: Option<String>,
+    /// The name of the policy the attempt was judged by, or null without one.
     pub policy: Option<String>,
+    /// How the attempt reached the proxy.
     pub kind: Kind,
+    /// The address and port the sandbox connected or asked from, or null when unknown.
     pub client: Option<String>,
     /// The sandbox's host name, the client's name as the sandbox knows itself, when the run
     /// has one (`ProxyConfig::sandbox_hostname`): what names the source of every attempt in
@@ -127,18 +139,26 @@ pub struct AuditRecord<R = Reason> {
     pub sandbox_hostname: Option<String>,
     /// Normalised when valid; otherwise the raw value, escaped and cut to 256 bytes.
     pub host: String,
+    /// The port asked for, or null when the attempt has none.
     pub port: Option<u16>,
+    /// What became of the attempt.
     pub decision: Outcome,
+    /// Why the attempt got its `decision` (`rule`, `not_allowed`, `resolve_failed`, …).
     pub reason: R,
+    /// The policy rule that decided it (`POLICY:allow[N]` / `POLICY:deny[N]`), or null.
     pub rule: Option<String>,
+    /// The address actually connected to, or null.
     pub addr: Option<String>,
     /// Refusals after resolution only (`private_address`, a deny `cidr`): every address the
     /// name resolved to, each refused, so an operator can tell a rebinding attempt from a
     /// split-horizon mistake. The sandbox is never told them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addrs: Vec<String>,
+    /// Bytes relayed from the sandbox.
     pub bytes_up: u64,
+    /// Bytes relayed to the sandbox.
     pub bytes_down: u64,
+    /// How long the attempt lasted, in milliseconds.
     pub duration_ms: u64,
     /// `http` requests whose method and path the proxy read: `method`, `path`, `status`,
     /// and for inspected requests `credential`.
@@ -159,10 +179,13 @@ pub struct AuditRecord<R = Reason> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RequestFields {
+    /// The request's method.
     pub method: String,
+    /// The request's path, without its query.
     pub path: String,
     /// The upstream's status, or null when no response came.
     pub status: Option<u16>,
+    /// The name of the secret an inspected request had added, or null.
     pub credential: Option<String>,
     /// Occurrences of a run's real secret replaced by its placeholder in the answer (reason
     /// phrase, headers, body, trailers; a refused answer's quoted coding); absent when none
@@ -231,6 +254,7 @@ impl<R: Serialize> AuditRecord<R> {
 /// text of one a newer writer added, so that its record still reads and still counts.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RecordedReason {
+    /// A reason this version knows.
     Known(Reason),
     /// As written. It comes from the log, so it is shown to a person only through
     /// `text::visible`, as a host is.

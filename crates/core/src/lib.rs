@@ -23,6 +23,7 @@
 //! - [`wire`]: the version every object the library hands its helper binary carries.
 #![deny(unsafe_code)]
 #![deny(unreachable_pub)]
+#![deny(missing_docs)]
 
 pub mod audit;
 pub mod doors;

@@ -10,13 +10,26 @@ use crate::spec::RunSpec;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unfit {
+    /// The run asks for more CPUs than the engine has.
     #[error("cpus {asked} is more than the engine has ({available})")]
-    Cpus { asked: f64, available: u64 },
+    Cpus {
+        /// The CPUs the run asks for.
+        asked: f64,
+        /// The CPUs the engine has.
+        available: u64,
+    },
+    /// The egress network the run names is not on the engine.
     #[error("egress network {name:?} does not exist on the engine")]
-    EgressNetwork { name: String },
+    EgressNetwork {
+        /// The network the run names.
+        name: String,
+    },
+    /// The run asks for an OCI runtime the engine does not offer.
     #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
     Runtime {
+        /// The runtime the run asks for.
         name: String,
+        /// The runtimes the engine offers.
         available: Vec<String>,
     },
     /// The engine did not answer: not the request's fault.

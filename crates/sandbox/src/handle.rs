@@ -5,12 +5,13 @@
 //! given to one file (the proxy image and the sandbox's launcher are made from it: the
 //! static helper, which [`Sandbox::connect_with_helper`] finds and checks, or the
 //! `egress-sandbox` command itself), and identifies this process for the owner label that
-//! `gc` reads. Then it runs any number of [`RunSpec`]s, one after another or concurrently
-//! (it is cheap to clone; clones share one engine connection).
+//! `gc` reads. Then it runs any number of [`RunSpec`](crate::RunSpec)s, one after another
+//! or concurrently (it is cheap to clone; clones share one engine connection).
 //!
-//! The library prints nothing: output and audit records go to the [`OutputSinks`] of each
-//! run, progress of long steps (building the base image) to the callback given to
-//! [`Sandbox::on_progress`], else to `tracing` (info level).
+//! The library prints nothing: output and audit records go to the
+//! [`OutputSinks`](crate::OutputSinks) of each run, progress of long steps (building the
+//! base image) to the callback given to [`Sandbox::on_progress`], else to `tracing` (info
+//! level).
 
 use crate::network::NetworkError;
 use std::collections::HashMap;

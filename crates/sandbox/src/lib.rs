@@ -55,7 +55,7 @@
 //!   watchdog), found beside the program or on `PATH` and checked by a version handshake
 //!   ([`Sandbox::connect_with_helper`]).
 //! - [`run`]: the lifecycle itself — [`Sandbox::run`] / [`Sandbox::run_until`] →
-//!   [`RunOutcome`](outcome::RunOutcome).
+//!   [`RunOutcome`].
 //! - [`outcome`]: what a run amounts to and why a set-up failed, named by every stage
 //!   (handle, slot, run, report) without those depending on one another.
 //! - [`launch_signal`]: what opens the sandbox's launcher (and hands it the task files);
@@ -66,6 +66,7 @@
 //!   user's, writable by no one else), so another local user can plant or swap nothing.
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
 //! - [`labels`]: run ids, object names, labels and the owner stamp.
+#![deny(missing_docs)]
 
 pub(crate) mod audit_tee;
 pub(crate) mod audit_trail;

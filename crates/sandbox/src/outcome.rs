@@ -42,7 +42,9 @@ pub const PROXY_FAILED_EXIT: i32 = 125;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Interruption {
+    /// SIGINT.
     Interrupt,
+    /// SIGTERM.
     Terminate,
     /// The reader of the run's output went away (`run … | head`): what SIGPIPE is to a
     /// command in a shell pipeline. Only sinks made with [`OutputSinks::stdio`](super::output::OutputSinks::stdio) end a run
@@ -51,6 +53,7 @@ pub enum Interruption {
 }
 
 impl Interruption {
+    /// The exit status a run so interrupted ends with: 130, 143, or 141 as for SIGPIPE.
     pub fn exit_code(self) -> i32 {
         match self {
             Interruption::Interrupt => 130,
@@ -65,7 +68,9 @@ impl Interruption {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RunOutcome {
+    /// The run's id, as its audit records and Docker objects carry it.
     pub run_id: String,
+    /// How the run ended.
     pub status: RunStatus,
     /// The exit status for the caller: the command's own, 124, 137, 130, 143 or 125.
     pub exit_code: i32,
@@ -73,12 +78,16 @@ pub struct RunOutcome {
     pub duration: Duration,
     /// The time limit the run had.
     pub timeout: Duration,
+    /// The image the command ran in.
     pub image: String,
+    /// The name of the policy the run's egress was judged by.
     pub policy: String,
+    /// What the command wrote to stdout and stderr.
     pub output: OutputStats,
+    /// The run's egress attempts by decision.
     pub attempts: AttemptCounts,
     /// Blocked and would-block attempts grouped by host, port, reason; most frequent first;
-    /// at most [`REPORT_GROUPS`](super::tally::REPORT_GROUPS) groups.
+    /// at most [`REPORT_GROUPS`](crate::report::REPORT_GROUPS) groups.
     pub blocked: Vec<RefusalGroup>,
     /// Refused attempts counted in no group of `blocked` (`tally::Refusals::more`).
     pub blocked_more: u64,
@@ -99,74 +108,122 @@ pub struct RunOutcome {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
+    /// The container engine could not be reached or asked.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The sandbox image is missing, or the proxy image could not be made.
     #[error(transparent)]
     Image(#[from] ImageError),
+    /// The run's network could not be made.
     #[error(transparent)]
     Network(#[from] NetworkError),
+    /// A Docker call of the set-up failed.
     #[error("Docker: {step}")]
     Docker {
+        /// What the call was for (`start the sandbox`, …).
         step: String,
+        /// The engine's error.
         #[source]
         source: DockerError,
     },
+    /// The proxy reported it could not start, or its output ended before it was ready.
     #[error("the proxy did not start: {detail}")]
-    ProxyNotReady { detail: String },
+    ProxyNotReady {
+        /// The proxy's own words.
+        detail: String,
+    },
+    /// The proxy said nothing within the time allowed for it to start.
     #[error("the proxy was not ready within {}s", waited.as_secs())]
-    ProxyReadyTimeout { waited: Duration },
+    ProxyReadyTimeout {
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// The run's handoff line could not be written to the proxy.
     #[error("cannot hand the run's configuration to the proxy")]
     Handoff {
+        /// The write's error.
         #[source]
         source: std::io::Error,
     },
+    /// The launch signal could not be written to the sandbox's launcher.
     #[error("cannot signal the sandbox's launcher")]
     GoSignal {
+        /// The write's error.
         #[source]
         source: std::io::Error,
     },
+    /// The run has task files, and the engine is not local.
     #[error("task files need a local Docker engine (they are handed over the sandbox's launcher)")]
     FilesNeedLocalEngine,
+    /// The policy inspects hosts, which needs the run CA's trust bundle bind-mounted, and
+    /// the engine is not local.
     #[error(
         "the policy inspects {} (credentials, methods or paths): that needs a local Docker engine, which bind-mounts the run CA's trust bundle into the sandbox, and {engine} is not one",
         hosts.join(", ")
     )]
-    InspectedNeedsLocalEngine { hosts: Vec<String>, engine: String },
+    InspectedNeedsLocalEngine {
+        /// The hosts the policy inspects.
+        hosts: Vec<String>,
+        /// The engine the run was asked of.
+        engine: String,
+    },
+    /// The `--audit-log` file could not be opened for appending.
     #[error("cannot open the audit log {path}")]
     AuditLog {
+        /// The file asked for.
         path: PathBuf,
+        /// The open's error.
         #[source]
         source: std::io::Error,
     },
     /// The helper binary could not be found, or answered as no helper of this library.
     #[error(transparent)]
     Helper(#[from] crate::helper::HelperError),
+    /// The binary the proxy container runs could not be found or placed.
     #[error("cannot find the proxy binary {}", path.display())]
     ProxyBinary {
+        /// Where it was looked for or placed.
         path: PathBuf,
+        /// The file system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The run asked for an OCI runtime the engine does not offer.
     #[error("the engine has no runtime {name:?} (it has: {})", available.join(", "))]
     UnknownRuntime {
+        /// The runtime asked for.
         name: String,
+        /// The runtimes the engine offers.
         available: Vec<String>,
     },
+    /// The sandbox's runtime gives it no way to reach its proxy.
     #[error(
         "the sandbox could not reach its proxy under runtime {name:?} ({kind}): register it with \
          a network (for gVisor: runtimeArgs [\"--network=host\"], see scripts/gvisor-setup.sh)"
     )]
-    RuntimeUnreachable { name: String, kind: String },
+    RuntimeUnreachable {
+        /// The runtime's name.
+        name: String,
+        /// What kind of runtime it is, for a person (`host kernel`, …).
+        kind: String,
+    },
+    /// This host's interface addresses, which the proxy refuses as upstreams on a local
+    /// engine, could not be listed.
     #[error("cannot list this host's interface addresses")]
     HostAddresses(#[source] std::io::Error),
+    /// The running process could not be identified for the owner label `gc` goes by.
     #[error("cannot identify this process for the owner label")]
     Owner(#[source] std::io::Error),
+    /// The sandbox's trust bundle could not be made.
     #[error(transparent)]
     Trust(#[from] TrustError),
+    /// The resolv.conf that points the sandbox at its proxy could not be written.
     #[error("cannot create the sandbox's resolv.conf")]
     ResolvConf(#[source] std::io::Error),
+    /// The directory the sandbox's launcher takes its doors from could not be made.
     #[error("cannot create the directory the sandbox passes its doors through")]
     DoorsDir(#[source] std::io::Error),
+    /// The launcher binary the sandbox mounts could not be placed.
     #[error("cannot place the binary the sandbox mounts as its launcher")]
     LauncherBinary(#[source] std::io::Error),
     /// A directory the run would keep files in is not the running user's alone.

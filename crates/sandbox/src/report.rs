@@ -16,19 +16,29 @@ pub use egress_core::tally::{
 /// (`run --server` reads the daemon's and completes it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunReport<'a> {
+    /// The report's schema version, 1.
     pub v: u32,
+    /// The run's id.
     pub run: Cow<'a, str>,
+    /// How the run ended.
     pub status: RunStatus,
+    /// The exit status for the caller, as [`RunOutcome::exit_code`].
     pub exit_code: i32,
+    /// From the sandbox's start to its end, in milliseconds.
     pub duration_ms: u64,
+    /// The image the command ran in.
     pub image: Cow<'a, str>,
+    /// The name of the policy the run's egress was judged by.
     pub policy: Cow<'a, str>,
+    /// What the command wrote to stdout and stderr.
     pub output: crate::output::OutputStats,
+    /// The run's egress attempts by decision.
     pub attempts: AttemptCounts,
     /// At most [`REPORT_GROUPS`] groups, most attempts first.
     pub blocked: Cow<'a, [RefusalGroup]>,
     /// Refused attempts counted in no group of `blocked`.
     pub blocked_more: u64,
+    /// Records the proxy wrote and attempts it only counted.
     pub audit: AuditCounts,
     /// Hex SHA-256 of the run's `end` audit line (null when the proxy never wrote it).
     pub audit_head: Option<Cow<'a, str>>,
@@ -38,6 +48,8 @@ pub struct RunReport<'a> {
 }
 
 impl<'a> RunReport<'a> {
+    /// The report of `outcome`, borrowing its text, with at most [`REPORT_GROUPS`] refusal
+    /// groups; the attempts of groups past them join `blocked_more`.
     pub fn new(outcome: &'a RunOutcome) -> RunReport<'a> {
         RunReport {
             v: 1,

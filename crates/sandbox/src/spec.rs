@@ -51,52 +51,86 @@ pub const DEFAULT_AUDIT_LIMIT: u64 = egress_core::audit::DEFAULT_AUDIT_LIMIT;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecError {
+    /// A policy does not parse or check, with every diagnostic found.
     #[error("{0}")]
     Policy(#[from] PolicyError),
+    /// A policy file could not be read.
     #[error("cannot read policy {path}: {source}")]
     PolicyRead {
+        /// The file asked for.
         path: PathBuf,
+        /// The read's error.
         source: std::io::Error,
     },
+    /// One policy is longer than one argument of the proxy process may be.
     #[error(
         "policy {file} is too large to hand to the proxy ({size} bytes; at most {max} bytes per policy)"
     )]
     PolicyTooLarge {
+        /// The policy's file name.
         file: String,
+        /// Its size as the proxy's argument, in bytes.
         size: usize,
+        /// The most one policy may take, in bytes.
         max: usize,
     },
+    /// The policies together are longer than the proxy's arguments may be.
     #[error("the policies are too large to hand to the proxy ({size} bytes in all; at most {max})")]
-    PoliciesTooLarge { size: usize, max: usize },
+    PoliciesTooLarge {
+        /// Their size as the proxy's arguments, in bytes.
+        size: usize,
+        /// The most they may take together, in bytes.
+        max: usize,
+    },
+    /// A limit asked for is above the ceiling a policy sets.
     #[error("{flag} {value} is above the limit of policy {policy} ({key}: {limit})")]
     AboveLimit {
+        /// The flag that sets the limit (`--memory`, …).
         flag: &'static str,
+        /// The value asked for, as a person writes it.
         value: String,
+        /// The merged policy's name.
         policy: String,
+        /// The policy's key for the limit (`memory`, …).
         key: &'static str,
+        /// The policy's ceiling, as a person writes it.
         limit: String,
     },
+    /// The runtime asked for is not one the policies allow.
     #[error("--runtime {name} is not allowed by policy {policy} (runtime: {allowed})")]
     RuntimeNotAllowed {
+        /// The runtime asked for.
         name: String,
+        /// The merged policy's name.
         policy: String,
+        /// The runtimes the policies allow, joined with `, `.
         allowed: String,
     },
+    /// The policies merged allow no runtime in common.
     #[error(
         "policies {policy} require different runtimes (limits: runtime): no run can satisfy them all"
     )]
-    RuntimesConflict { policy: String },
+    RuntimesConflict {
+        /// The merged policy's name.
+        policy: String,
+    },
+    /// A value that is not valid for its flag.
     #[error("invalid {flag} {value:?}: {reason}")]
     Invalid {
+        /// The flag (or setting) the value was given for.
         flag: &'static str,
+        /// The value as given.
         value: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// Shown as the flag that carries pins, in the CLI and the API alike.
     #[error("--resolve {0}")]
     Pin(Box<PinError>),
+    /// The command to run is empty.
     #[error("no command given to run")]
     NoCommand,
+    /// The secrets or upstream CAs could not be read, or do not fit the policies.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
     /// A `--secret` flag that could not be read (the message never holds the value).
@@ -141,6 +175,7 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// A request to run `command` (argv, no shell) with the defaults; `build` checks it.
     pub fn builder<I, S>(command: I) -> RunSpecBuilder
     where
         I: IntoIterator<Item = S>,
@@ -152,6 +187,7 @@ impl RunSpec {
         }
     }
 
+    /// The limits the run is held to, the policies' ceilings applied.
     pub fn limits(&self) -> &RunLimits {
         &self.limits
     }
@@ -221,7 +257,8 @@ impl RunSpec {
     }
 }
 
-/// Collects a run request; [`build`](Self::build) checks it.
+/// Collects a run request; [`build`](Self::build) checks it. A limit left unset gets its
+/// default, or a policy's ceiling where that is lower; one set above a ceiling is refused.
 #[derive(Clone, Debug, Default)]
 pub struct RunSpecBuilder {
     command: Vec<String>,
@@ -252,6 +289,7 @@ pub struct RunSpecBuilder {
 }
 
 impl RunSpecBuilder {
+    /// The image the command runs in, a local image the engine has [default: the base image].
     pub fn image(mut self, image: impl Into<String>) -> Self {
         self.image = Some(image.into());
         self
@@ -274,30 +312,38 @@ impl RunSpecBuilder {
         self.allow.push(host.into());
         self
     }
+    /// The command's wall time, after which the sandbox is killed (exit 124) [default: 30s].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
+    /// Memory, swap included, in bytes [default: 256 MiB]; at least [`MIN_MEMORY`].
     pub fn memory(mut self, bytes: u64) -> Self {
         self.memory = Some(bytes);
         self
     }
+    /// CPUs the sandbox may use, fractions allowed [default: 1].
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
         self
     }
+    /// Processes and threads the sandbox may have at once [default: 128].
     pub fn pids(mut self, pids: u64) -> Self {
         self.pids = Some(pids);
         self
     }
+    /// Size of the writable `/tmp` in bytes [default: 64 MiB]; at least [`MIN_TMP`].
     pub fn tmp(mut self, bytes: u64) -> Self {
         self.tmp = Some(bytes);
         self
     }
+    /// stdout and stderr bytes relayed before the rest is dropped [default: 1 MiB].
     pub fn output_limit(mut self, bytes: u64) -> Self {
         self.output = Some(bytes);
         self
     }
+    /// A host path `source` mounted at `target` in the sandbox, read-only unless `writable`;
+    /// checked by `build`.
     pub fn mount(
         mut self,
         source: impl Into<PathBuf>,
@@ -307,10 +353,13 @@ impl RunSpecBuilder {
         self.mounts.push((source.into(), target.into(), writable));
         self
     }
+    /// A variable set in the sandbox; the proxy variables egress-sandbox sets are refused.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((key.into(), value.into()));
         self
     }
+    /// The directory the command starts in, an absolute path [default: the image's own, or
+    /// `/task` when the run has files].
     pub fn workdir(mut self, dir: impl Into<String>) -> Self {
         self.workdir = Some(dir.into());
         self
@@ -320,6 +369,7 @@ impl RunSpecBuilder {
         self.resolve.push((name.into(), ip));
         self
     }
+    /// A file the run's audit lines are appended to (`--audit-log`).
     pub fn audit_log(mut self, path: impl Into<PathBuf>) -> Self {
         self.audit_log = Some(path.into());
         self
@@ -336,6 +386,7 @@ impl RunSpecBuilder {
         self.on_audit_limit = Some(on_limit);
         self
     }
+    /// The Docker network the proxy reaches upstreams through [default: the tool's own].
     pub fn egress_network(mut self, name: impl Into<String>) -> Self {
         self.egress_network = Some(name.into());
         self

@@ -37,6 +37,7 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// A chain at its start, for the lines of `run` (of no run when `None`).
     pub fn new(run: Option<&str>) -> Chain {
         Chain {
             seq: 0,
@@ -49,6 +50,7 @@ impl Chain {
         self.seq
     }
 
+    /// Whether no line is sealed yet.
     pub fn is_empty(&self) -> bool {
         self.seq == 0
     }
@@ -76,6 +78,7 @@ impl Chain {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum LimitKind {
+    /// `limit`.
     Limit,
 }
 
@@ -84,6 +87,7 @@ pub enum LimitKind {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EndKind {
+    /// `end`.
     End,
 }
 
@@ -93,13 +97,19 @@ pub enum EndKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LimitRecord {
+    /// The schema version.
     pub v: u32,
+    /// RFC 3339 UTC with milliseconds, as an attempt record's `ts`.
     pub ts: String,
+    /// The run id, or null without one.
     pub run: Option<String>,
+    /// The run's policy name, or null without one.
     pub policy: Option<String>,
+    /// Always `limit`.
     pub kind: LimitKind,
     /// Always `audit_limit`.
     pub reason: String,
+    /// The run's `--audit-limit`.
     pub limit: u64,
     /// What new egress gets past the limit (`--on-audit-limit`): `reserve` or `refuse`.
     /// Absent in logs of proxies before the option.
@@ -109,8 +119,10 @@ pub struct LimitRecord {
     /// `refuse`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<u64>,
+    /// The line's place in its run's chain, added by [`Chain::seal`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// Hex SHA-256 of the run's previous line, added by [`Chain::seal`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev: Option<String>,
 }
@@ -119,10 +131,15 @@ pub struct LimitRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct EndRecord {
+    /// The schema version.
     pub v: u32,
+    /// RFC 3339 UTC with milliseconds, as an attempt record's `ts`.
     pub ts: String,
+    /// The run id, or null without one.
     pub run: Option<String>,
+    /// The run's policy name, or null without one.
     pub policy: Option<String>,
+    /// Always `end`.
     pub kind: EndKind,
     /// Lines of this run before this one (attempts and the limit record).
     pub records: u64,
@@ -131,8 +148,10 @@ pub struct EndRecord {
     /// `dropped` by decision. Absent in logs of proxies before the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropped_by_decision: Option<DroppedByDecision>,
+    /// The line's place in its run's chain, added by [`Chain::seal`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// Hex SHA-256 of the run's previous line, added by [`Chain::seal`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev: Option<String>,
 }
@@ -230,8 +249,11 @@ impl DroppedByDecision {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AuditLine<R = Reason> {
+    /// An attempt's record.
     Attempt(Box<AuditRecord<R>>),
+    /// The record written when the run reaches its audit limit.
     Limit(LimitRecord),
+    /// The record that closes the run's chain.
     End(EndRecord),
 }
 

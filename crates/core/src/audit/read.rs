@@ -73,12 +73,16 @@ pub struct LogLine {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[non_exhaustive]
 pub struct ChainLink {
+    /// The line's run id, which names the chain it belongs to; `None` without one.
     #[serde(default)]
     pub run: Option<String>,
+    /// The line's `kind`, as written.
     #[serde(default)]
     pub kind: Option<String>,
+    /// The line's place in its run's chain.
     #[serde(default)]
     pub seq: Option<u64>,
+    /// Hex SHA-256 of the run's previous line.
     #[serde(default)]
     pub prev: Option<String>,
     /// An `end` line's count of the run's lines before it, which closes the chain.
@@ -91,6 +95,7 @@ pub struct ChainLink {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LineError {
+    /// Bytes that are not UTF-8.
     #[error("not an audit record (not UTF-8)")]
     NotUtf8,
     /// A JSON object whose `kind` is none this version writes.

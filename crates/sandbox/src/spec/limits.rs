@@ -34,7 +34,9 @@ pub struct RunLimits {
     pub timeout: Duration,
     /// Memory, swap included, in bytes.
     pub memory: u64,
+    /// CPUs the sandbox may use, fractions allowed (at least 0.01).
     pub cpus: f64,
+    /// Processes and threads the sandbox may have at once (at least 2).
     pub pids: u64,
     /// Size of the writable `/tmp` tmpfs in bytes.
     pub tmp: u64,

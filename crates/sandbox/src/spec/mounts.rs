@@ -13,6 +13,7 @@ pub struct Mount {
     pub source: PathBuf,
     /// Absolute path in the sandbox.
     pub target: String,
+    /// Whether the sandbox may write to it; read-only otherwise.
     pub writable: bool,
 }
 

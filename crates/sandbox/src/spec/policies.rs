@@ -16,6 +16,7 @@ const MAX_POLICY_ARGS_TOTAL: usize = 1024 * 1024;
 pub struct PolicySource {
     /// Gives the policy's default name; shown in the proxy's diagnostics.
     pub file_name: String,
+    /// The policy's YAML text, validated as the proxy will parse it.
     pub yaml: String,
 }
 

@@ -6,6 +6,7 @@ use super::{SpecError, invalid};
 
 /// The subnet pool runs take their /29 from, unless `EGRESS_SANDBOX_SUBNET_POOL` says otherwise.
 pub const DEFAULT_SUBNET_POOL: &str = "10.213.0.0/16";
+/// The environment variable that sets the subnet pool, an IPv4 CIDR of /29 or larger.
 pub const SUBNET_POOL_ENV: &str = "EGRESS_SANDBOX_SUBNET_POOL";
 
 pub(super) fn check_pool(pool: Ipv4Net, what: &str) -> Result<Ipv4Net, SpecError> {
