@@ -2,9 +2,9 @@
 //!
 //! - `GET /v1/health` → `{"ok":true,"version":…,"pool":{"ready":R,"size":N}}`
 //! - `POST /v1/runs` → 400 `{"error","field"}` (nothing created) or 200 NDJSON events:
-//!   `started`, `output`, `audit`, then `exit` with the report ([`run_task`]).
+//!   `started`, `output`, `audit`, then `exit` with the report ([`client::Event`]).
 //! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
-//! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
+//! - `GET /metrics` → Prometheus text (OpenMetrics), also on `--metrics-listen`.
 //!
 //! Each run goes through the library's lifecycle (`sandbox::Sandbox`), the same code as
 //! `egress-sandbox run`: in a warm slot of the warm pool (`egress_sandbox::pool`) when the request fits one, else cold. The
@@ -14,7 +14,7 @@
 //! interrupts every run, waits until each has removed its objects, removes every pool slot, and
 //! removes its socket; at start it sweeps what a crashed daemon (or run) left.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod client;
 
@@ -53,7 +53,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 const MAX_REQUEST: usize = 96 << 20;
 
 /// The largest stdin `run --server` sends: base64 makes it 4/3 as large, and the rest of
-/// the request must fit beside it in [`MAX_REQUEST`].
+/// the request must fit beside it in the largest body the daemon takes (96 MiB).
 pub const MAX_STDIN: usize = 64 << 20;
 
 pub use socket::default_socket;
