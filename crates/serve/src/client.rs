@@ -19,27 +19,42 @@ use egress_sandbox::private_dir::{self, User};
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Event {
+    /// A policy warning; warnings come before `started`.
     Warning {
+        /// The warning's text.
         text: String,
     },
+    /// The run exists; the first event after the warnings.
     Started {
+        /// The run's id, the one [`Client::cancel`] takes.
         run: String,
     },
+    /// A chunk of the command's output.
     Output {
+        /// `stdout` or `stderr`.
         stream: String,
+        /// The chunk's bytes, base64.
         b64: String,
     },
+    /// One record of the proxy's audit log.
     Audit {
+        /// The record's JSON as the proxy wrote it.
         record: Box<RawValue>,
     },
+    /// The run ended; the last event of a run that started.
     Exit {
+        /// The run report's JSON, as `run` writes it.
         report: Box<RawValue>,
+        /// The one-line summary (`egress-sandbox: exit 0 after …`).
         summary: String,
+        /// The run's objects that could not be removed; empty when the line has none.
         teardown_errors: Vec<String>,
     },
     /// The set-up failed; `field` names the request field at fault when one is.
     Error {
+        /// The failure, with its causes.
         error: String,
+        /// The request field whose value was refused; `None` when the engine or host failed.
         field: Option<String>,
     },
 }
@@ -92,18 +107,25 @@ impl Event {
 /// A 400 (or other refusal) from the daemon.
 #[derive(Debug, Deserialize)]
 pub struct Refusal {
+    /// Why, as the daemon words it (the body's text when it is not JSON).
     pub error: String,
+    /// The request field at fault; empty when none is.
     #[serde(default)]
     pub field: String,
+    /// Policy diagnostics (`FILE:LINE:COL: error: …`), when a policy was refused.
     #[serde(default)]
     pub diagnostics: Vec<String>,
 }
 
+/// Why a request to the daemon got no answer, or a refusal.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The socket cannot be read or connected to (missing, or nobody listens).
     #[error("cannot reach the egress-sandbox daemon at {socket}: {source}")]
     Connect {
+        /// The daemon's socket.
         socket: PathBuf,
+        /// The failure to read or connect to it.
         #[source]
         source: std::io::Error,
     },
@@ -111,22 +133,41 @@ pub enum ClientError {
         "{socket} is owned by {owner}, not by you or root: it may be another user's fake \
          daemon, so nothing was sent to it; use a socket of a daemon run by you or by root"
     )]
-    UntrustedSocket { socket: PathBuf, owner: User },
+    /// The socket file is owned by a user other than this process's and root; nothing was sent.
+    UntrustedSocket {
+        /// The daemon's socket.
+        socket: PathBuf,
+        /// The socket file's owner.
+        owner: User,
+    },
     #[error(
         "the process answering on {socket} runs as {peer}, not as you or root: it may be \
          another user's fake daemon, so nothing was sent to it; use a socket of a daemon run \
          by you or by root"
     )]
-    UntrustedPeer { socket: PathBuf, peer: User },
+    /// The process that accepted the connection runs as a user other than this process's
+    /// and root; nothing was sent.
+    UntrustedPeer {
+        /// The daemon's socket.
+        socket: PathBuf,
+        /// The user the accepting process runs as.
+        peer: User,
+    },
+    /// The HTTP exchange with the daemon failed.
     #[error("the egress-sandbox daemon failed: {0}")]
     Http(#[from] hyper::Error),
+    /// The daemon answered with a status other than 200.
     #[error("the daemon refused the request ({status}): {}", refusal.error)]
     Refused {
+        /// The answer's status.
         status: StatusCode,
+        /// The answer's body.
         refusal: Refusal,
     },
+    /// A line of the run's stream that is not a known event with its fields (its text).
     #[error("the daemon sent a line that is not an event: {0}")]
     BadEvent(String),
+    /// The run's stream ended before its `exit` or `error` event.
     #[error("the daemon's stream ended before the run's end")]
     Truncated,
 }
@@ -146,12 +187,14 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client of the daemon at `socket`; nothing is checked or connected before a request.
     pub fn new(socket: impl Into<PathBuf>) -> Client {
         Client {
             socket: socket.into(),
         }
     }
 
+    /// The socket this client sends its requests to.
     pub fn socket(&self) -> &Path {
         &self.socket
     }

@@ -2,9 +2,9 @@
 //!
 //! - `GET /v1/health` → `{"ok":true,"version":…,"pool":{"ready":R,"size":N}}`
 //! - `POST /v1/runs` → 400 `{"error","field"}` (nothing created) or 200 NDJSON events:
-//!   `started`, `output`, `audit`, then `exit` with the report ([`run_task`]).
+//!   `started`, `output`, `audit`, then `exit` with the report ([`client::Event`]).
 //! - `DELETE /v1/runs/{id}[?signal=TERM]` cancels a run.
-//! - `GET /metrics` → Prometheus text ([`metrics`]), also on `--metrics-listen`.
+//! - `GET /metrics` → Prometheus text (OpenMetrics), also on `--metrics-listen`.
 //!
 //! Each run goes through the library's lifecycle (`sandbox::Sandbox`), the same code as
 //! `egress-sandbox run`: in a warm slot of the warm pool (`egress_sandbox::pool`) when the request fits one, else cold. The
@@ -13,6 +13,8 @@
 //! are removed after it, in the background. On SIGTERM/SIGINT the daemon stops accepting,
 //! interrupts every run, waits until each has removed its objects, removes every pool slot, and
 //! removes its socket; at start it sweeps what a crashed daemon (or run) left.
+
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod client;
 
@@ -51,7 +53,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 const MAX_REQUEST: usize = 96 << 20;
 
 /// The largest stdin `run --server` sends: base64 makes it 4/3 as large, and the rest of
-/// the request must fit beside it in [`MAX_REQUEST`].
+/// the request must fit beside it in the largest body the daemon takes (96 MiB).
 pub const MAX_STDIN: usize = 64 << 20;
 
 pub use socket::default_socket;
@@ -60,6 +62,7 @@ pub use socket::default_socket;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ServeOptions {
+    /// The Unix socket the API listens on.
     pub socket: PathBuf,
     /// Makes the socket 0660 owned by this group (name or number) instead of 0600.
     pub socket_group: Option<String>,
@@ -109,6 +112,8 @@ pub const DEFAULT_POOL: usize = 2;
 pub const DEFAULT_MAX_RUNS: usize = 32;
 
 impl ServeOptions {
+    /// The defaults on `socket`: a pool of [`DEFAULT_POOL`], at most [`DEFAULT_MAX_RUNS`]
+    /// runs, the engine's default runtime, no metrics listener, a 0600 socket.
     pub fn new(socket: PathBuf) -> ServeOptions {
         ServeOptions {
             socket,
@@ -124,20 +129,28 @@ impl ServeOptions {
     }
 }
 
+/// Why the daemon did not start; it leaves no socket file and no pool slot.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The API socket could not be bound.
     #[error(transparent)]
     Socket(#[from] socket::SocketError),
+    /// The `--metrics-listen` address could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The failure to bind it.
         #[source]
         source: std::io::Error,
     },
+    /// The engine did not answer its list of runtimes.
     #[error(transparent)]
     Engine(#[from] egress_sandbox::EngineError),
+    /// The egress network named is missing, or the engine could not be asked about it.
     #[error(transparent)]
     EgressNetwork(#[from] egress_sandbox::NetworkError),
+    /// The engine has no runtime of that name, or the slots' shape cannot be built with it.
     #[error("--runtime: {0}")]
     Runtime(String),
 }

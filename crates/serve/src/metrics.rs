@@ -26,7 +26,7 @@ struct AttemptLabels {
 }
 
 /// The daemon's counters; cheap to update from every run.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Mutex<Registry>,
     runs: Family<StatusLabel, Counter>,
     attempts: Family<AttemptLabels, Counter>,
@@ -46,7 +46,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("egress_sandbox");
         let runs = Family::<StatusLabel, Counter>::default();
         registry.register(
@@ -117,7 +117,7 @@ impl Metrics {
         }
     }
 
-    pub fn run_finished(&self, status: &str, run_seconds: Option<f64>) {
+    pub(crate) fn run_finished(&self, status: &str, run_seconds: Option<f64>) {
         self.runs
             .get_or_create(&StatusLabel {
                 status: status.to_string(),
@@ -129,24 +129,24 @@ impl Metrics {
     }
 
     /// One accepted run, set up in a warm slot or cold.
-    pub fn run_start(&self, warm: bool) {
+    pub(crate) fn run_start(&self, warm: bool) {
         let path = if warm { "warm" } else { "cold" };
         self.starts
             .get_or_create(&PathLabel { path: path.into() })
             .inc();
     }
 
-    pub fn pool_ready(&self) -> &Gauge {
+    pub(crate) fn pool_ready(&self) -> &Gauge {
         &self.pool_ready
     }
 
-    pub fn setup_done(&self, seconds: f64) {
+    pub(crate) fn setup_done(&self, seconds: f64) {
         self.setup_seconds.observe(seconds);
     }
 
     /// Counts one audit record line (records without a decision, such as `end`, are not
     /// attempts).
-    pub fn audit_record(&self, line: &[u8]) {
+    pub(crate) fn audit_record(&self, line: &[u8]) {
         #[derive(serde::Deserialize)]
         struct Attempt {
             decision: Option<String>,
@@ -166,19 +166,19 @@ impl Metrics {
         }
     }
 
-    pub fn active(&self) -> &Gauge {
+    pub(crate) fn active(&self) -> &Gauge {
         &self.active
     }
 
-    pub fn tearing_down(&self) -> &Gauge {
+    pub(crate) fn tearing_down(&self) -> &Gauge {
         &self.tearing_down
     }
 
-    pub fn refused_busy(&self) -> &Counter {
+    pub(crate) fn refused_busy(&self) -> &Counter {
         &self.refused_busy
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         let registry = self.registry.lock().expect("metrics registry lock");
         prometheus_client::encoding::text::encode(&mut text, &registry)

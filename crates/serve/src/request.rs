@@ -27,15 +27,24 @@ use egress_sandbox::spec::{RunSpec, SpecError};
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum PolicyText {
+    /// The YAML alone.
     Yaml(String),
-    File { file: String, yaml: String },
+    /// The YAML and the file name that shows in its diagnostics.
+    File {
+        /// The policy's file name.
+        file: String,
+        /// The policy's YAML.
+        yaml: String,
+    },
 }
 
 /// A duration: text as the flags take it (`"1m30s"`), or a number of seconds (`90`, `0.5`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum Duration {
+    /// A number of seconds, more than 0 and at most [`units::MAX_DURATION`].
     Seconds(f64),
+    /// Text as `--timeout` takes it.
     Text(String),
 }
 
@@ -65,29 +74,39 @@ impl Duration {
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
+    /// The command and its arguments, run in the sandbox.
     pub argv: Vec<String>,
+    /// `HOST[:PORT]` destinations allowed, as `--allow`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// Policies as text, as `--policy` (merged, in order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyText>,
     /// A duration as `--timeout` takes it (`"10s"`, `"500ms"`), or a number of seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
+    /// The memory limit, a size as `--memory` takes it (`"256MiB"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
+    /// The CPU limit, as `--cpus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<f64>,
+    /// The process limit, as `--pids`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// The size of `/tmp` (and of `/task`), as `--tmp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tmp: Option<String>,
+    /// The bytes of stdout and stderr relayed, as `--output-limit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_limit: Option<String>,
     /// In order, as `--env` flags (a list of pairs keeps the order `run` would have).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<EnvVars>,
+    /// The working directory inside the sandbox, as `--workdir`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// The sandbox image, as `--image`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Relative path → base64 contents; written under /task.
@@ -96,6 +115,7 @@ pub struct RunRequest {
     /// Base64; the command's whole stdin, closed after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
+    /// NAME → IP the proxy uses instead of DNS, as `--resolve`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resolve: BTreeMap<String, String>,
     /// `SRC:DST[:rw]`, as `--mount` (paths on the daemon's host).
@@ -128,7 +148,9 @@ pub struct RunRequest {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum UpstreamCa {
+    /// Bare PEM text.
     Pem(String),
+    /// PEM text with the file name that shows in errors.
     File(InlineCertificate),
 }
 
@@ -136,7 +158,9 @@ pub enum UpstreamCa {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum EnvVars {
+    /// An object, set in the order of its keys.
     Map(BTreeMap<String, String>),
+    /// A list of pairs, set in its order.
     Pairs(Vec<(String, String)>),
 }
 
@@ -152,6 +176,7 @@ impl EnvVars {
 /// A refused request: the 400 body.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct BadRequest {
+    /// Why the request is refused.
     pub error: String,
     /// The request field at fault.
     pub field: String,
@@ -161,6 +186,7 @@ pub struct BadRequest {
 }
 
 impl BadRequest {
+    /// A refusal of `field` for `error`, without diagnostics.
     pub fn new(field: &str, error: impl Into<String>) -> BadRequest {
         BadRequest {
             error: error.into(),
@@ -169,7 +195,6 @@ impl BadRequest {
         }
     }
 
-    /// A body that is not a request: serde names the field in its message when it can.
     /// A body that is not a valid request, naming the field at fault: the first step of
     /// the path to the error (`argv` for `"argv": "true"`), or the unknown field serde
     /// names, or `body`.
@@ -256,7 +281,9 @@ fn credential_message(error: &CredentialError) -> String {
 
 /// A checked request: the run and its stdin.
 pub struct Checked {
+    /// The run, built as `run` builds it from its flags.
     pub spec: RunSpec,
+    /// The command's whole stdin, decoded (empty when the request has none).
     pub stdin: Vec<u8>,
 }
 
@@ -318,6 +345,8 @@ impl RunRequest {
         Ok(flags)
     }
 
+    /// Checks every field as `run` checks its flags and builds the run; a refusal names
+    /// the field at fault.
     pub fn check(mut self) -> Result<Checked, BadRequest> {
         // Taken out first: handled here, and not copied to read the flags' fields.
         let policies = std::mem::take(&mut self.policies);

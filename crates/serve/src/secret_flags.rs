@@ -15,33 +15,74 @@ const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecretFlagError {
+    /// The name is not a valid secret name (the reason).
     #[error("--secret: {0}")]
     Name(String),
+    /// The text after `=` is neither `env:VAR` nor `file:PATH`.
     #[error(
         "--secret {name}={}: the source must be env:VAR or file:PATH",
         visible(given)
     )]
-    Source { name: String, given: String },
+    Source {
+        /// The secret's name.
+        name: String,
+        /// The text after `=`.
+        given: String,
+    },
+    /// The environment variable is not set, or its value is not UTF-8.
     #[error(
         "--secret {name}: the environment variable {} is not set (or not UTF-8)",
         visible(variable)
     )]
-    Unset { name: String, variable: String },
-    /// The file's error is part of the message, so every caller shows it whole.
+    Unset {
+        /// The secret's name.
+        name: String,
+        /// The environment variable read.
+        variable: String,
+    },
+    /// The file cannot be read. The file's error is part of the message, so every caller
+    /// shows it whole.
     #[error("--secret {name}: cannot read {}: {cause}", path.display())]
     Read {
+        /// The secret's name.
         name: String,
+        /// The file named.
         path: PathBuf,
+        /// Why it cannot be read.
         cause: std::io::Error,
     },
+    /// The path is not a regular file.
     #[error("--secret {name}: {} is not a regular file", path.display())]
-    NotAFile { name: String, path: PathBuf },
+    NotAFile {
+        /// The secret's name.
+        name: String,
+        /// The path named.
+        path: PathBuf,
+    },
+    /// The file is larger than a key or token could be (64 KiB).
     #[error("--secret {name}: {} is larger than {MAX_SECRET_FILE_BYTES} bytes", path.display())]
-    TooLarge { name: String, path: PathBuf },
+    TooLarge {
+        /// The secret's name.
+        name: String,
+        /// The file named.
+        path: PathBuf,
+    },
+    /// The file is not UTF-8 text.
     #[error("--secret {name}: {} is not UTF-8 text", path.display())]
-    NotText { name: String, path: PathBuf },
+    NotText {
+        /// The secret's name.
+        name: String,
+        /// The file named.
+        path: PathBuf,
+    },
+    /// The value cannot be a secret ([`check_secret_value`]).
     #[error("--secret {name}: {problem}")]
-    Value { name: String, problem: &'static str },
+    Value {
+        /// The secret's name.
+        name: String,
+        /// What is wrong with the value, never the value.
+        problem: &'static str,
+    },
 }
 
 /// One `--secret` flag read: the name and the value (from the environment or a file).

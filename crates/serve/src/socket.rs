@@ -25,25 +25,39 @@ pub fn default_socket() -> PathBuf {
     }
 }
 
+/// Why the API socket could not be bound.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
+    /// A live socket is at the path: something answers on it.
     #[error(
         "something answers on {} (the socket belongs to {owner}): another egress-sandbox serve, \
          or a program posing as one; it is not replaced: stop it, or choose another --socket",
         path.display()
     )]
-    InUse { path: PathBuf, owner: User },
+    InUse {
+        /// The socket's path.
+        path: PathBuf,
+        /// The socket file's owner.
+        owner: User,
+    },
+    /// The socket's directory is not private to the running user, or could not be made.
     #[error(transparent)]
     Place(#[from] PlaceError),
+    /// A file-system step of the binding failed (reading `/etc/group` among them).
     #[error("{what} {path}: {source}")]
     Io {
+        /// The step, worded to precede the path (`cannot bind`).
         what: &'static str,
+        /// The file or directory the step acted on.
         path: PathBuf,
+        /// Why it failed.
         #[source]
         source: io::Error,
     },
+    /// The group given is neither a number nor a name in `/etc/group` (the group given).
     #[error("no such group: {0}")]
     NoSuchGroup(String),
+    /// Something other than a socket is at the path (the path).
     #[error("{} exists and is not a socket; refusing to replace it (choose another --socket)", .0.display())]
     NotASocket(PathBuf),
 }
@@ -57,6 +71,7 @@ fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Socket
 /// and never one a newer daemon put at the same path (after ours was deleted by hand, say).
 #[derive(Debug)]
 pub struct BoundSocket {
+    /// The listener connections are accepted from.
     pub listener: UnixListener,
     path: PathBuf,
     /// (device, inode) of the socket file as bound.

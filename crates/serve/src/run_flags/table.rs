@@ -36,6 +36,7 @@ pub type Apply = fn(RunSpecBuilder, &FlagValue) -> Result<RunSpecBuilder, SpecEr
 /// What `run --help`, `mcp --help` and `serve --help` say of a flag: one sentence or more,
 /// the last without its full stop (as clap shows a doc comment).
 pub struct Help {
+    /// `run`'s help; every flag has one.
     pub run: &'static str,
     /// `mcp`'s flags bound every call; `None`: a call cannot be given it.
     pub mcp: Option<&'static str>,
@@ -86,6 +87,8 @@ const fn run_only(run: &'static str) -> Help {
     }
 }
 
+/// `--policy FILE`/`-p`: a policy file; repeatable, the policies merge. A request carries
+/// the text in `policies`.
 pub const POLICY: RunFlag = RunFlag {
     long: "policy",
     short: Some('p'),
@@ -101,6 +104,7 @@ pub const POLICY: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.policy_file(value.path()))),
 };
 
+/// `--allow HOST[:PORT]`: one more allowed destination; repeatable.
 pub const ALLOW: RunFlag = RunFlag {
     long: "allow",
     short: None,
@@ -116,6 +120,7 @@ pub const ALLOW: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.allow(value.text()))),
 };
 
+/// `--image`: the sandbox image instead of the built-in base image.
 pub const IMAGE: RunFlag = RunFlag {
     long: "image",
     short: None,
@@ -131,6 +136,7 @@ pub const IMAGE: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.image(value.text()))),
 };
 
+/// `--timeout`: the run's time limit. A request's `timeout` also takes a number of seconds.
 pub const TIMEOUT: RunFlag = RunFlag {
     long: "timeout",
     short: None,
@@ -147,6 +153,7 @@ pub const TIMEOUT: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.timeout(duration("--timeout", &value.text())?))),
 };
 
+/// `--memory`: the sandbox container's memory limit.
 pub const MEMORY: RunFlag = RunFlag {
     long: "memory",
     short: None,
@@ -162,6 +169,7 @@ pub const MEMORY: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.memory(size("--memory", &value.text())?))),
 };
 
+/// `--cpus`: the sandbox container's CPU limit.
 pub const CPUS: RunFlag = RunFlag {
     long: "cpus",
     short: None,
@@ -180,6 +188,7 @@ pub const CPUS: RunFlag = RunFlag {
     }),
 };
 
+/// `--pids`: the sandbox container's process limit.
 pub const PIDS: RunFlag = RunFlag {
     long: "pids",
     short: None,
@@ -198,6 +207,7 @@ pub const PIDS: RunFlag = RunFlag {
     }),
 };
 
+/// `--tmp`: the size of the sandbox's writable `/tmp`.
 pub const TMP: RunFlag = RunFlag {
     long: "tmp",
     short: None,
@@ -213,6 +223,7 @@ pub const TMP: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.tmp(size("--tmp", &value.text())?))),
 };
 
+/// `--output-limit`: the bytes of stdout and stderr relayed; the rest is dropped.
 pub const OUTPUT_LIMIT: RunFlag = RunFlag {
     long: "output-limit",
     short: None,
@@ -230,6 +241,7 @@ pub const OUTPUT_LIMIT: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.output_limit(size("--output-limit", &value.text())?))),
 };
 
+/// `--mount SRC:DST[:rw]`: a host path in the sandbox, read-only unless `:rw`; repeatable.
 pub const MOUNT: RunFlag = RunFlag {
     long: "mount",
     short: None,
@@ -249,6 +261,8 @@ pub const MOUNT: RunFlag = RunFlag {
     }),
 };
 
+/// `--env KEY=VALUE`: an environment variable of the sandbox; repeatable. A request carries
+/// an object or a list of pairs in `env`.
 pub const ENV: RunFlag = RunFlag {
     long: "env",
     short: None,
@@ -268,6 +282,7 @@ pub const ENV: RunFlag = RunFlag {
     }),
 };
 
+/// `--workdir`: the command's working directory inside the sandbox; a flag of `run` only.
 pub const WORKDIR: RunFlag = RunFlag {
     long: "workdir",
     short: None,
@@ -279,6 +294,7 @@ pub const WORKDIR: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.workdir(value.text()))),
 };
 
+/// `--audit-log FILE`: the run's audit records appended to FILE; not in a request.
 pub const AUDIT_LOG: RunFlag = RunFlag {
     long: "audit-log",
     short: None,
@@ -291,6 +307,7 @@ pub const AUDIT_LOG: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.audit_log(value.path()))),
 };
 
+/// `--audit-limit`: the audit records written for a run before the rest are only counted.
 pub const AUDIT_LIMIT: RunFlag = RunFlag {
     long: "audit-limit",
     short: None,
@@ -309,6 +326,7 @@ pub const AUDIT_LIMIT: RunFlag = RunFlag {
     }),
 };
 
+/// `--on-audit-limit reserve|refuse`: what new egress gets past `--audit-limit`.
 pub const ON_AUDIT_LIMIT: RunFlag = RunFlag {
     long: "on-audit-limit",
     short: None,
@@ -331,6 +349,7 @@ pub const ON_AUDIT_LIMIT: RunFlag = RunFlag {
     }),
 };
 
+/// `--report FILE`: the JSON run report written to FILE by the front end; not in a request.
 pub const REPORT: RunFlag = RunFlag {
     long: "report",
     short: None,
@@ -342,6 +361,8 @@ pub const REPORT: RunFlag = RunFlag {
     apply: None,
 };
 
+/// `--resolve NAME=IP`: the proxy uses IP for NAME instead of DNS; repeatable. A request
+/// carries an object NAME → IP in `resolve`.
 pub const RESOLVE: RunFlag = RunFlag {
     long: "resolve",
     short: None,
@@ -361,6 +382,7 @@ pub const RESOLVE: RunFlag = RunFlag {
     }),
 };
 
+/// `--egress-network`: the Docker network the proxy reaches the outside through.
 pub const EGRESS_NETWORK: RunFlag = RunFlag {
     long: "egress-network",
     short: None,
@@ -380,6 +402,7 @@ pub const EGRESS_NETWORK: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.egress_network(value.text()))),
 };
 
+/// `--runtime`: the sandbox container's OCI runtime (one the engine has).
 pub const RUNTIME: RunFlag = RunFlag {
     long: "runtime",
     short: None,
@@ -399,6 +422,8 @@ pub const RUNTIME: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.runtime(value.text()))),
 };
 
+/// `--secret`: a secret a policy credential uses, its value read by the front end that took
+/// the flag; repeatable. A request carries the values in `secrets`.
 pub const SECRET: RunFlag = RunFlag {
     long: "secret",
     short: None,
@@ -421,6 +446,8 @@ pub const SECRET: RunFlag = RunFlag {
     }),
 };
 
+/// `--upstream-ca FILE`: an extra PEM CA the proxy trusts upstream; repeatable. A request
+/// carries the PEM text in `upstream_ca`.
 pub const UPSTREAM_CA: RunFlag = RunFlag {
     long: "upstream-ca",
     short: None,
@@ -437,6 +464,7 @@ pub const UPSTREAM_CA: RunFlag = RunFlag {
     apply: Some(|builder, value| Ok(builder.upstream_ca(value.path()))),
 };
 
+/// `--server SOCKET`: runs through the `serve` daemon on SOCKET; not in a request.
 pub const SERVER: RunFlag = RunFlag {
     long: "server",
     short: None,

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 /// What the command line takes as a flag's value (and checks before a command runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueKind {
+    /// Any text.
     Text,
+    /// A path on this host.
     Path,
     /// A whole number ≥ 0.
     Count,
@@ -17,9 +19,13 @@ pub enum ValueKind {
 /// One value of a flag, as the command line parsed it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FlagValue {
+    /// The value of a [`ValueKind::Text`] flag.
     Text(String),
+    /// The value of a [`ValueKind::Path`] flag.
     Path(PathBuf),
+    /// The value of a [`ValueKind::Count`] flag.
     Count(u64),
+    /// The value of a [`ValueKind::Decimal`] flag.
     Decimal(f64),
 }
 
