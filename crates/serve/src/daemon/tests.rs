@@ -166,7 +166,7 @@ async fn an_engine_that_fails_at_start_up_is_a_clear_error_and_leaves_nothing() 
     .await
     .expect_err("the start fails");
     assert!(matches!(error, ServeError::Engine(_)), "{error:?}");
-    let message = error.to_string();
+    let message = egress_sandbox::outcome::with_causes(&error);
     assert!(
         message.contains("runtimes") && message.contains("injected failure"),
         "the error names the step and the engine's answer: {message}"
@@ -213,9 +213,11 @@ async fn a_stop_during_a_run_ends_it_and_leaves_nothing() {
 /// A set-up the engine refuses for a request's value: the `error` event names its field.
 #[tokio::test]
 async fn a_set_up_error_names_the_field_at_fault() {
-    let engine = FakeEngine::local();
+    // Task files need a local engine: a remote one refuses them at set-up. (An image, a
+    // runtime or an egress network the engine lacks is refused before the run, as a 400.)
+    let engine = FakeEngine::remote();
     let daemon = Running::start(&engine, |_| {}).await;
-    let body = r#"{"argv":["true"],"runtime":"no-such-runtime"}"#;
+    let body = r#"{"argv":["true"],"files":{"main.py":"cHJpbnQoMSk="}}"#;
     let mut events = Vec::new();
     bounded(
         "the run",
@@ -227,7 +229,7 @@ async fn a_set_up_error_names_the_field_at_fault() {
     .await
     .unwrap();
     let error = events.last().unwrap();
-    assert_eq!(error["field"], "runtime", "{error}");
+    assert_eq!(error["field"], "files", "{error}");
     assert_eq!(error["exit_code"], 125, "{error}");
     let socket = daemon.stop().await;
     assert_nothing_left(&engine, &socket);
