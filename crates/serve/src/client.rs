@@ -119,6 +119,7 @@ pub struct Refusal {
 
 /// Why a request to the daemon got no answer, or a refusal.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The socket cannot be read or connected to (missing, or nobody listens).
     #[error("cannot reach the egress-sandbox daemon at {socket}: {source}")]

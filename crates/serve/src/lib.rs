@@ -131,6 +131,7 @@ impl ServeOptions {
 
 /// Why the daemon did not start; it leaves no socket file and no pool slot.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServeError {
     /// The API socket could not be bound.
     #[error(transparent)]

@@ -27,6 +27,7 @@ pub fn default_socket() -> PathBuf {
 
 /// Why the API socket could not be bound.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SocketError {
     /// A live socket is at the path: something answers on it.
     #[error(

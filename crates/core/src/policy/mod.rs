@@ -265,6 +265,7 @@ pub enum Mode {
 
 /// Ceilings for runs under a policy. `None` = the policy sets no ceiling.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Limits {
     /// The longest a run may take.
     pub timeout: Option<Duration>,

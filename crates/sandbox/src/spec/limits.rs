@@ -286,11 +286,9 @@ mod tests {
 
     #[test]
     fn stricter_ceiling_becomes_the_value_looser_one_does_not() {
-        let ceilings = Limits {
-            timeout: Some(Duration::from_secs(5)),
-            memory: Some(1 << 30),
-            ..Limits::default()
-        };
+        let mut ceilings = Limits::default();
+        ceilings.timeout = Some(Duration::from_secs(5));
+        ceilings.memory = Some(1 << 30);
         let limits = resolve_limits(&requested(), &ceilings, "p").unwrap();
         assert_eq!(limits.timeout, Duration::from_secs(5));
         assert_eq!(limits.memory, DEFAULT_LIMITS.memory);
@@ -298,10 +296,8 @@ mod tests {
 
     #[test]
     fn flag_above_ceiling_is_refused_with_both_values() {
-        let ceilings = Limits {
-            timeout: Some(Duration::from_secs(30)),
-            ..Limits::default()
-        };
+        let mut ceilings = Limits::default();
+        ceilings.timeout = Some(Duration::from_secs(30));
         let mut asked = requested();
         asked.timeout = Some(Duration::from_secs(600));
         let error = resolve_limits(&asked, &ceilings, "agent").unwrap_err();
@@ -313,10 +309,8 @@ mod tests {
 
     #[test]
     fn flag_below_ceiling_wins() {
-        let ceilings = Limits {
-            memory: Some(512 << 20),
-            ..Limits::default()
-        };
+        let mut ceilings = Limits::default();
+        ceilings.memory = Some(512 << 20);
         let mut asked = requested();
         asked.memory = Some(384 << 20);
         let limits = resolve_limits(&asked, &ceilings, "p").unwrap();
@@ -348,10 +342,8 @@ mod tests {
                 && refused.to_string().contains("at least 1MiB"),
             "{refused}"
         );
-        let ceilings = Limits {
-            tmp: Some(4096),
-            ..Limits::default()
-        };
+        let mut ceilings = Limits::default();
+        ceilings.tmp = Some(4096);
         assert!(resolve_limits(&requested(), &ceilings, "p").is_err());
         asked.tmp = Some(MIN_TMP);
         assert_eq!(
