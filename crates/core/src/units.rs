@@ -97,7 +97,7 @@ pub fn duration_from_seconds(raw: &str, seconds: f64) -> Result<Duration, UnitEr
 }
 
 /// `value` (written `raw`) if it is neither zero nor more than [`MAX_DURATION`].
-pub fn check_duration(raw: &str, value: Duration) -> Result<Duration, UnitError> {
+pub(crate) fn check_duration(raw: &str, value: Duration) -> Result<Duration, UnitError> {
     if value.is_zero() {
         Err(UnitError::Zero(raw.to_owned()))
     } else if value > MAX_DURATION {

@@ -49,7 +49,8 @@ pub use host_pattern::{
     CheckedPattern, HostPattern, PatternUse, SHARED_HOSTING, parse_host_pattern, registrable_domain,
 };
 pub use parse::{MAX_POLICY_BYTES, check_secret_name};
-pub use request::{PathError, PathPattern, RequestRules, check_request_path, split_path};
+pub(crate) use request::RequestRules;
+pub use request::split_path;
 pub use set::{CredentialConflict, CredentialConflicts, Inspection, PolicySet};
 pub use within::check_within;
 

@@ -34,7 +34,7 @@ pub(crate) enum PathTail {
 
 /// One `paths:` entry.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PathPattern {
+pub(crate) struct PathPattern {
     /// For `Exact` the whole path; otherwise the prefix up to and including its last `/`.
     pub(crate) prefix: String,
     pub(crate) tail: PathTail,
@@ -42,7 +42,7 @@ pub struct PathPattern {
 
 impl PathPattern {
     /// `path` must already have passed [`check_request_path`] (no query).
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         match self.tail {
             PathTail::Exact => path == self.prefix,
             PathTail::OneSegment => path
@@ -66,7 +66,7 @@ impl fmt::Display for PathPattern {
 
 /// The `methods`/`paths` of one allow rule. `None` = not restricted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RequestRules {
+pub(crate) struct RequestRules {
     /// The methods allowed, upper-case; `None` allows every method.
     pub methods: Option<Vec<String>>,
     /// The path patterns allowed; `None` allows every path.
@@ -75,19 +75,19 @@ pub struct RequestRules {
 
 impl RequestRules {
     /// True when the rule restricts requests at all (and so makes its host inspected).
-    pub fn restricts(&self) -> bool {
+    pub(crate) fn restricts(&self) -> bool {
         self.methods.is_some() || self.paths.is_some()
     }
 
     /// Whether the rule allows the request method `method`.
-    pub fn admits_method(&self, method: &str) -> bool {
+    pub(crate) fn admits_method(&self, method: &str) -> bool {
         self.methods
             .as_ref()
             .is_none_or(|methods| methods.iter().any(|m| m == method))
     }
 
     /// Whether the rule allows the request path `path` (already checked by [`check_request_path`]).
-    pub fn admits_path(&self, path: &str) -> bool {
+    pub(crate) fn admits_path(&self, path: &str) -> bool {
         self.paths
             .as_ref()
             .is_none_or(|paths| paths.iter().any(|p| p.matches(path)))
@@ -168,7 +168,7 @@ pub(crate) fn parse_path_pattern(raw: &str) -> Result<PathPattern, String> {
 /// Why a request path cannot be judged. The door refuses the request as `bad_request`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum PathError {
+pub(crate) enum PathError {
     /// The path does not start with `/`.
     #[error("the request path must start with `/`")]
     NotAbsolute,
@@ -203,7 +203,7 @@ pub enum PathError {
 
 /// The path of a request target (origin-form, query removed by the caller) checked so
 /// that one reading exists: what the proxy matches is what the upstream serves.
-pub fn check_request_path(path: &str) -> Result<(), PathError> {
+pub(crate) fn check_request_path(path: &str) -> Result<(), PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
