@@ -86,13 +86,13 @@ impl ContainerConfig {
     }
 
     /// The network the container is created on (`none`: no network).
-    pub fn network_mode(&self) -> Option<&str> {
+    pub(crate) fn network_mode(&self) -> Option<&str> {
         self.body.host_config.as_ref()?.network_mode.as_deref()
     }
 
     /// Whether the container's stdin is open (a proxy waiting for its handoff, a sandbox
     /// held by its launcher).
-    pub fn opens_stdin(&self) -> bool {
+    pub(crate) fn opens_stdin(&self) -> bool {
         self.body.open_stdin.unwrap_or(false)
     }
 }
@@ -531,7 +531,10 @@ const NETWORK_RETRIES: usize = 40;
 impl dyn ContainerEngine + '_ {
     /// Removes a container; one that is already gone counts as removed, and so does one
     /// whose removal is already in progress (gc, a second teardown).
-    pub async fn ensure_container_removed(&self, container: &str) -> Result<(), DockerError> {
+    pub(crate) async fn ensure_container_removed(
+        &self,
+        container: &str,
+    ) -> Result<(), DockerError> {
         match self.remove_container(container).await {
             Err(error) if error.is_not_found() || error.is_conflict() => Ok(()),
             other => other,
@@ -539,7 +542,7 @@ impl dyn ContainerEngine + '_ {
     }
 
     /// Sends `signal`; a container that is gone or not running needs no signal.
-    pub async fn signal_if_running(
+    pub(crate) async fn signal_if_running(
         &self,
         container: &str,
         signal: &str,
@@ -552,7 +555,7 @@ impl dyn ContainerEngine + '_ {
 
     /// Removes a network; one that is already gone counts as removed. Endpoints of
     /// containers removed a moment ago can linger briefly, so "active endpoints" is retried.
-    pub async fn ensure_network_removed(&self, network: &str) -> Result<(), DockerError> {
+    pub(crate) async fn ensure_network_removed(&self, network: &str) -> Result<(), DockerError> {
         let mut attempt = 0;
         loop {
             match self.remove_network(network).await {
@@ -569,7 +572,10 @@ impl dyn ContainerEngine + '_ {
     }
 
     /// Ids of the containers carrying `label` (`key=value`).
-    pub async fn containers_labelled(&self, label: &str) -> Result<Vec<String>, DockerError> {
+    pub(crate) async fn containers_labelled(
+        &self,
+        label: &str,
+    ) -> Result<Vec<String>, DockerError> {
         let filter = ListFilter::Label(label.to_owned());
         let containers = self.list_containers(&filter).await?;
         Ok(containers
@@ -602,7 +608,10 @@ impl dyn ContainerEngine + '_ {
 
     /// What the runtime `name` (`None`: the engine's default) is; a name the engine does
     /// not register is [`RuntimeKind::Other`].
-    pub async fn runtime_kind(&self, name: Option<&str>) -> Result<RuntimeKind, EngineError> {
+    pub(crate) async fn runtime_kind(
+        &self,
+        name: Option<&str>,
+    ) -> Result<RuntimeKind, EngineError> {
         let registry = self.runtime_registry().await?;
         let name = name.unwrap_or(&registry.default);
         Ok(registry

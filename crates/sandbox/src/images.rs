@@ -9,7 +9,7 @@
 //! - `--image` is checked to exist locally; nothing is pulled.
 //!
 //! Everything that is cached on disk (hashes, locks, the build log) lives in
-//! [`cache_dir`].
+//! `cache_dir`.
 
 mod base;
 mod elf;
@@ -27,14 +27,13 @@ use crate::engine::{ContainerEngine, DockerError};
 use crate::private_dir::{self, PlaceError};
 
 pub use base::{BASE_IMAGE, MIRROR_ENV};
-pub use elf::{ElfLinkage, elf_linkage};
 /// Where the static binary sits in the proxy image (`/egress-sandbox`, its entrypoint).
 pub use proxy::BINARY_IN_IMAGE as PROXY_BINARY_IN_IMAGE;
 /// Repository of the proxy images; the tag is the first 16 hex digits of the binary's sha256.
 pub const PROXY_REPOSITORY: &str = "egress-sandbox-proxy";
 
 /// Label key on every image this module makes; the value says which (`proxy` or `base`).
-pub const IMAGE_LABEL: &str = "egress-sandbox.image";
+pub(crate) const IMAGE_LABEL: &str = "egress-sandbox.image";
 
 /// Why an image could not be provided. Each message says what was wrong and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -228,7 +227,7 @@ pub(crate) async fn ensure_proxy_image_of(
 
 /// For a caller that keeps the tag [`ensure_proxy_image`] gave: whether that image still
 /// exists; if so it is marked as handed out (the sweep of other processes keeps it).
-pub async fn hand_out_proxy_image(
+pub(crate) async fn hand_out_proxy_image(
     engine: &dyn ContainerEngine,
     tag: &str,
 ) -> Result<bool, ImageError> {
@@ -247,7 +246,7 @@ pub async fn ensure_base_image(engine: &dyn ContainerEngine) -> Result<String, I
 }
 
 /// As [`ensure_base_image`], with each step of a build handed to `progress` instead.
-pub async fn ensure_base_image_with(
+pub(crate) async fn ensure_base_image_with(
     engine: &dyn ContainerEngine,
     progress: impl Fn(&Progress) + Send + Sync + 'static,
 ) -> Result<String, ImageError> {
@@ -299,7 +298,7 @@ pub async fn sweep_images(engine: &dyn ContainerEngine) -> usize {
 /// running user's private temporary directory (`$TMPDIR/egress-sandbox-<uid>/cache`: a root
 /// service without `HOME` has a private place too). Created and checked on use
 /// (`private_cache_dir`), not here.
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let from_env = |name: &str| {
         std::env::var_os(name)
             .map(PathBuf::from)

@@ -231,7 +231,7 @@ fn parse_start_time(stat: &str) -> Option<u64> {
 }
 
 /// A random host name for the sandbox: Docker's default would be the container id.
-pub fn random_hostname() -> String {
+pub(crate) fn random_hostname() -> String {
     format!("sandbox-{:06x}", rand::random::<u32>() & 0xff_ffff)
 }
 

@@ -11,7 +11,7 @@
 //!   `--host-uds=all` it refuses to send a descriptor over a host Unix socket (`sendmsg`
 //!   with `SCM_RIGHTS`: `EINVAL`, runsc release 20221219), so its sandbox gets a network of
 //!   its own. gVisor with `--network=none` has no way out at all.
-//! - **How its task limit is enforced** ([`RuntimeKind::counts_tasks_itself`]). Under
+//! - **How its task limit is enforced** (`RuntimeKind::counts_tasks_itself`). Under
 //!   gVisor the host's pids cgroup holds the gVisor kernel's own threads (ptrace stubs,
 //!   Go threads: about 40 idle, up to fifty per guest task under a fork bomb), not the
 //!   guest's tasks; a limit meant for the command starves that kernel, which then dies with
@@ -115,13 +115,13 @@ impl RuntimeKind {
 
     /// Whether the host's pids cgroup counts the runtime's own threads rather than the
     /// command's tasks, so the task limit is carried by `RLIMIT_NPROC` inside instead.
-    pub fn counts_tasks_itself(self) -> bool {
+    pub(crate) fn counts_tasks_itself(self) -> bool {
         matches!(self, RuntimeKind::Gvisor { .. })
     }
 
     /// Whether the engine can change a live container's limits under this runtime
     /// (`docker update`): gVisor's `runsc` has no `update` command.
-    pub fn updates_live_limits(self) -> bool {
+    pub(crate) fn updates_live_limits(self) -> bool {
         !matches!(self, RuntimeKind::Gvisor { .. })
     }
 

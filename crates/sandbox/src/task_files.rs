@@ -56,7 +56,9 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
 /// Why a set of (each valid) paths cannot all be written, with the path to name: too many,
 /// the same path twice, or a file where another needs a directory (`a` and `a/b`). Found
 /// here, not by the launcher after the set-up, where it would look like the command's failure.
-pub fn check_paths<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), (String, String)> {
+pub(crate) fn check_paths<'a>(
+    paths: impl IntoIterator<Item = &'a str>,
+) -> Result<(), (String, String)> {
     let mut files = std::collections::BTreeSet::new();
     for path in paths {
         if !files.insert(path) {

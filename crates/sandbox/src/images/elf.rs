@@ -14,7 +14,7 @@ const MAX_PROGRAM_HEADERS: u16 = 512;
 /// How the kernel would start the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ElfLinkage {
+pub(crate) enum ElfLinkage {
     /// No `PT_INTERP`: runs in an empty image.
     Static,
     /// Needs the named loader (e.g. `/lib64/ld-linux-x86-64.so.2`) and its libraries.
@@ -27,7 +27,7 @@ pub enum ElfLinkage {
 }
 
 /// Reads only the ELF header and the program header table, not the whole file.
-pub fn elf_linkage(path: &Path) -> io::Result<ElfLinkage> {
+pub(crate) fn elf_linkage(path: &Path) -> io::Result<ElfLinkage> {
     let mut file = File::open(path)?;
     let mut ident = [0u8; 64];
     let read = read_up_to(&mut file, &mut ident)?;
