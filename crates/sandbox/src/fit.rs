@@ -52,26 +52,29 @@ impl From<NetworkError> for Unfit {
     }
 }
 
-/// Checks `spec` against what `engine` has. The tool's own egress network is not checked:
-/// a run creates it on first use.
+/// Checks `spec` against what `engine` has, asking the engine only about what the spec
+/// names: no question for a run within one CPU on the default runtime (every engine has
+/// that; a warm run is not made to wait on `docker info`). The tool's own egress network
+/// is not checked: a run creates it on first use.
 pub async fn check_fit(engine: &dyn ContainerEngine, spec: &RunSpec) -> Result<(), Unfit> {
-    let info = engine
-        .info()
-        .await
-        .map_err(|source| Unfit::Engine(EngineError::api("ask the engine what it has")(source)))?;
     let asked = spec.limits().cpus;
-    if let Some(available) = info.cpus
-        && asked > available as f64
-    {
-        return Err(Unfit::Cpus { asked, available });
-    }
-    if let Some(name) = spec.runtime()
-        && !info.runtimes.contains_key(name)
-    {
-        return Err(Unfit::Runtime {
-            name: name.to_owned(),
-            available: info.runtimes.into_keys().collect(),
-        });
+    if asked > 1.0 || spec.runtime().is_some() {
+        let info = engine.info().await.map_err(|source| {
+            Unfit::Engine(EngineError::api("ask the engine what it has")(source))
+        })?;
+        if let Some(available) = info.cpus
+            && asked > available as f64
+        {
+            return Err(Unfit::Cpus { asked, available });
+        }
+        if let Some(name) = spec.runtime()
+            && !info.runtimes.contains_key(name)
+        {
+            return Err(Unfit::Runtime {
+                name: name.to_owned(),
+                available: info.runtimes.into_keys().collect(),
+            });
+        }
     }
     if let Some(name) = spec.egress_network().filter(|name| *name != EGRESS_NETWORK) {
         network::egress_network(engine, Some(name)).await?;
@@ -112,6 +115,13 @@ mod tests {
         assert_eq!(
             unfit.to_string(),
             "the engine has no runtime \"kata\" (it has: runc)"
+        );
+        let asked = fake.calls().len();
+        check_fit(&fake, &spec(|b| b)).await.unwrap();
+        assert_eq!(
+            fake.calls().len(),
+            asked,
+            "a default run is checked without asking the engine"
         );
         let unfit = check_fit(&fake, &spec(|b| b.egress_network("nowhere")))
             .await
