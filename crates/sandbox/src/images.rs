@@ -288,6 +288,7 @@ pub async fn sweep_images(engine: &dyn ContainerEngine) -> usize {
         Ok(cache) => sweep::remove_leftover_images(engine, &cache, None).await,
         // Its stamps say which images to keep: not read from a place others control.
         Err(error) => {
+            let error = crate::outcome::with_causes(&error);
             tracing::warn!(%error, "images not swept");
             0
         }

@@ -117,7 +117,10 @@ impl Pool {
             return None;
         }
         TrustBundle::create(self.sandbox.owner())
-            .inspect_err(|error| tracing::warn!(%error, "a warm slot without a trust bundle"))
+            .inspect_err(|error| {
+                let error = crate::outcome::with_causes(error);
+                tracing::warn!(%error, "a warm slot without a trust bundle")
+            })
             .ok()
     }
 
@@ -217,7 +220,7 @@ impl Pool {
                         .saturating_mul(1 << failures.min(6))
                         .min(RETRY_MAX);
                     tracing::warn!(
-                        %error,
+                        error = %error.message_with_causes(),
                         retry_in = ?retry,
                         "cannot prepare a warm slot"
                     );

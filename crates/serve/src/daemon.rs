@@ -114,7 +114,10 @@ async fn sweep_leftovers(engine: &dyn ContainerEngine) {
             "removed leftovers of earlier runs"
         ),
         Ok(_) => {}
-        Err(error) => tracing::warn!(%error, "cannot sweep leftovers of earlier runs"),
+        Err(error) => tracing::warn!(
+            error = %egress_sandbox::outcome::with_causes(&error),
+            "cannot sweep leftovers of earlier runs"
+        ),
     }
 }
 
