@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use run_flag_args::{Mcp, Run, RunFlags, Serve};
+use egress_sandbox::RunOptions;
+pub use mcp_bounds::McpBounds;
 
-mod run_flag_args;
+mod mcp_bounds;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -86,10 +87,14 @@ pub struct ServeArgs {
     /// waiting for its command (0: every run is set up when it comes).
     #[arg(long, value_name = "N", default_value_t = egress_serve::DEFAULT_POOL)]
     pub pool: usize,
-    /// `--egress-network` and `--runtime`, for the pool's slots and the requests that name
-    /// none.
-    #[command(flatten)]
-    pub flags: RunFlags<Serve>,
+    /// The network the proxies reach the outside through, for the pool's slots and requests
+    /// that name none [default: egress-sandbox-egress]
+    #[arg(long = "egress-network", value_name = "NAME")]
+    pub egress_network: Option<String>,
+    /// OCI runtime of the pool's slots and of requests that name none (e.g. runsc)
+    /// [default: the engine's default]
+    #[arg(long, value_name = "NAME")]
+    pub runtime: Option<String>,
     /// Runs live at once (from the request until its answer; the removal of its objects
     /// after is not counted); a request beyond gets 503 with Retry-After. At least 1.
     #[arg(long = "max-runs", value_name = "N", default_value_t = egress_serve::DEFAULT_MAX_RUNS,
@@ -99,10 +104,14 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The bounds of every call: `run`'s flags but those a call's result stands for
-    /// (`--workdir`, `--audit-log`, `--report`); `--server` names the daemon to run through.
+    /// The bounds of every call: `run`'s settings (not `--audit-log` and `--report`, which a
+    /// call's result stands for).
     #[command(flatten)]
-    pub flags: RunFlags<Mcp>,
+    pub bounds: McpBounds,
+    /// Run through the `egress-sandbox serve` daemon on SOCKET instead of a pool of this
+    /// server's own
+    #[arg(long, value_name = "SOCKET")]
+    pub server: Option<PathBuf>,
     /// Warm slots of this server's own pool (without --server), all ready before the host is
     /// answered; 0 for a host that opens a session per call (each call one cold run).
     #[arg(long, value_name = "N", default_value_t = egress_serve::DEFAULT_POOL)]
@@ -114,10 +123,14 @@ pub struct McpArgs {
 }
 
 impl McpArgs {
-    /// The bounds as `run`'s flags, for a command the call gives (checked by `run`'s code).
+    /// The bounds as `run`'s arguments, for a command the call gives (checked by `run`'s
+    /// code).
     pub fn run_args(&self) -> RunArgs {
         RunArgs {
-            flags: RunFlags::new(self.flags.values.clone()),
+            options: self.bounds.options.clone(),
+            audit_log: None,
+            report: None,
+            server: None,
             command: vec!["true".into()],
         }
     }
@@ -137,9 +150,20 @@ pub struct SandboxLauncherArgs {
 
 #[derive(Clone, Debug, Args)]
 pub struct RunArgs {
-    /// Every run flag (`run_flags::table`).
+    /// The run's settings: what a `serve` request carries too.
     #[command(flatten)]
-    pub flags: RunFlags<Run>,
+    pub options: RunOptions,
+    /// Append this run's audit records (JSON lines) to FILE
+    #[arg(long = "audit-log", value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Write a JSON run report to FILE
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Run through the `egress-sandbox serve` daemon listening on SOCKET (same output,
+    /// report, audit log and exit codes; stdin is read to its end first). Default:
+    /// $EGRESS_SANDBOX_SERVER when set and not empty
+    #[arg(long, value_name = "SOCKET")]
+    pub server: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

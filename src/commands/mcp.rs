@@ -12,9 +12,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use crate::cli::McpArgs;
 use crate::mcp::{McpServer, RunTemplate};
-use egress_sandbox::RunSpec;
+use egress_sandbox::options::parse_size;
+use egress_sandbox::{Field, RunSpec};
 use egress_serve::client::{Client, ClientError};
-use egress_serve::run_flags::table;
 use egress_serve::{PoolState, ServeOptions, serve};
 
 /// The longest the server waits for its pool to be warm before it answers the host.
@@ -37,7 +37,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     }
     let mut request = super::run_client::request_from(&run_args, spec.credentials(), Vec::new())?;
     // The run relays more than a result holds, so that a result can keep the output's tail.
-    request.output_limit = Some(RELAY_LIMIT.into());
+    request.options.output_limit = Some(RELAY_LIMIT.into());
     let template = RunTemplate {
         request,
         timeout: spec.limits().timeout,
@@ -60,9 +60,9 @@ const RELAY_LIMIT: &str = "16MiB";
 
 /// Bytes of stdout and stderr a result holds: `--output-limit`, or one sized for a model.
 fn result_limit(args: &McpArgs) -> anyhow::Result<usize> {
-    match args.flags.values.text(&table::OUTPUT_LIMIT) {
+    match &args.bounds.options.output_limit {
         Some(raw) => {
-            let bytes = egress_serve::run_flags::size("--output-limit", &raw)?;
+            let bytes = parse_size(Field::OutputLimit, raw)?;
             Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
         }
         None => Ok(crate::mcp::DEFAULT_RESULT_LIMIT),
@@ -71,16 +71,16 @@ fn result_limit(args: &McpArgs) -> anyhow::Result<usize> {
 
 /// The runs' shape the pool's slots take: the operator's image, runtime and tmp size.
 fn slot_shape(args: &McpArgs) -> anyhow::Result<RunSpec> {
-    let flags = &args.flags.values;
+    let bounds = &args.bounds.options;
     let mut shape = RunSpec::builder(["true"]);
-    if let Some(image) = flags.text(&table::IMAGE) {
+    if let Some(image) = &bounds.image {
         shape = shape.image(image);
     }
-    if let Some(runtime) = flags.text(&table::RUNTIME) {
+    if let Some(runtime) = &bounds.runtime {
         shape = shape.runtime(runtime);
     }
-    if let Some(raw) = flags.text(&table::TMP) {
-        shape = shape.tmp(egress_serve::run_flags::size("--tmp", &raw)?);
+    if let Some(raw) = &bounds.tmp {
+        shape = shape.tmp(parse_size(Field::Tmp, raw)?);
     }
     Ok(shape.build()?)
 }
@@ -113,8 +113,7 @@ async fn serve_mcp(
         signal(SignalKind::terminate()).context("cannot install signal handlers")?;
     let (stop_daemon, daemon_stopped) = tokio::sync::oneshot::channel::<()>();
     // The daemon this server runs through: its own on a private socket, or `--server`'s.
-    let (socket, own_daemon, _socket_dir, _watchdog) = match args.flags.values.path(&table::SERVER)
-    {
+    let (socket, own_daemon, _socket_dir, _watchdog) = match args.server.clone() {
         Some(socket) => {
             // Calls would be refused one by one; a server that can serve none must not start.
             if let Err(error @ ClientError::UntrustedSocket { .. }) =
@@ -139,7 +138,7 @@ async fn serve_mcp(
             let watchdog = super::run::start_watchdog(&sandbox);
             let mut options = ServeOptions::new(socket.clone());
             options.pool = args.pool;
-            options.egress_network = args.flags.values.text(&table::EGRESS_NETWORK);
+            options.egress_network = args.bounds.options.egress_network.clone();
             options.max_runs = args.max_runs;
             options.slot_shape = Some(slot_shape);
             let (pool_state, pool) = tokio::sync::watch::channel(PoolState::default());

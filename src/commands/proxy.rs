@@ -8,7 +8,7 @@ use anyhow::Result;
 use egress_sandbox_helper::proxy::ProxyOptions;
 
 use crate::cli::ProxyArgs;
-use egress_serve::secret_flags::read_secret_flag;
+use egress_sandbox::options::read_secret_flag;
 
 pub fn run(args: ProxyArgs) -> Result<ExitCode> {
     Ok(egress_sandbox_helper::proxy::run(options_from_args(args)?)?)

@@ -13,7 +13,6 @@ use egress_sandbox::report::{RunReport, summary_line};
 use egress_sandbox::spec::{RunSpec, SpecError};
 use egress_sandbox::watchdog::Watchdog;
 use egress_sandbox::{Interruption, OutputSinks, RunError, Sandbox};
-use egress_serve::run_flags::table;
 
 /// Set-up failed: bad flags or policy, no Docker, image missing
 /// (`docs/src/reference/exit-codes.md`).
@@ -21,7 +20,7 @@ pub(crate) const SETUP_FAILED: u8 = 125;
 
 /// A cold run: this process sets up, runs and removes the sandbox itself.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let report_path = args.flags.values.path(&table::REPORT);
+    let report_path = args.report.clone();
     let spec = match build_spec(args) {
         Ok(spec) => spec,
         Err(error) => return Ok(refuse(&error)),
@@ -106,13 +105,14 @@ pub(crate) async fn connect_sandbox() -> Result<Sandbox, RunError> {
         .on_progress(|progress| say(format_args!("egress-sandbox: {progress}"))))
 }
 
-/// The run `run`'s flags describe, checked: every flag through its own code in the library's
-/// table (`run_flags::table`).
+/// The run `run`'s flags describe, checked: the settings through the library's own code
+/// (`RunOptions::builder`), the same a `serve` request goes through.
 pub(crate) fn build_spec(args: RunArgs) -> Result<RunSpec, SpecError> {
-    args.flags
-        .values
-        .apply(RunSpec::builder(args.command))?
-        .build()
+    let mut builder = args.options.builder(args.command)?;
+    if let Some(path) = args.audit_log {
+        builder = builder.audit_log(path);
+    }
+    builder.build()
 }
 
 /// Prints why the spec was refused; policy diagnostics verbatim (`FILE:LINE:COL: error: …`).

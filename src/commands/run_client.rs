@@ -18,16 +18,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
-use egress_core::handoff::Secrets;
 use egress_sandbox::Interruption;
 use egress_sandbox::report::RunReport;
 use egress_serve::client::{Client, ClientError, Event};
 
 use egress_sandbox::RunCredentials;
-use egress_serve::request::{Duration, EnvVars, PolicyText, RunRequest, UpstreamCa};
-use egress_serve::run_flags::given::FlagValues;
-use egress_serve::run_flags::table::{self, RUN_FLAGS, RequestField, RunFlag};
-use egress_serve::run_flags::value::FlagValue;
+use egress_serve::request::RunRequest;
 
 /// Where `--server` defaults from; empty is the same as unset.
 const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
@@ -38,7 +34,7 @@ const SERVER_VARIABLE: &str = "EGRESS_SANDBOX_SERVER";
 /// The variable is read here, not by clap's `env`: clap takes an empty variable for a
 /// missing value ("a value is required for '--server'") where unset is meant.
 pub fn server_socket(args: &RunArgs) -> Option<PathBuf> {
-    args.flags.values.path(&table::SERVER).or_else(|| {
+    args.server.clone().or_else(|| {
         std::env::var_os(SERVER_VARIABLE)
             .filter(|socket| !socket.is_empty())
             .map(PathBuf::from)
@@ -51,9 +47,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
         Err(error) => return Ok(refuse(&error)),
     };
     // In a cold run's order: a refused report path first, and then no policy warnings.
-    if let Some(refused) =
-        super::run::check_report_path(args.flags.values.path(&table::REPORT).as_deref())
-    {
+    if let Some(refused) = super::run::check_report_path(args.report.as_deref()) {
         return Ok(refused);
     }
     for warning in spec.warnings() {
@@ -66,7 +60,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
     // process's environment or files. The values go over the socket only, never in a log.
     let credentials = spec.credentials().clone();
     drop(spec);
-    let mut audit_log = match &args.flags.values.path(&table::AUDIT_LOG) {
+    let mut audit_log = match &args.audit_log {
         Some(path) => match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -107,7 +101,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
             let exit_code = &exit_code;
             let audit_log = &mut audit_log;
             let audit_log_error = &mut audit_log_error;
-            let report_path = args.flags.values.path(&table::REPORT);
+            let report_path = args.report.clone();
             client.run(&request, move |event| {
                 handle(
                     event,
@@ -289,94 +283,26 @@ fn handle(
     }
 }
 
-/// The request `run`'s flags amount to, with `stdin`: the fields that carry a flag as it is
-/// from the table (`RunRequest::with_flags`), the others here. Policy files are read here
-/// (the daemon may not see the same files) and sent with their names; secrets and upstream
-/// CAs are sent as `credentials` read them.
+/// The request `run`'s flags amount to, with `stdin`: the same settings, in the forms a
+/// request carries (`RunOptions::carried`): policy files read here (the daemon may not see
+/// the same files) and sent with their names, relative mount sources made absolute, secrets
+/// and upstream CAs as `credentials` read them.
 pub(crate) fn request_from(
     args: &RunArgs,
     credentials: &RunCredentials,
     stdin: Vec<u8>,
 ) -> anyhow::Result<RunRequest> {
-    let flags = &args.flags.values;
-    let mut request =
-        RunRequest::with_flags(args.command.clone(), flags).context("cannot make the request")?;
-    for flag in RUN_FLAGS {
-        if let RequestField::Own(_) = flag.request {
-            carry(&mut request, flag, flags, credentials)?;
-        }
-    }
-    request.stdin = (!stdin.is_empty()).then(|| STANDARD.encode(&stdin));
-    Ok(request)
-}
-
-/// Puts `flag`, whose request field has a form of its own, into `request`. A flag of that
-/// kind added to the table without a way into the request is an error of every
-/// `run --server`, never a run that quietly differs from a cold one.
-fn carry(
-    request: &mut RunRequest,
-    flag: &RunFlag,
-    flags: &FlagValues,
-    credentials: &RunCredentials,
-) -> anyhow::Result<()> {
-    let texts = || flags.all(flag).iter().map(FlagValue::text);
-    match flag.long {
-        "policy" => {
-            for path in flags.all(flag).iter().map(FlagValue::path) {
-                let yaml = std::fs::read_to_string(&path)
-                    .with_context(|| format!("cannot read policy {}", path.display()))?;
-                request.policies.push(PolicyText::File {
-                    file: path.display().to_string(),
-                    yaml,
-                });
-            }
-        }
-        "timeout" => request.timeout = flags.text(flag).map(Duration::Text),
-        "env" => {
-            let mut env = Vec::new();
-            for raw in texts() {
-                env.push(egress_serve::run_flags::env(&raw)?);
-            }
-            request.env = (!env.is_empty()).then_some(EnvVars::Pairs(env));
-        }
-        "mount" => {
-            for raw in texts() {
-                // Relative sources are relative to this process, not the daemon.
-                let (source, target, writable) = egress_serve::run_flags::mount(&raw)?;
-                let source = std::path::absolute(&source).unwrap_or(source);
-                let suffix = if writable { ":rw" } else { "" };
-                request
-                    .mounts
-                    .push(format!("{}:{target}{suffix}", source.display()));
-            }
-        }
-        "resolve" => {
-            for raw in texts() {
-                let (name, ip) = egress_serve::run_flags::resolve(&raw)?;
-                request
-                    .resolve
-                    .insert(name.as_str().to_string(), ip.to_string());
-            }
-        }
-        "secret" => {
-            request.secrets = Secrets(
-                credentials
-                    .secret_values()
-                    .map(|(name, value)| (name.to_owned(), value.expose().to_owned()))
-                    .collect(),
-            );
-        }
-        "upstream-ca" => {
-            request.upstream_ca = credentials
-                .upstream_ca()
-                .iter()
-                .cloned()
-                .map(UpstreamCa::File)
-                .collect();
-        }
-        other => anyhow::bail!("--{other} has no way into a request to the daemon"),
-    }
-    Ok(())
+    let options = args
+        .options
+        .clone()
+        .carried(credentials)
+        .context("cannot make the request")?;
+    Ok(RunRequest {
+        argv: args.command.clone(),
+        options,
+        files: Default::default(),
+        stdin: (!stdin.is_empty()).then(|| STANDARD.encode(&stdin)),
+    })
 }
 
 /// `run --server`'s stdin, read to its end (empty for a terminal): the request carries it

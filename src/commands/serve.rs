@@ -6,7 +6,6 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ServeArgs;
-use egress_serve::run_flags::table;
 use egress_serve::{ServeOptions, default_socket, serve};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -14,8 +13,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.socket_group = args.socket_group;
     options.metrics_listen = args.metrics_listen;
     options.pool = args.pool;
-    options.egress_network = args.flags.values.text(&table::EGRESS_NETWORK);
-    options.runtime = args.flags.values.text(&table::RUNTIME);
+    options.egress_network = args.egress_network.clone();
+    options.runtime = args.runtime.clone();
     options.max_runs = args.max_runs;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -12,7 +12,8 @@ use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::json;
 
-use egress_serve::request::{self, RunRequest};
+use egress_sandbox::options::TimeLimit;
+use egress_serve::request::RunRequest;
 
 /// The longest `code`: it is one argument of the interpreter, and Linux takes at most
 /// 128 KiB in one argument (`MAX_ARG_STRLEN`).
@@ -132,7 +133,7 @@ pub fn request_for(call: Call, template: &RunTemplate) -> Result<RunRequest, Inv
     request.argv = call.argv;
     if let Some(seconds) = call.timeout {
         let seconds = lower_timeout(seconds, template.timeout)?;
-        request.timeout = Some(request::Duration::Seconds(seconds));
+        request.options.timeout = Some(TimeLimit::Seconds(seconds));
     }
     for (path, text) in call.files {
         request.files.insert(path, STANDARD.encode(text));
@@ -327,12 +328,13 @@ mod tests {
     use super::*;
 
     fn template() -> RunTemplate {
+        let mut request = RunRequest {
+            argv: vec!["true".into()],
+            ..RunRequest::default()
+        };
+        request.options.allow = vec!["api.example.com".into()];
         RunTemplate {
-            request: RunRequest {
-                argv: vec!["true".into()],
-                allow: vec!["api.example.com".into()],
-                ..RunRequest::default()
-            },
+            request,
             timeout: Duration::from_secs(30),
             result_limit: 32 * 1024,
         }
@@ -353,10 +355,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(request.argv, ["node", "-e", "console.log(1)"]);
-        assert_eq!(request.allow, ["api.example.com"]);
+        assert_eq!(request.options.allow, ["api.example.com"]);
         assert_eq!(request.stdin.as_deref(), Some("aGk="));
         assert_eq!(request.files["a/b.txt"], "eA==");
-        assert_eq!(request.timeout, Some(request::Duration::Seconds(2.0)));
+        assert_eq!(request.options.timeout, Some(TimeLimit::Seconds(2.0)));
     }
 
     #[test]
@@ -460,7 +462,7 @@ mod tests {
         assert_eq!(request.argv, ["sh", "-c", "true"]);
         assert_eq!(request.stdin, None);
         assert!(request.files.is_empty());
-        assert_eq!(request.timeout, None);
+        assert_eq!(request.options.timeout, None);
         let request = call(
             "run_command",
             json!({"argv": ["true"], "stdin": null, "files": null, "timeout": null}),

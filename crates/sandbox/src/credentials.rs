@@ -12,6 +12,8 @@ use egress_core::upstream_ca::{UpstreamCaError, parse_upstream_ca};
 
 use egress_core::secret::new_placeholder;
 
+use crate::options::{Field, Names};
+
 /// An upstream CA file is a handful of certificates, not a document.
 const MAX_UPSTREAM_CA_BYTES: u64 = 1024 * 1024;
 
@@ -59,16 +61,44 @@ pub enum CredentialError {
 }
 
 impl CredentialError {
-    /// The part of a run request the refusal is about: `secrets`, `env` or `upstream_ca`.
-    pub fn field(&self) -> &'static str {
+    /// The setting the refusal is about: the secrets, the environment or the upstream CAs.
+    pub fn field(&self) -> Field {
         match self {
             CredentialError::MissingSecret { .. }
             | CredentialError::UnusedSecret(_)
-            | CredentialError::DuplicateSecret(_) => "secrets",
-            CredentialError::EnvShadowsSecret(_) => "env",
+            | CredentialError::DuplicateSecret(_) => Field::Secrets,
+            CredentialError::EnvShadowsSecret(_) => Field::Env,
             CredentialError::UpstreamCaRead { .. }
             | CredentialError::UpstreamCaTooLarge { .. }
-            | CredentialError::UpstreamCa(_) => "upstream_ca",
+            | CredentialError::UpstreamCa(_) => Field::UpstreamCa,
+        }
+    }
+
+    /// The message in `names`' terms (its `Display` is the command line's).
+    pub fn message(&self, names: Names) -> String {
+        if names == Names::Flags {
+            return self.to_string();
+        }
+        match self {
+            CredentialError::MissingSecret { name, host } => {
+                format!("the credential for {host} needs the secret {name}: give it in secrets")
+            }
+            CredentialError::UnusedSecret(name) => {
+                format!("secrets has {name}, but no credential of the policy uses it")
+            }
+            CredentialError::DuplicateSecret(name) => format!("secrets has {name} twice"),
+            CredentialError::EnvShadowsSecret(name) => format!(
+                "env {name} would replace the placeholder of the secret {name}; the sandbox gets \
+                 {name} from secrets"
+            ),
+            CredentialError::UpstreamCaRead { path, source } => {
+                format!("upstream_ca {}: cannot read: {source}", path.display())
+            }
+            CredentialError::UpstreamCaTooLarge { path } => format!(
+                "upstream_ca {}: larger than {MAX_UPSTREAM_CA_BYTES} bytes",
+                path.display()
+            ),
+            CredentialError::UpstreamCa(error) => format!("upstream_ca {error}"),
         }
     }
 }

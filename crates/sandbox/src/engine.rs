@@ -86,12 +86,14 @@ impl ContainerConfig {
     }
 
     /// The network the container is created on (`none`: no network).
+    #[cfg(any(test, feature = "fake-engine"))]
     pub(crate) fn network_mode(&self) -> Option<&str> {
         self.body.host_config.as_ref()?.network_mode.as_deref()
     }
 
     /// Whether the container's stdin is open (a proxy waiting for its handoff, a sandbox
     /// held by its launcher).
+    #[cfg(any(test, feature = "fake-engine"))]
     pub(crate) fn opens_stdin(&self) -> bool {
         self.body.open_stdin.unwrap_or(false)
     }

@@ -37,6 +37,18 @@ pub enum Unfit {
     Engine(#[source] EngineError),
 }
 
+impl Unfit {
+    /// The setting the engine cannot carry out; `None` when the engine did not answer.
+    pub fn field(&self) -> Option<crate::Field> {
+        match self {
+            Unfit::Cpus { .. } => Some(crate::Field::Cpus),
+            Unfit::EgressNetwork { .. } => Some(crate::Field::EgressNetwork),
+            Unfit::Runtime { .. } => Some(crate::Field::Runtime),
+            Unfit::Engine(_) => None,
+        }
+    }
+}
+
 impl From<NetworkError> for Unfit {
     fn from(error: NetworkError) -> Unfit {
         match error {

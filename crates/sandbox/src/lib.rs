@@ -62,6 +62,9 @@
 //!   `launcher_binary`: the launcher's binary at a path named by its content, and `host_dirs`: the
 //!   run's host directories, neutrally named, so the sandbox's mount table shows nothing
 //!   of the host.
+//! - [`options`]: a run's settings as a front end is given them ([`RunOptions`]: the command
+//!   line's flags, a request's fields), checked into a [`RunSpecBuilder`]; [`Field`] names the
+//!   setting a refusal is about.
 //! - [`private_dir`]: the check every directory the tool keeps files in passes (the running
 //!   user's, writable by no one else), so another local user can plant or swap nothing.
 //! - [`gc`]: sweeps objects of runs whose owner process is gone.
@@ -85,6 +88,7 @@ pub mod labels;
 pub mod launch_signal;
 pub(crate) mod launcher_binary;
 pub(crate) mod network;
+pub mod options;
 pub mod outcome;
 pub mod output;
 pub mod pool;
@@ -112,6 +116,7 @@ pub use handle::Sandbox;
 pub use helper::{Helper, HelperError, HelperVersion};
 pub use images::{ImageError, Progress};
 pub use network::{EGRESS_NETWORK, NetworkError};
+pub use options::{Field, Names, RunOptions};
 pub use outcome::{Interruption, RunError, RunOutcome, RunStatus};
 pub use output::{OutputSinks, OutputStats};
 pub use pool::{Pool, Refill, WarmSlot};

@@ -232,6 +232,25 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// The setting whose value the engine refused: the image it does not have, the egress
+    /// network or the runtime it does not have, or what needs a local engine (`files`, a
+    /// policy that inspects a host). `None` when the engine or this host failed.
+    pub fn field(&self) -> Option<crate::Field> {
+        use crate::Field;
+        match self {
+            RunError::Image(ImageError::Missing { .. } | ImageError::InvalidReference { .. }) => {
+                Some(Field::Image)
+            }
+            RunError::Network(NetworkError::EgressMissing { .. }) => Some(Field::EgressNetwork),
+            RunError::UnknownRuntime { .. } | RunError::RuntimeUnreachable { .. } => {
+                Some(Field::Runtime)
+            }
+            RunError::FilesNeedLocalEngine => Some(Field::Files),
+            RunError::InspectedNeedsLocalEngine { .. } => Some(Field::Policies),
+            _ => None,
+        }
+    }
+
     /// The error and its causes on one line, as the CLI and the daemon show a set-up
     /// failure ([`with_causes`]).
     pub fn message_with_causes(&self) -> String {
@@ -294,6 +313,44 @@ mod tests {
             ] {
                 assert!(shown.matches(part).count() <= 1, "{part} twice in {shown}");
             }
+        }
+    }
+
+    #[test]
+    fn a_set_up_error_names_the_request_field_whose_value_was_refused() {
+        let cases = [
+            (
+                RunError::Image(ImageError::Missing { image: "x".into() }),
+                Some("image"),
+            ),
+            (
+                RunError::Network(NetworkError::EgressMissing { name: "n".into() }),
+                Some("egress_network"),
+            ),
+            (
+                RunError::UnknownRuntime {
+                    name: "runsc".into(),
+                    available: vec!["runc".into()],
+                },
+                Some("runtime"),
+            ),
+            (RunError::FilesNeedLocalEngine, Some("files")),
+            (
+                RunError::InspectedNeedsLocalEngine {
+                    hosts: vec!["api.example.com".into()],
+                    engine: "tcp://engine:2375".into(),
+                },
+                Some("policies"),
+            ),
+            (
+                RunError::ProxyNotReady {
+                    detail: "exited".into(),
+                },
+                None,
+            ),
+        ];
+        for (error, field) in cases {
+            assert_eq!(error.field().map(crate::Field::name), field, "{error}");
         }
     }
 }

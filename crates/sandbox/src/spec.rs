@@ -6,8 +6,8 @@
 //! wrong is a [`SpecError`] (exit 125) and nothing has been created.
 //!
 //! The checks live with what they check: `limits`, `mounts`, `env`, `policies` and the
-//! `subnet_pool` (submodules). Command-line strings (`30s`, `512m`, `SRC:DST:rw`) are parsed by the
-//! CLI (`run_flags`); this module takes typed values.
+//! `subnet_pool` (submodules). The strings a front end is given (`30s`, `512m`, `SRC:DST:rw`)
+//! are parsed by [`RunOptions`](crate::options::RunOptions); this module takes typed values.
 
 mod env;
 mod limits;
@@ -21,7 +21,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use egress_core::audit::OnAuditLimit;
-use egress_core::pin::PinError;
 use egress_core::policy::{CredentialConflicts, Diagnostic, Policy, PolicyError, PolicySet};
 use egress_core::target::HostName;
 use ipnet::Ipv4Net;
@@ -30,7 +29,9 @@ use egress_core::handoff::InlineCertificate;
 use egress_core::secret::SecretValue;
 
 use crate::credentials::{CredentialError, RunCredentials};
+use crate::options::{Field, Names, SecretError};
 use crate::task_files::{self, TaskFile};
+use egress_core::units::MAX_DURATION;
 
 use env::check_env;
 pub use limits::{DEFAULT_LIMITS, MIN_MEMORY, MIN_TMP, RunLimits};
@@ -83,10 +84,10 @@ pub enum SpecError {
         max: usize,
     },
     /// A limit asked for is above the ceiling a policy sets.
-    #[error("{flag} {value} is above the limit of policy {policy} ({key}: {limit})")]
+    #[error("{field} {value} is above the limit of policy {policy} ({key}: {limit})")]
     AboveLimit {
-        /// The flag that sets the limit (`--memory`, …).
-        flag: &'static str,
+        /// The setting of the limit.
+        field: Field,
         /// The value asked for, as a person writes it.
         value: String,
         /// The merged policy's name.
@@ -114,33 +115,127 @@ pub enum SpecError {
         /// The merged policy's name.
         policy: String,
     },
-    /// A value that is not valid for its flag.
-    #[error("invalid {flag} {value:?}: {reason}")]
+    /// A value that is not valid for its setting.
+    #[error("invalid {field} {value:?}: {reason}")]
     Invalid {
-        /// The flag (or setting) the value was given for.
-        flag: &'static str,
+        /// The setting the value was given for.
+        field: Field,
         /// The value as given.
         value: String,
         /// What is wrong with it.
         reason: String,
     },
-    /// Shown as the flag that carries pins, in the CLI and the API alike.
-    #[error("--resolve {0}")]
-    Pin(Box<PinError>),
+    /// A number of seconds that is not a time limit.
+    #[error("invalid {field} {seconds}: a number of seconds more than 0 and at most {}", MAX_DURATION.as_secs())]
+    Seconds {
+        /// The setting the number was given for.
+        field: Field,
+        /// The number given.
+        seconds: f64,
+    },
+    /// A pin (`--resolve NAME=IP`, a request's `resolve` entry) that does not parse as the
+    /// proxy parses one.
+    #[error("--resolve {:?}: {reason}", pin_as_typed(name, address.as_deref()))]
+    Pin {
+        /// The name as given.
+        name: String,
+        /// The address as given; `None` for a flag without `=`.
+        address: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
     /// The command to run is empty.
     #[error("no command given to run")]
     NoCommand,
     /// The secrets or upstream CAs could not be read, or do not fit the policies.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
-    /// A `--secret` flag that could not be read (the message never holds the value).
-    #[error("{0}")]
-    SecretFlag(String),
+    /// A secret that could not be read or used (the message never holds the value).
+    #[error(transparent)]
+    Secret(#[from] SecretError),
 }
 
-fn invalid(flag: &'static str, value: impl Into<String>, reason: impl Into<String>) -> SpecError {
+/// A pin as the command line types it: `NAME=IP`, or `NAME` alone.
+fn pin_as_typed(name: &str, address: Option<&str>) -> String {
+    match address {
+        Some(address) => format!("{name}={address}"),
+        None => name.to_owned(),
+    }
+}
+
+impl SpecError {
+    /// The setting at fault.
+    pub fn field(&self) -> Field {
+        match self {
+            SpecError::Policy(policy) => {
+                if policy
+                    .diagnostics
+                    .iter()
+                    .all(|found| found.file == "--allow")
+                {
+                    Field::Allow
+                } else {
+                    Field::Policies
+                }
+            }
+            SpecError::AboveLimit { field, .. }
+            | SpecError::Invalid { field, .. }
+            | SpecError::Seconds { field, .. } => *field,
+            SpecError::RuntimeNotAllowed { .. } | SpecError::RuntimesConflict { .. } => {
+                Field::Runtime
+            }
+            SpecError::Pin { .. } => Field::Resolve,
+            SpecError::NoCommand => Field::Argv,
+            SpecError::Credentials(credential) => credential.field(),
+            SpecError::Secret(_) => Field::Secrets,
+            SpecError::PolicyRead { .. }
+            | SpecError::PolicyTooLarge { .. }
+            | SpecError::PoliciesTooLarge { .. } => Field::Policies,
+        }
+    }
+
+    /// The message in `names`' terms (its `Display` is the command line's). Policy
+    /// diagnostics name files and lines, the same in every front end.
+    pub fn message(&self, names: Names) -> String {
+        if names == Names::Flags {
+            return self.to_string();
+        }
+        match self {
+            SpecError::AboveLimit {
+                field,
+                value,
+                policy,
+                key,
+                limit,
+            } => format!(
+                "{} {value} is above the limit of policy {policy} ({key}: {limit})",
+                field.name()
+            ),
+            SpecError::Invalid {
+                field,
+                value,
+                reason,
+            } => format!("invalid {} {value:?}: {reason}", field.name()),
+            SpecError::Seconds { field, seconds } => format!(
+                "invalid {} {seconds}: a number of seconds more than 0 and at most {}",
+                field.name(),
+                MAX_DURATION.as_secs()
+            ),
+            SpecError::Pin {
+                name,
+                address: Some(address),
+                reason,
+            } => format!("invalid resolve {name:?}: {address:?}: {reason}"),
+            SpecError::Credentials(credential) => credential.message(names),
+            SpecError::Secret(secret) => secret.message(names),
+            other => other.to_string(),
+        }
+    }
+}
+
+fn invalid(field: Field, value: impl Into<String>, reason: impl Into<String>) -> SpecError {
     SpecError::Invalid {
-        flag,
+        field,
         value: value.into(),
         reason: reason.into(),
     }
@@ -440,50 +535,8 @@ impl RunSpecBuilder {
         if self.command.is_empty() {
             return Err(SpecError::NoCommand);
         }
-        let mut sources = Vec::new();
-        let mut policies = Vec::new();
-        let mut warnings = Vec::new();
-        let mut errors = Vec::new();
-        for path in &self.policy_files {
-            let (shown, source) = read_policy(path)?;
-            match Policy::from_yaml(&shown, &source.yaml) {
-                Ok((policy, found)) => {
-                    policies.push(policy);
-                    warnings.extend(found);
-                }
-                Err(error) => errors.extend(error.diagnostics),
-            }
-            sources.push(source);
-        }
-        for source in self.inline_policies {
-            match Policy::from_yaml(&source.file_name, &source.yaml) {
-                Ok((policy, found)) => {
-                    policies.push(policy);
-                    warnings.extend(found);
-                }
-                Err(error) => errors.extend(error.diagnostics),
-            }
-            sources.push(source);
-        }
-        if !self.allow.is_empty() {
-            match Policy::from_allow_flags(&self.allow) {
-                Ok(policy) => policies.push(policy),
-                Err(error) => errors.extend(error.diagnostics),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(PolicyError {
-                diagnostics: errors,
-            }
-            .into());
-        }
-        check_policy_sizes(&sources)?;
-        let notices = mode_notices::mode_notices(&policies);
-        // Conflicting credentials are refused where the proxy starts: it merges these same
-        // policies from its handoff and names the first conflict.
-        let policy_set = PolicySet::merge(policies)
-            .unwrap_or_else(CredentialConflicts::into_set_refused_by_proxy);
-
+        let merged = self.merge_policies()?;
+        let policy_set = &merged.policy_set;
         let requested = Requested {
             timeout: self.timeout,
             memory: self.memory,
@@ -494,102 +547,37 @@ impl RunSpecBuilder {
         };
         let limits = resolve_limits(&requested, policy_set.limits(), policy_set.name())?;
         let runtime = resolve_runtime(
-            self.runtime,
+            self.runtime.clone(),
             policy_set.limits().runtime.as_deref(),
             policy_set.name(),
         )?;
-
         let mounts = self
             .mounts
-            .into_iter()
-            .map(|(source, target, writable)| check_mount(&source, &target, writable))
+            .iter()
+            .map(|(source, target, writable)| check_mount(source, target, *writable))
             .collect::<Result<Vec<_>, _>>()?;
         for (key, value) in &self.env {
             check_env(key, value)?;
         }
         let credentials = RunCredentials::check(
-            &policy_set,
-            self.secrets,
+            policy_set,
+            self.secrets.clone(),
             &self.upstream_ca,
-            self.upstream_ca_inline,
+            self.upstream_ca_inline.clone(),
             &self.env,
         )?;
-        if let Some(dir) = &self.workdir
-            && !dir.starts_with('/')
-        {
-            return Err(invalid("--workdir", dir, "must be an absolute path"));
-        }
-        // As a mount's target: a `..` could climb anywhere, so it is refused, not resolved.
-        if let Some(dir) = &self.workdir
-            && dir.split('/').any(|part| part == "..")
-        {
-            return Err(invalid("--workdir", dir, "must not contain `..`"));
-        }
-        // No command line can carry a NUL byte; an API request can, and Docker would fail
-        // on it only after the network and the proxy exist.
-        // The message quotes the value with `{:?}`, which escapes the NUL (and any other
-        // control) once.
-        let nul =
-            |flag: &'static str, value: &str| Err(invalid(flag, value, "cannot hold a NUL byte"));
-        if let Some(arg) = self.command.iter().find(|arg| arg.contains('\0')) {
-            return nul("argv", arg);
-        }
-        if let Some(dir) = self.workdir.as_deref().filter(|dir| dir.contains('\0')) {
-            return nul("--workdir", dir);
-        }
-        let mut files_bytes = 0u64;
-        for file in &self.files {
-            task_files::check_path(&file.path)
-                .map_err(|reason| invalid("files", &file.path, reason))?;
-            files_bytes += file.contents.len() as u64;
-        }
-        task_files::check_paths(self.files.iter().map(|file| file.path.as_str()))
-            .map_err(|(path, reason)| invalid("files", &path, reason))?;
-        let files_limit = limits.tmp.min(task_files::MAX_TASK_FILES_BYTES);
-        if files_bytes > files_limit {
-            return Err(invalid(
-                "files",
-                format!("{files_bytes} bytes"),
-                format!("more than /task holds ({files_limit} bytes: the tmp size, at most 64MiB)"),
-            ));
-        }
-        let workdir = match self.workdir {
-            None if !self.files.is_empty() => Some(task_files::TASK_DIR.to_string()),
-            workdir => workdir,
-        };
-        let resolve = self
-            .resolve
-            .into_iter()
-            .map(|(name, ip)| {
-                // `::ffff:a.b.c.d` pins `a.b.c.d`, as `parse_pin` has it.
-                HostName::parse(&name)
-                    .map(|host| (host, ip.to_canonical()))
-                    .map_err(|error| {
-                        invalid("--resolve", format!("{name}={ip}"), error.to_string())
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(image) = &self.image
-            && (image.is_empty()
-                || image.starts_with('-')
-                || image.chars().any(|c| c.is_whitespace() || c.is_control()))
-        {
-            return Err(invalid("--image", image, "not an image reference"));
-        }
-        if let Some(network) = &self.egress_network
-            && (network.is_empty() || network.chars().any(char::is_control))
-        {
-            return Err(invalid("--egress-network", network, "not a network name"));
-        }
-        if let Some(runtime) = &runtime
-            && (runtime.is_empty() || runtime.chars().any(|c| c.is_whitespace() || c.is_control()))
-        {
-            return Err(invalid("--runtime", runtime, "not a runtime name"));
-        }
+        check_workdir_and_argv(&self.command, self.workdir.as_deref())?;
+        check_task_files(&self.files, limits.tmp)?;
+        let resolve = check_pins(&self.resolve)?;
+        check_names(
+            self.image.as_deref(),
+            self.egress_network.as_deref(),
+            runtime.as_deref(),
+        )?;
         let audit_limit = self.audit_limit.unwrap_or(DEFAULT_AUDIT_LIMIT);
         if audit_limit == 0 {
             return Err(invalid(
-                "--audit-limit",
+                Field::AuditLimit,
                 "0",
                 "must be at least 1: every run keeps a record of its attempts",
             ));
@@ -598,15 +586,18 @@ impl RunSpecBuilder {
             Some(pool) => check_pool(pool, "subnet pool")?,
             None => subnet_pool_from_env()?,
         };
-
+        let workdir = match self.workdir {
+            None if !self.files.is_empty() => Some(task_files::TASK_DIR.to_string()),
+            workdir => workdir,
+        };
         Ok(RunSpec {
             command: self.command,
             image: self.image,
-            policies: sources,
+            policies: merged.sources,
             allow: self.allow,
-            policy_set,
-            warnings,
-            notices,
+            policy_set: merged.policy_set,
+            warnings: merged.warnings,
+            notices: merged.notices,
             limits,
             mounts,
             env: self.env,
@@ -622,6 +613,149 @@ impl RunSpecBuilder {
             credentials,
         })
     }
+
+    /// The policy files read, the inline policies and the `--allow` flags parsed, and all
+    /// merged; every diagnostic of every policy when any is refused.
+    fn merge_policies(&self) -> Result<MergedPolicies, SpecError> {
+        // A file's diagnostics name it as given (its path); an inline policy by its name.
+        let mut named = Vec::new();
+        for path in &self.policy_files {
+            named.push(read_policy(path)?);
+        }
+        for source in &self.inline_policies {
+            named.push((source.file_name.clone(), source.clone()));
+        }
+        let mut policies = Vec::new();
+        let mut warnings = Vec::new();
+        let mut errors = Vec::new();
+        for (shown, source) in &named {
+            match Policy::from_yaml(shown, &source.yaml) {
+                Ok((policy, found)) => {
+                    policies.push(policy);
+                    warnings.extend(found);
+                }
+                Err(error) => errors.extend(error.diagnostics),
+            }
+        }
+        if !self.allow.is_empty() {
+            match Policy::from_allow_flags(&self.allow) {
+                Ok(policy) => policies.push(policy),
+                Err(error) => errors.extend(error.diagnostics),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(PolicyError {
+                diagnostics: errors,
+            }
+            .into());
+        }
+        let sources: Vec<PolicySource> = named.into_iter().map(|(_, source)| source).collect();
+        check_policy_sizes(&sources)?;
+        let notices = mode_notices::mode_notices(&policies);
+        // Conflicting credentials are refused where the proxy starts: it merges these same
+        // policies from its handoff and names the first conflict.
+        let policy_set = PolicySet::merge(policies)
+            .unwrap_or_else(CredentialConflicts::into_set_refused_by_proxy);
+        Ok(MergedPolicies {
+            sources,
+            policy_set,
+            warnings,
+            notices,
+        })
+    }
+}
+
+/// The run's policies as read, merged, and what reading them found.
+struct MergedPolicies {
+    sources: Vec<PolicySource>,
+    policy_set: PolicySet,
+    warnings: Vec<Diagnostic>,
+    notices: Vec<String>,
+}
+
+/// The working directory is absolute and cannot climb; neither it nor an argument holds a
+/// NUL byte (no command line can carry one; an API request can, and Docker would fail on it
+/// only after the network and the proxy exist). The message quotes the value with `{:?}`,
+/// which escapes the NUL (and any other control) once.
+fn check_workdir_and_argv(command: &[String], workdir: Option<&str>) -> Result<(), SpecError> {
+    if let Some(dir) = workdir {
+        if !dir.starts_with('/') {
+            return Err(invalid(Field::Workdir, dir, "must be an absolute path"));
+        }
+        // As a mount's target: a `..` could climb anywhere, so it is refused, not resolved.
+        if dir.split('/').any(|part| part == "..") {
+            return Err(invalid(Field::Workdir, dir, "must not contain `..`"));
+        }
+    }
+    let nul = |field: Field, value: &str| Err(invalid(field, value, "cannot hold a NUL byte"));
+    if let Some(arg) = command.iter().find(|arg| arg.contains('\0')) {
+        return nul(Field::Argv, arg);
+    }
+    if let Some(dir) = workdir.filter(|dir| dir.contains('\0')) {
+        return nul(Field::Workdir, dir);
+    }
+    Ok(())
+}
+
+/// Each task file's path is relative and under /task, given once, and the files together
+/// fit in /task (the tmp size, at most 64MiB).
+fn check_task_files(files: &[TaskFile], tmp: u64) -> Result<(), SpecError> {
+    let mut files_bytes = 0u64;
+    for file in files {
+        task_files::check_path(&file.path)
+            .map_err(|reason| invalid(Field::Files, &file.path, reason))?;
+        files_bytes += file.contents.len() as u64;
+    }
+    task_files::check_paths(files.iter().map(|file| file.path.as_str()))
+        .map_err(|(path, reason)| invalid(Field::Files, &path, reason))?;
+    let files_limit = tmp.min(task_files::MAX_TASK_FILES_BYTES);
+    if files_bytes > files_limit {
+        return Err(invalid(
+            Field::Files,
+            format!("{files_bytes} bytes"),
+            format!("more than /task holds ({files_limit} bytes: the tmp size, at most 64MiB)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Each pinned name normalised as any target is; `::ffff:a.b.c.d` pins `a.b.c.d`, as
+/// `parse_pin` has it.
+fn check_pins(pins: &[(String, IpAddr)]) -> Result<Vec<(HostName, IpAddr)>, SpecError> {
+    pins.iter()
+        .map(|(name, ip)| {
+            HostName::parse(name)
+                .map(|host| (host, ip.to_canonical()))
+                .map_err(|error| invalid(Field::Resolve, format!("{name}={ip}"), error.to_string()))
+        })
+        .collect()
+}
+
+/// The image, the egress network and the runtime are names Docker could take, not empty
+/// and not read as a flag of its own.
+fn check_names(
+    image: Option<&str>,
+    network: Option<&str>,
+    runtime: Option<&str>,
+) -> Result<(), SpecError> {
+    if let Some(image) = image
+        && (image.is_empty()
+            || image.starts_with('-')
+            || image.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(invalid(Field::Image, image, "not an image reference"));
+    }
+    if let Some(network) = network
+        && (network.is_empty() || network.chars().any(char::is_control))
+    {
+        return Err(invalid(Field::EgressNetwork, network, "not a network name"));
+    }
+    if let Some(runtime) = runtime
+        && (runtime.is_empty() || runtime.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(invalid(Field::Runtime, runtime, "not a runtime name"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

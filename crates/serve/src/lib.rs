@@ -22,9 +22,7 @@ mod daemon;
 mod live_runs;
 mod metrics;
 pub mod request;
-pub mod run_flags;
 mod run_task;
-pub mod secret_flags;
 pub mod socket;
 mod unavailable;
 
@@ -242,24 +240,18 @@ async fn handle(
 /// anything is created: a 400 naming the field it lacks, a 503 when the engine does not
 /// answer.
 async fn check_fit(shared: &Shared, spec: &egress_sandbox::RunSpec) -> Result<(), Response<Body>> {
-    use egress_sandbox::fit::Unfit;
     let unfit = match egress_sandbox::fit::check_fit(shared.sandbox.engine(), spec).await {
         Ok(()) => return Ok(()),
         Err(unfit) => unfit,
     };
-    let field = match &unfit {
-        Unfit::Cpus { .. } => "cpus",
-        Unfit::EgressNetwork { .. } => "egress_network",
-        Unfit::Runtime { .. } => "runtime",
-        _ => {
-            return Err(unavailable::engine_down(
-                &egress_sandbox::outcome::with_causes(&unfit),
-            ));
-        }
+    let Some(field) = unfit.field() else {
+        return Err(unavailable::engine_down(
+            &egress_sandbox::outcome::with_causes(&unfit),
+        ));
     };
     Err(json_response(
         StatusCode::BAD_REQUEST,
-        &BadRequest::new(field, unfit.to_string()),
+        &BadRequest::of(field, unfit.to_string()),
     ))
 }
 
@@ -281,11 +273,11 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
     };
     let checked = RunRequest::parse(&body)
         .map(|mut request| {
-            if request.egress_network.is_none() {
-                request.egress_network = shared.egress_network.clone();
+            if request.options.egress_network.is_none() {
+                request.options.egress_network = shared.egress_network.clone();
             }
-            if request.runtime.is_none() {
-                request.runtime = shared.runtime.clone();
+            if request.options.runtime.is_none() {
+                request.options.runtime = shared.runtime.clone();
             }
             request
         })

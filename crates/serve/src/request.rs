@@ -1,176 +1,33 @@
-//! `POST /v1/runs` bodies: the JSON request and its checks, which are exactly `run`'s (the
-//! same [`RunSpec`] builder), so a request `run` would refuse is a 400 that creates nothing.
-//!
-//! A field that carries a run flag's value as the flag takes it ([`RequestField::Same`] in
-//! `run_flags::table`) is checked through that flag's own code; the others (policy text,
-//! `env` as an object, secret values …) have code of their own here.
+//! `POST /v1/runs` bodies: the JSON request and its checks, which are exactly `run`'s: the
+//! request's settings are a [`RunOptions`], the same type `run`'s flags parse into, checked
+//! by the same code, so a request `run` would refuse is a 400 that creates nothing, naming
+//! the field at fault. What only a request has — the command as `argv`, `files` and
+//! `stdin` — is read here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
-use egress_core::handoff::{InlineCertificate, Secrets};
-
-use crate::run_flags;
-use crate::run_flags::given::FlagValues;
-use crate::run_flags::table::{RUN_FLAGS, RequestField, field_of_flag};
-use crate::run_flags::value::{FlagValue, ValueKind};
-use crate::secret_flags::check_secret_value;
-use egress_core::units;
-use egress_sandbox::CredentialError;
+use egress_sandbox::options::RunOptions;
 use egress_sandbox::spec::{RunSpec, SpecError};
-
-/// A policy as text: bare YAML (named `policy-N.yaml`), or with the file name that names it
-/// in diagnostics and gives its default name (what `run --server` sends for `--policy`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum PolicyText {
-    /// The YAML alone.
-    Yaml(String),
-    /// The YAML and the file name that shows in its diagnostics.
-    File {
-        /// The policy's file name.
-        file: String,
-        /// The policy's YAML.
-        yaml: String,
-    },
-}
-
-/// A duration: text as the flags take it (`"1m30s"`), or a number of seconds (`90`, `0.5`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(untagged)]
-pub enum Duration {
-    /// A number of seconds, more than 0 and at most [`units::MAX_DURATION`].
-    Seconds(f64),
-    /// Text as `--timeout` takes it.
-    Text(String),
-}
-
-impl Duration {
-    fn check(&self, field: &str) -> Result<std::time::Duration, BadRequest> {
-        match self {
-            Duration::Seconds(seconds) => {
-                units::duration_from_seconds(&seconds.to_string(), *seconds).map_err(|_| {
-                    BadRequest::new(
-                        field,
-                        format!(
-                            "invalid {field} {seconds}: a number of seconds more than 0 and at \
-                             most {}",
-                            units::MAX_DURATION.as_secs()
-                        ),
-                    )
-                })
-            }
-            Duration::Text(text) => units::parse_duration(text).map_err(|reason| {
-                BadRequest::new(field, format!("invalid {field} {text:?}: {reason}"))
-            }),
-        }
-    }
-}
+use egress_sandbox::{Field, Names};
 
 /// The request body; only `argv` is required.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct RunRequest {
     /// The command and its arguments, run in the sandbox.
     pub argv: Vec<String>,
-    /// `HOST[:PORT]` destinations allowed, as `--allow`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allow: Vec<String>,
-    /// Policies as text, as `--policy` (merged, in order).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub policies: Vec<PolicyText>,
-    /// A duration as `--timeout` takes it (`"10s"`, `"500ms"`), or a number of seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<Duration>,
-    /// The memory limit, a size as `--memory` takes it (`"256MiB"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
-    /// The CPU limit, as `--cpus`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<f64>,
-    /// The process limit, as `--pids`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pids: Option<u64>,
-    /// The size of `/tmp` (and of `/task`), as `--tmp`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tmp: Option<String>,
-    /// The bytes of stdout and stderr relayed, as `--output-limit`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_limit: Option<String>,
-    /// In order, as `--env` flags (a list of pairs keeps the order `run` would have).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<EnvVars>,
-    /// The working directory inside the sandbox, as `--workdir`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workdir: Option<String>,
-    /// The sandbox image, as `--image`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    /// Every setting `run` takes as a flag, by its field name (`output_limit`).
+    #[serde(flatten)]
+    pub options: RunOptions,
     /// Relative path → base64 contents; written under /task.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
     /// Base64; the command's whole stdin, closed after it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
-    /// NAME → IP the proxy uses instead of DNS, as `--resolve`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub resolve: BTreeMap<String, String>,
-    /// `SRC:DST[:rw]`, as `--mount` (paths on the daemon's host).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mounts: Vec<String>,
-    /// The Docker network the proxy reaches the outside through, as `--egress-network`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub egress_network: Option<String>,
-    /// Secret values by name, as `--secret` (`docs/src/guide/credentials.md`): handed to the run's
-    /// proxy only. `Debug` hides the values.
-    #[serde(default, skip_serializing_if = "Secrets::is_empty")]
-    pub secrets: Secrets,
-    /// PEM CA certificates the proxy trusts for upstream TLS, as `--upstream-ca`: bare PEM
-    /// text or `{"file":"…","pem":"…"}` (the name shows in errors).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub upstream_ca: Vec<UpstreamCa>,
-    /// The sandbox container's OCI runtime, as `--runtime` (one the engine has, e.g. runsc);
-    /// takes the cold path unless it is the slots' own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<String>,
-    /// Audit records written before the rest are only counted, as `--audit-limit`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub audit_limit: Option<u64>,
-    /// `reserve` or `refuse`, as `--on-audit-limit`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_audit_limit: Option<String>,
-}
-
-/// One `upstream_ca` entry.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum UpstreamCa {
-    /// Bare PEM text.
-    Pem(String),
-    /// PEM text with the file name that shows in errors.
-    File(InlineCertificate),
-}
-
-/// `env` as an object (`{"K":"V"}`) or as a list of `["K","V"]` pairs.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum EnvVars {
-    /// An object, set in the order of its keys.
-    Map(BTreeMap<String, String>),
-    /// A list of pairs, set in its order.
-    Pairs(Vec<(String, String)>),
-}
-
-impl EnvVars {
-    fn pairs(self) -> Vec<(String, String)> {
-        match self {
-            EnvVars::Map(map) => map.into_iter().collect(),
-            EnvVars::Pairs(pairs) => pairs,
-        }
-    }
 }
 
 /// A refused request: the 400 body.
@@ -195,87 +52,32 @@ impl BadRequest {
         }
     }
 
-    /// A body that is not a valid request, naming the field at fault: the first step of
-    /// the path to the error (`argv` for `"argv": "true"`), or the unknown field serde
-    /// names, or `body`.
+    /// A refusal of `field` for `error`.
+    pub fn of(field: Field, error: impl Into<String>) -> BadRequest {
+        BadRequest::new(field.name(), error)
+    }
+
+    /// A body that is not a valid request: the field at fault is the first step of the
+    /// path to the error (`pids` for `"pids": -1`, the unknown field itself), or `body`.
     fn from_json_error(path: &serde_path_to_error::Path, error: &serde_json::Error) -> BadRequest {
-        let text = error.to_string();
-        let named = text.split('`').nth(1).filter(|_| text.contains("field"));
         let field = match path.iter().next() {
             Some(serde_path_to_error::Segment::Map { key }) => key.as_str(),
-            _ => named.unwrap_or("body"),
+            _ => "body",
         };
-        BadRequest::new(field, format!("the request is not valid: {text}"))
+        BadRequest::new(field, format!("the request is not valid: {error}"))
     }
 
+    /// A refused run, in the request's terms ([`Names::Fields`]).
     fn from_spec(error: SpecError) -> BadRequest {
+        let field = error.field().name();
         match error {
-            SpecError::Policy(policy) => {
-                let diagnostics: Vec<String> =
-                    policy.diagnostics.iter().map(|d| d.to_string()).collect();
-                let field = if diagnostics.iter().all(|d| d.starts_with("--allow")) {
-                    "allow"
-                } else {
-                    "policies"
-                };
-                BadRequest {
-                    error: "the policy was refused; nothing was run".into(),
-                    field: field.into(),
-                    diagnostics,
-                }
-            }
-            SpecError::Invalid {
-                flag,
-                value,
-                reason,
-            } => {
-                let field = field_of_flag(flag);
-                BadRequest::new(field, format!("invalid {field} {value:?}: {reason}"))
-            }
-            SpecError::AboveLimit {
-                flag,
-                value,
-                policy,
-                key,
-                limit,
-            } => {
-                let field = field_of_flag(flag);
-                BadRequest::new(
-                    field,
-                    format!(
-                        "{field} {value} is above the limit of policy {policy} ({key}: {limit})"
-                    ),
-                )
-            }
-            SpecError::RuntimeNotAllowed { .. } => BadRequest::new("runtime", error.to_string()),
-            SpecError::NoCommand => BadRequest::new("argv", error.to_string()),
-            SpecError::Pin(_) => BadRequest::new("resolve", error.to_string()),
-            SpecError::Credentials(ref credential) => {
-                BadRequest::new(credential.field(), credential_message(credential))
-            }
-            other => BadRequest::new("policies", other.to_string()),
+            SpecError::Policy(policy) => BadRequest {
+                error: "the policy was refused; nothing was run".into(),
+                field: field.into(),
+                diagnostics: policy.diagnostics.iter().map(|d| d.to_string()).collect(),
+            },
+            other => BadRequest::new(field, other.message(Names::Fields)),
         }
-    }
-}
-
-/// A credential refusal in the request's terms (`secrets`, `env`, `upstream_ca`), where a
-/// run's names the flags.
-fn credential_message(error: &CredentialError) -> String {
-    match error {
-        CredentialError::MissingSecret { name, host } => {
-            format!("the credential for {host} needs the secret {name}: give it in secrets")
-        }
-        CredentialError::UnusedSecret(name) => {
-            format!("secrets has {name}, but no credential of the policy uses it")
-        }
-        CredentialError::DuplicateSecret(name) => format!("secrets has {name} twice"),
-        CredentialError::EnvShadowsSecret(name) => format!(
-            "env {name} would replace the placeholder of the secret {name}; the sandbox gets \
-             {name} from secrets"
-        ),
-        other => other
-            .to_string()
-            .replacen("--upstream-ca", "upstream_ca", 1),
     }
 }
 
@@ -287,242 +89,197 @@ pub struct Checked {
     pub stdin: Vec<u8>,
 }
 
+/// A JSON object's entries in order, duplicates kept (to be refused, as a derived
+/// `Deserialize` refuses a field given twice).
+struct Entries(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Entries, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunRequest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RunRequest, D::Error> {
+        let entries = Entries::deserialize(deserializer)?;
+        RunRequest::from_entries(entries).map_err(|refused| serde::de::Error::custom(refused.error))
+    }
+}
+
 impl RunRequest {
     /// The request from its JSON body.
     pub fn parse(body: &[u8]) -> Result<RunRequest, BadRequest> {
-        let mut deserializer = serde_json::Deserializer::from_slice(body);
-        serde_path_to_error::deserialize(&mut deserializer)
-            .map_err(|error| BadRequest::from_json_error(error.path(), error.inner()))
-    }
-
-    /// A request of `argv` with the fields that carry `flags` as the flags take them
-    /// ([`RequestField::Same`]); the others are the caller's to fill in (`run --server`).
-    pub fn with_flags(
-        argv: Vec<String>,
-        flags: &FlagValues,
-    ) -> Result<RunRequest, serde_json::Error> {
-        let mut body = serde_json::Map::new();
-        body.insert("argv".into(), argv.into());
-        for flag in RUN_FLAGS {
-            let RequestField::Same(field) = flag.request else {
-                continue;
-            };
-            let values: Vec<serde_json::Value> = flags.all(flag).iter().map(json_of).collect();
-            let value = if flag.repeatable {
-                serde_json::Value::Array(values)
-            } else {
-                match values.into_iter().last() {
-                    Some(value) => value,
-                    None => continue,
-                }
-            };
-            body.insert(field.into(), value);
-        }
-        serde_json::from_value(serde_json::Value::Object(body))
-    }
-
-    /// The values of the fields that carry a flag's value as the flag takes it.
-    fn same_fields(&self) -> Result<FlagValues, BadRequest> {
-        let body = serde_json::to_value(self).map_err(|error| {
+        let entries: Entries = serde_json::from_slice(body).map_err(|error| {
             BadRequest::new("body", format!("the request is not valid: {error}"))
         })?;
-        let mut flags = FlagValues::default();
-        for flag in RUN_FLAGS {
-            let RequestField::Same(field) = flag.request else {
-                continue;
-            };
-            let values = match body.get(field) {
-                None | Some(serde_json::Value::Null) => continue,
-                Some(serde_json::Value::Array(items)) if flag.repeatable => items.clone(),
-                Some(value) => vec![value.clone()],
-            };
-            for value in values {
-                let value = flag_value_of(flag.value, &value)
-                    .ok_or_else(|| BadRequest::new(field, format!("invalid {field} {value}")))?;
-                flags.push(flag, value);
+        RunRequest::from_entries(entries)
+    }
+
+    /// The request's own fields read, the rest read as [`RunOptions`].
+    fn from_entries(Entries(entries): Entries) -> Result<RunRequest, BadRequest> {
+        let mut seen = BTreeSet::new();
+        let mut argv = None;
+        let mut request = RunRequest::default();
+        let mut options = serde_json::Map::new();
+        for (key, value) in entries {
+            if !seen.insert(key.clone()) {
+                return Err(BadRequest::new(
+                    &key,
+                    format!("the request is not valid: duplicate field `{key}`"),
+                ));
+            }
+            match key.as_str() {
+                "argv" => argv = Some(own_field(&key, value)?),
+                "files" => request.files = own_field(&key, value)?,
+                "stdin" => request.stdin = own_field(&key, value)?,
+                _ => {
+                    options.insert(key, value);
+                }
             }
         }
-        Ok(flags)
+        request.argv = argv.ok_or_else(|| {
+            BadRequest::of(
+                Field::Argv,
+                "the request is not valid: missing field `argv`",
+            )
+        })?;
+        request.options = serde_path_to_error::deserialize(serde_json::Value::Object(options))
+            .map_err(|error| BadRequest::from_json_error(error.path(), error.inner()))?;
+        Ok(request)
     }
 
     /// Checks every field as `run` checks its flags and builds the run; a refusal names
     /// the field at fault.
-    pub fn check(mut self) -> Result<Checked, BadRequest> {
-        // Taken out first: handled here, and not copied to read the flags' fields.
-        let policies = std::mem::take(&mut self.policies);
-        let files = std::mem::take(&mut self.files);
-        let stdin = self.stdin.take();
-        let secrets = std::mem::take(&mut self.secrets);
-        let upstream_ca = std::mem::take(&mut self.upstream_ca);
-        let mut builder = RunSpec::builder(std::mem::take(&mut self.argv));
-        for (index, policy) in policies.into_iter().enumerate() {
-            builder = match policy {
-                PolicyText::Yaml(yaml) => {
-                    builder.policy_yaml(format!("policy-{}.yaml", index + 1), yaml)
-                }
-                PolicyText::File { file, yaml } => builder.policy_yaml(file, yaml),
-            };
-        }
-        let spec_error = BadRequest::from_spec;
-        if let Some(timeout) = &self.timeout {
-            builder = builder.timeout(timeout.check("timeout")?);
-        }
-        builder = self.same_fields()?.apply(builder).map_err(spec_error)?;
-        for raw in self.mounts {
-            let (source, target, writable) = run_flags::mount(&raw).map_err(spec_error)?;
-            builder = builder.mount(source, target, writable);
-        }
-        for (key, value) in self.env.map(EnvVars::pairs).unwrap_or_default() {
-            builder = builder.env(key, value);
-        }
-        for (name, ip) in &self.resolve {
-            let (name, ip) = pin(name, ip)?;
-            builder = builder.resolve(name.as_str(), ip);
-        }
-        for (path, b64) in files {
+    pub fn check(self) -> Result<Checked, BadRequest> {
+        let mut builder = self
+            .options
+            .builder(self.argv)
+            .map_err(BadRequest::from_spec)?;
+        for (path, b64) in self.files {
             let contents = STANDARD.decode(b64.as_bytes()).map_err(|error| {
-                BadRequest::new("files", format!("file {path:?} is not base64: {error}"))
+                BadRequest::of(
+                    Field::Files,
+                    format!("file {path:?} is not base64: {error}"),
+                )
             })?;
             builder = builder.file(path, contents);
         }
-        for (name, value) in secrets.0 {
-            egress_core::policy::check_secret_name(&name)
-                .map_err(|message| BadRequest::new("secrets", message))?;
-            let value = check_secret_value(value).map_err(|problem| {
-                BadRequest::new("secrets", format!("secret {name}: {problem}"))
-            })?;
-            builder = builder.secret(name, value);
-        }
-        for (index, ca) in upstream_ca.into_iter().enumerate() {
-            builder = match ca {
-                UpstreamCa::Pem(pem) => {
-                    builder.upstream_ca_pem(format!("upstream_ca[{index}]"), pem)
-                }
-                UpstreamCa::File(InlineCertificate { file, pem }) => {
-                    builder.upstream_ca_pem(file, pem)
-                }
-            };
-        }
-        let stdin = match stdin {
+        let stdin = match self.stdin {
             Some(b64) => STANDARD.decode(b64.as_bytes()).map_err(|error| {
-                BadRequest::new("stdin", format!("stdin is not base64: {error}"))
+                BadRequest::of(Field::Stdin, format!("stdin is not base64: {error}"))
             })?,
             None => Vec::new(),
         };
-        let spec = builder.build().map_err(spec_error)?;
+        let spec = builder.build().map_err(BadRequest::from_spec)?;
         Ok(Checked { spec, stdin })
     }
 }
 
-/// One `resolve` entry, NAME → IP, checked as the proxy checks a pin (the name normalised
-/// like any target, the address written in full) and refused in the field's terms.
-fn pin(
-    name: &str,
-    ip: &str,
-) -> Result<(egress_core::target::HostName, std::net::IpAddr), BadRequest> {
-    let refused = |reason: String| {
-        BadRequest::new(
-            "resolve",
-            format!("invalid resolve {name:?}: {ip:?}: {reason}"),
-        )
-    };
-    let host =
-        egress_core::target::HostName::parse(name).map_err(|error| refused(error.to_string()))?;
-    let ip = egress_core::pin::parse_pin_address(ip).map_err(|error| refused(error.to_string()))?;
-    Ok((host, ip))
-}
-
-/// A flag's value as a request field holds it.
-fn json_of(value: &FlagValue) -> serde_json::Value {
-    match value {
-        FlagValue::Text(text) => text.clone().into(),
-        FlagValue::Path(path) => path.display().to_string().into(),
-        FlagValue::Count(count) => (*count).into(),
-        FlagValue::Decimal(decimal) => (*decimal).into(),
-    }
-}
-
-/// A request field's value as the flag of `kind` takes it; `None` when it is of another
-/// kind.
-fn flag_value_of(kind: ValueKind, value: &serde_json::Value) -> Option<FlagValue> {
-    match kind {
-        ValueKind::Text => value.as_str().map(|text| FlagValue::Text(text.to_owned())),
-        ValueKind::Path => value.as_str().map(|text| FlagValue::Path(text.into())),
-        ValueKind::Count => value.as_u64().map(FlagValue::Count),
-        ValueKind::Decimal => value.as_f64().map(FlagValue::Decimal),
-    }
+/// One of the request's own fields, of type `T`.
+fn own_field<T: serde::de::DeserializeOwned>(
+    key: &str,
+    value: serde_json::Value,
+) -> Result<T, BadRequest> {
+    serde_json::from_value(value)
+        .map_err(|error| BadRequest::new(key, format!("the request is not valid: {key}: {error}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use egress_core::units;
 
     fn check(json: &str) -> Result<Checked, BadRequest> {
         RunRequest::parse(json.as_bytes())?.check()
     }
 
-    /// Every field of the request is a run flag's (from the table) or the API's own, and
-    /// every flag the table gives a field has it: a flag cannot be added to one without the
-    /// other.
+    /// A request with every field set: each is a [`Field`]'s name, and each field a request
+    /// carries is in it, so `run`'s settings and a request's are one list.
     #[test]
-    fn the_request_fields_are_the_flag_tables_and_the_apis_own() {
-        const API_ONLY: [&str; 3] = ["argv", "files", "stdin"];
-        let refused = check(r#"{"argv":["x"],"no_such_field":1}"#).err().unwrap();
-        let (_, expected) = refused.error.split_once("expected one of ").unwrap();
-        let fields: Vec<&str> = expected
-            .split(", ")
-            .map(|field| field.split('`').nth(1).unwrap())
+    fn the_request_fields_are_the_run_options_and_the_requests_own() {
+        let json = r#"{"argv":["x"],"policies":["version: 1\n"],"allow":["a.example"],
+            "image":"i","timeout":5,"memory":"64MiB","cpus":0.5,"pids":9,"tmp":"8MiB",
+            "output_limit":"1KiB","mounts":["/a:/b"],"env":{"K":"V"},"workdir":"/w",
+            "audit_limit":3,"on_audit_limit":"refuse","resolve":{"a.example":"127.0.0.5"},
+            "egress_network":"n","runtime":"r","secrets":{"S":"sk-123456"},
+            "upstream_ca":["pem"],"files":{"f":"AA=="},"stdin":"AA=="}"#;
+        let request = RunRequest::parse(json.as_bytes()).unwrap();
+        let written = serde_json::to_value(&request).unwrap();
+        let keys: BTreeSet<&str> = written
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
             .collect();
-        let flag_fields: Vec<&str> = RUN_FLAGS.iter().filter_map(|flag| flag.field()).collect();
-        for field in &fields {
-            assert!(
-                API_ONLY.contains(field) || flag_fields.contains(field),
-                "{field} is in the request but no flag of the table names it"
-            );
-        }
-        for field in &flag_fields {
-            assert!(
-                fields.contains(field),
-                "{field} is in the table but not the request"
-            );
-        }
+        let carried: BTreeSet<&str> = [
+            Field::Argv,
+            Field::Policies,
+            Field::Allow,
+            Field::Image,
+            Field::Timeout,
+            Field::Memory,
+            Field::Cpus,
+            Field::Pids,
+            Field::Tmp,
+            Field::OutputLimit,
+            Field::Mounts,
+            Field::Env,
+            Field::Workdir,
+            Field::AuditLimit,
+            Field::OnAuditLimit,
+            Field::Resolve,
+            Field::EgressNetwork,
+            Field::Runtime,
+            Field::Secrets,
+            Field::UpstreamCa,
+            Field::Files,
+            Field::Stdin,
+        ]
+        .into_iter()
+        .map(Field::name)
+        .collect();
+        assert_eq!(keys, carried);
+        let again = RunRequest::parse(&serde_json::to_vec(&written).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&again).unwrap(),
+            written,
+            "written as read"
+        );
     }
 
-    /// The fields that carry a flag as it is go into a request and back out as the flags'
-    /// values, through each flag's own code.
+    /// A field given twice is refused, naming it, as a derived `Deserialize` would: not the
+    /// last one silently taken.
     #[test]
-    fn fields_that_carry_a_flag_as_it_is_are_read_as_the_flag() {
-        use crate::run_flags::table;
-        let mut flags = FlagValues::default();
-        flags.push(&table::ALLOW, FlagValue::Text("a.example".into()));
-        flags.push(&table::ALLOW, FlagValue::Text("b.example:8443".into()));
-        flags.push(&table::CPUS, FlagValue::Decimal(1.5));
-        flags.push(&table::PIDS, FlagValue::Count(64));
-        flags.push(&table::MEMORY, FlagValue::Text("64MiB".into()));
-        flags.push(&table::RUNTIME, FlagValue::Text("runsc".into()));
-        // Not a field of its own form, and not of the request at all: left to the caller.
-        flags.push(&table::TIMEOUT, FlagValue::Text("5s".into()));
-        flags.push(&table::REPORT, FlagValue::Path("r.json".into()));
-        let request = RunRequest::with_flags(vec!["x".into()], &flags).unwrap();
-        assert_eq!(request.allow, ["a.example", "b.example:8443"]);
-        assert_eq!(
-            (request.cpus, request.pids, request.memory.as_deref()),
-            (Some(1.5), Some(64), Some("64MiB"))
-        );
-        assert_eq!(request.timeout, None);
-        let read = request.same_fields().unwrap();
-        for flag in [
-            &table::ALLOW,
-            &table::CPUS,
-            &table::PIDS,
-            &table::MEMORY,
-            &table::RUNTIME,
+    fn a_field_given_twice_is_refused() {
+        for (json, field) in [
+            (r#"{"argv":["a"],"argv":["b"]}"#, "argv"),
+            (r#"{"argv":["a"],"image":"i","image":"j"}"#, "image"),
         ] {
-            assert_eq!(read.all(flag), flags.all(flag), "--{}", flag.long);
+            let refused = check(json).err().unwrap();
+            assert_eq!(refused.field, field, "{json}");
+            assert!(
+                refused.error.contains("duplicate field"),
+                "{}",
+                refused.error
+            );
         }
-        assert!(read.all(&table::TIMEOUT).is_empty());
-        let checked = request.check().ok().unwrap();
-        assert_eq!(checked.spec.runtime(), Some("runsc"));
     }
 
     #[test]

@@ -20,9 +20,7 @@ use super::Shared;
 use super::live_runs::LiveRun;
 use egress_sandbox::report::{RunReport, summary_line};
 use egress_sandbox::run::Leftovers;
-use egress_sandbox::{
-    ImageError, Interruption, NetworkError, OutputSinks, RunError, RunEvent, RunSpec, RunStatus,
-};
+use egress_sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
 
 /// Lines of the event stream the daemon holds for a client that has not read them yet.
 const STREAM_LINES: usize = 64;
@@ -60,22 +58,6 @@ struct ErrorLine {
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'static str>,
     exit_code: u8,
-}
-
-/// The request field whose value the engine refused: the image it does not have, the
-/// egress network or the runtime it does not have, or what needs a local engine (`files`,
-/// a policy that inspects a host). `None` when the engine or this host failed.
-fn field_at_fault(error: &RunError) -> Option<&'static str> {
-    match error {
-        RunError::Image(ImageError::Missing { .. } | ImageError::InvalidReference { .. }) => {
-            Some("image")
-        }
-        RunError::Network(NetworkError::EgressMissing { .. }) => Some("egress_network"),
-        RunError::UnknownRuntime { .. } | RunError::RuntimeUnreachable { .. } => Some("runtime"),
-        RunError::FilesNeedLocalEngine => Some("files"),
-        RunError::InspectedNeedsLocalEngine { .. } => Some("policies"),
-        _ => None,
-    }
 }
 
 /// One event line of the stream (with its newline). Built from typed structs (never a
@@ -255,7 +237,7 @@ async fn run(
             line(&ErrorLine {
                 event: "error",
                 error: error.message_with_causes(),
-                field: field_at_fault(&error),
+                field: error.field().map(egress_sandbox::Field::name),
                 exit_code: 125,
             })
         }
@@ -336,48 +318,5 @@ fn status_name(status: RunStatus) -> &'static str {
             _ => "other",
         },
         _ => "other",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_set_up_error_names_the_request_field_whose_value_was_refused() {
-        let cases = [
-            (
-                RunError::Image(ImageError::Missing { image: "x".into() }),
-                Some("image"),
-            ),
-            (
-                RunError::Network(NetworkError::EgressMissing { name: "n".into() }),
-                Some("egress_network"),
-            ),
-            (
-                RunError::UnknownRuntime {
-                    name: "runsc".into(),
-                    available: vec!["runc".into()],
-                },
-                Some("runtime"),
-            ),
-            (RunError::FilesNeedLocalEngine, Some("files")),
-            (
-                RunError::InspectedNeedsLocalEngine {
-                    hosts: vec!["api.example.com".into()],
-                    engine: "tcp://engine:2375".into(),
-                },
-                Some("policies"),
-            ),
-            (
-                RunError::ProxyNotReady {
-                    detail: "exited".into(),
-                },
-                None,
-            ),
-        ];
-        for (error, field) in cases {
-            assert_eq!(field_at_fault(&error), field, "{error}");
-        }
     }
 }

@@ -1,6 +1,6 @@
 //! Variables the caller sets in the sandbox (`--env`).
 
-use super::{SpecError, invalid};
+use super::{Field, SpecError, invalid};
 
 /// Variables egress-sandbox sets itself: the proxy is the only way out, overriding them
 /// could only make programs fail in confusing ways.
@@ -18,18 +18,18 @@ const PROXY_VARIABLES: &[&str] = &[
 pub(super) fn check_env(key: &str, value: &str) -> Result<(), SpecError> {
     let shown = format!("{key}={value}");
     if key.is_empty() || key.contains('=') {
-        return Err(invalid("--env", shown, "expected KEY=VALUE"));
+        return Err(invalid(Field::Env, shown, "expected KEY=VALUE"));
     }
     if key.contains('\0') || value.contains('\0') {
         return Err(invalid(
-            "--env",
+            Field::Env,
             shown,
             "a NUL byte cannot be in an environment variable",
         ));
     }
     if PROXY_VARIABLES.contains(&key) {
         return Err(invalid(
-            "--env",
+            Field::Env,
             shown,
             "the proxy variables are set by egress-sandbox",
         ));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use egress_core::policy::Limits;
 use egress_core::units::{MAX_DURATION, MAX_SIZE, format_size};
 
-use super::{SpecError, invalid};
+use super::{Field, SpecError, invalid};
 
 /// The run's limits when neither a flag nor a stricter policy sets them (documented in
 /// `docs/src/reference/cli.md`).
@@ -87,7 +87,7 @@ pub(super) fn resolve_limits(
     policy: &str,
 ) -> Result<RunLimits, SpecError> {
     fn pick<T: PartialOrd + Copy>(
-        flag: &'static str,
+        field: Field,
         key: &'static str,
         requested: Option<T>,
         ceiling: Option<T>,
@@ -97,7 +97,7 @@ pub(super) fn resolve_limits(
     ) -> Result<T, SpecError> {
         match (requested, ceiling) {
             (Some(value), Some(limit)) if value > limit => Err(SpecError::AboveLimit {
-                flag,
+                field,
                 value: show(value),
                 policy: policy.to_string(),
                 key,
@@ -113,7 +113,7 @@ pub(super) fn resolve_limits(
     let show_size = |value: u64| format_size(value);
     let limits = RunLimits {
         timeout: pick(
-            "--timeout",
+            Field::Timeout,
             "timeout",
             requested.timeout,
             ceilings.timeout,
@@ -122,7 +122,7 @@ pub(super) fn resolve_limits(
             show_duration,
         )?,
         memory: pick(
-            "--memory",
+            Field::Memory,
             "memory",
             requested.memory,
             ceilings.memory,
@@ -131,7 +131,7 @@ pub(super) fn resolve_limits(
             show_size,
         )?,
         cpus: pick(
-            "--cpus",
+            Field::Cpus,
             "cpus",
             requested.cpus,
             ceilings.cpus,
@@ -140,7 +140,7 @@ pub(super) fn resolve_limits(
             |value: f64| value.to_string(),
         )?,
         pids: pick(
-            "--pids",
+            Field::Pids,
             "pids",
             requested.pids,
             ceilings.pids,
@@ -149,7 +149,7 @@ pub(super) fn resolve_limits(
             |value: u64| value.to_string(),
         )?,
         tmp: pick(
-            "--tmp",
+            Field::Tmp,
             "tmp",
             requested.tmp,
             ceilings.tmp,
@@ -158,7 +158,7 @@ pub(super) fn resolve_limits(
             show_size,
         )?,
         output: pick(
-            "--output-limit",
+            Field::OutputLimit,
             "output",
             requested.output,
             ceilings.output,
@@ -169,15 +169,15 @@ pub(super) fn resolve_limits(
     };
     if limits.timeout > MAX_DURATION {
         return Err(invalid(
-            "--timeout",
+            Field::Timeout,
             show_duration(limits.timeout),
             format!("must be at most {}", show_duration(MAX_DURATION)),
         ));
     }
     for (flag, value) in [
-        ("--memory", limits.memory),
-        ("--tmp", limits.tmp),
-        ("--output-limit", limits.output),
+        (Field::Memory, limits.memory),
+        (Field::Tmp, limits.tmp),
+        (Field::OutputLimit, limits.output),
     ] {
         if value > MAX_SIZE {
             return Err(invalid(
@@ -189,21 +189,21 @@ pub(super) fn resolve_limits(
     }
     if limits.timeout.is_zero() {
         return Err(invalid(
-            "--timeout",
+            Field::Timeout,
             show_duration(limits.timeout),
             "must be more than 0",
         ));
     }
     if limits.memory < MIN_MEMORY {
         return Err(invalid(
-            "--memory",
+            Field::Memory,
             format_size(limits.memory),
             "Docker needs at least 6MiB",
         ));
     }
     if !(limits.cpus.is_finite() && limits.cpus >= 0.01) {
         return Err(invalid(
-            "--cpus",
+            Field::Cpus,
             limits.cpus.to_string(),
             "must be at least 0.01",
         ));
@@ -211,20 +211,20 @@ pub(super) fn resolve_limits(
     if limits.pids < 2 {
         // tini and the command.
         return Err(invalid(
-            "--pids",
+            Field::Pids,
             limits.pids.to_string(),
             "must be at least 2",
         ));
     }
     if limits.tmp < MIN_TMP {
         return Err(invalid(
-            "--tmp",
+            Field::Tmp,
             format_size(limits.tmp),
             format!("must be at least {}", format_size(MIN_TMP)),
         ));
     }
     if i64::try_from(limits.pids).is_err() {
-        return Err(invalid("--pids", limits.pids.to_string(), "too large"));
+        return Err(invalid(Field::Pids, limits.pids.to_string(), "too large"));
     }
     Ok(limits)
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{SpecError, invalid};
+use super::{Field, SpecError, invalid};
 
 /// A host path mounted into the sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,15 +34,15 @@ const RESERVED_TARGETS: &[&str] = &[
 pub(super) fn check_mount(source: &Path, target: &str, writable: bool) -> Result<Mount, SpecError> {
     let shown = format!("{}:{target}", source.display());
     let canonical = std::fs::canonicalize(source)
-        .map_err(|error| invalid("--mount", &shown, format!("source: {error}")))?;
+        .map_err(|error| invalid(Field::Mounts, &shown, format!("source: {error}")))?;
     let metadata = std::fs::metadata(&canonical)
-        .map_err(|error| invalid("--mount", &shown, format!("source: {error}")))?;
+        .map_err(|error| invalid(Field::Mounts, &shown, format!("source: {error}")))?;
     {
         use std::os::unix::fs::FileTypeExt;
         if metadata.file_type().is_socket() {
             // A socket (the Docker socket above all) would be a way out around the proxy.
             return Err(invalid(
-                "--mount",
+                Field::Mounts,
                 &shown,
                 "the source is a socket, which would be a way out of the sandbox",
             ));
@@ -50,7 +50,7 @@ pub(super) fn check_mount(source: &Path, target: &str, writable: bool) -> Result
     }
     if !target.starts_with('/') {
         return Err(invalid(
-            "--mount",
+            Field::Mounts,
             &shown,
             "the target must be an absolute path",
         ));
@@ -64,7 +64,7 @@ pub(super) fn check_mount(source: &Path, target: &str, writable: bool) -> Result
         .collect();
     if components.contains(&"..") {
         return Err(invalid(
-            "--mount",
+            Field::Mounts,
             &shown,
             "the target must not contain `..`",
         ));
@@ -81,7 +81,7 @@ pub(super) fn check_mount(source: &Path, target: &str, writable: bool) -> Result
         || normalized.contains(',')
     {
         return Err(invalid(
-            "--mount",
+            Field::Mounts,
             &shown,
             format!("cannot mount over {normalized}"),
         ));

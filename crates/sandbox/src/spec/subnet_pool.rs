@@ -2,7 +2,7 @@
 
 use ipnet::Ipv4Net;
 
-use super::{SpecError, invalid};
+use super::{Field, SpecError, invalid};
 
 /// The subnet pool runs take their /29 from, unless `EGRESS_SANDBOX_SUBNET_POOL` says otherwise.
 pub const DEFAULT_SUBNET_POOL: &str = "10.213.0.0/16";
@@ -12,7 +12,7 @@ pub const SUBNET_POOL_ENV: &str = "EGRESS_SANDBOX_SUBNET_POOL";
 pub(super) fn check_pool(pool: Ipv4Net, what: &str) -> Result<Ipv4Net, SpecError> {
     if pool.prefix_len() > 29 {
         return Err(invalid(
-            "subnet pool",
+            Field::SubnetPool,
             format!("{what} {pool}"),
             "must be /29 or larger",
         ));
@@ -25,7 +25,7 @@ pub(super) fn subnet_pool_from_env() -> Result<Ipv4Net, SpecError> {
         Ok(value) if !value.trim().is_empty() => {
             let pool: Ipv4Net = value.trim().parse().map_err(|_| {
                 invalid(
-                    "subnet pool",
+                    Field::SubnetPool,
                     format!("{SUBNET_POOL_ENV}={value}"),
                     "expected an IPv4 CIDR such as 10.213.0.0/16",
                 )

@@ -1,5 +1,6 @@
 //! `--secret NAME`, `--secret NAME=env:VAR`, `--secret NAME=file:PATH`: where a secret's
-//! value comes from, for `run` and `proxy`. The value itself never appears in an error.
+//! value comes from, for `run` and `proxy`; and the checks of a secret's name and value,
+//! wherever it came from. The value itself never appears in an error.
 
 use std::path::{Path, PathBuf};
 
@@ -7,14 +8,16 @@ use egress_core::policy::check_secret_name;
 use egress_core::secret::SecretValue;
 use egress_core::text::visible;
 
+use super::Names;
+
 /// Largest secret file read: a key or token, not a document.
 const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
-/// A `--secret` flag that cannot be used. The message names the flag as typed and says
-/// what is wrong, never the value.
+/// A secret that cannot be used. The message names the flag as typed (or, in a request's
+/// terms, [`SecretError::message`]) and says what is wrong, never the value.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SecretFlagError {
+pub enum SecretError {
     /// The name is not a valid secret name (the reason).
     #[error("--secret: {0}")]
     Name(String),
@@ -85,27 +88,41 @@ pub enum SecretFlagError {
     },
 }
 
+impl SecretError {
+    /// The message in `names`' terms: a request's secrets are not flags. The errors of a
+    /// flag's source are the command line's alone.
+    pub fn message(&self, names: Names) -> String {
+        match (self, names) {
+            (SecretError::Name(reason), Names::Fields) => reason.clone(),
+            (SecretError::Value { name, problem }, Names::Fields) => {
+                format!("secret {name}: {problem}")
+            }
+            _ => self.to_string(),
+        }
+    }
+}
+
 /// One `--secret` flag read: the name and the value (from the environment or a file).
-pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue), SecretFlagError> {
+pub fn read_secret_flag(raw: &str) -> Result<(String, SecretValue), SecretError> {
     let (name, source) = match raw.split_once('=') {
         Some((name, source)) => (name, Some(source)),
         None => (raw, None),
     };
-    check_secret_name(name).map_err(SecretFlagError::Name)?;
+    check_secret_name(name).map_err(SecretError::Name)?;
     let value = match source {
         None => from_env(name, name)?,
         Some(source) => match source.split_once(':') {
             Some(("env", var)) => from_env(name, var)?,
             Some(("file", path)) => from_file(name, Path::new(path))?,
             _ => {
-                return Err(SecretFlagError::Source {
+                return Err(SecretError::Source {
                     name: name.to_owned(),
                     given: source.to_owned(),
                 });
             }
         },
     };
-    let value = check_secret_value(value).map_err(|problem| SecretFlagError::Value {
+    let value = check_secret_value(value).map_err(|problem| SecretError::Value {
         name: name.to_owned(),
         problem,
     })?;
@@ -132,34 +149,34 @@ pub fn check_secret_value(value: String) -> Result<SecretValue, &'static str> {
     Ok(SecretValue::new(value))
 }
 
-fn from_env(name: &str, var: &str) -> Result<String, SecretFlagError> {
-    std::env::var(var).map_err(|_| SecretFlagError::Unset {
+fn from_env(name: &str, var: &str) -> Result<String, SecretError> {
+    std::env::var(var).map_err(|_| SecretError::Unset {
         name: name.to_owned(),
         variable: var.to_owned(),
     })
 }
 
-fn from_file(name: &str, path: &Path) -> Result<String, SecretFlagError> {
-    let read_error = |cause| SecretFlagError::Read {
+fn from_file(name: &str, path: &Path) -> Result<String, SecretError> {
+    let read_error = |cause| SecretError::Read {
         name: name.to_owned(),
         path: path.to_owned(),
         cause,
     };
     let metadata = std::fs::metadata(path).map_err(read_error)?;
     if !metadata.is_file() {
-        return Err(SecretFlagError::NotAFile {
+        return Err(SecretError::NotAFile {
             name: name.to_owned(),
             path: path.to_owned(),
         });
     }
     if metadata.len() > MAX_SECRET_FILE_BYTES {
-        return Err(SecretFlagError::TooLarge {
+        return Err(SecretError::TooLarge {
             name: name.to_owned(),
             path: path.to_owned(),
         });
     }
     let bytes = std::fs::read(path).map_err(read_error)?;
-    let mut text = String::from_utf8(bytes).map_err(|_| SecretFlagError::NotText {
+    let mut text = String::from_utf8(bytes).map_err(|_| SecretError::NotText {
         name: name.to_owned(),
         path: path.to_owned(),
     })?;
