@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use egress_sandbox::helper::{Helper, HelperVersion};
+use egress_sandbox::{Helper, HelperVersion};
 
 #[test]
 fn the_command_answers_the_helpers_handshake_and_the_library_takes_it() {

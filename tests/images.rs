@@ -13,7 +13,7 @@ use bollard::query_parameters::{
 use futures_util::{StreamExt, TryStreamExt};
 
 use egress_sandbox::DockerEngine;
-use egress_sandbox::images::{
+use egress_sandbox::{
     BASE_IMAGE, ImageError, PROXY_REPOSITORY, ensure_base_image, ensure_proxy_image,
     require_local_image, sweep_images,
 };

@@ -279,7 +279,7 @@ fn serve_names_the_owner_of_a_live_socket_it_will_not_replace() {
 /// and no run uses it.
 #[test]
 fn a_kept_binary_changed_after_it_was_kept_is_refused() {
-    use egress_sandbox::images::PROXY_REPOSITORY;
+    use egress_sandbox::PROXY_REPOSITORY;
     use egress_sandbox::{OutputSinks, RunSpec, Sandbox};
     use std::io::Write;
 

@@ -14,14 +14,14 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::DoctorArgs;
+use egress_sandbox::BASE_IMAGE;
 use egress_sandbox::DockerEngine;
 use egress_sandbox::EGRESS_NETWORK;
 use egress_sandbox::engine::{ContainerEngine, EngineFacts};
-use egress_sandbox::images::{self, BASE_IMAGE};
-use egress_sandbox::labels::{Owner, RunNames};
-use egress_sandbox::outcome::with_causes;
 use egress_sandbox::private_dir;
-use egress_sandbox::runtime::{RuntimeInfo, RuntimeKind, WiringChoice};
+use egress_sandbox::with_causes;
+use egress_sandbox::{Owner, RunNames};
+use egress_sandbox::{RuntimeInfo, RuntimeKind, WiringChoice};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,7 +247,7 @@ async fn proxy_image_check(engine: &dyn ContainerEngine) -> Result<String, Check
             "run egress-sandbox from a path that exists",
         )
     })?;
-    images::ensure_proxy_image(engine, &binary)
+    egress_sandbox::ensure_proxy_image(engine, &binary)
         .await
         .map_err(|error| {
             Check::not_ok(
@@ -260,7 +260,7 @@ async fn proxy_image_check(engine: &dyn ContainerEngine) -> Result<String, Check
 }
 
 async fn base_image_check(engine: &dyn ContainerEngine) -> Check {
-    match images::require_local_image(engine, BASE_IMAGE).await {
+    match egress_sandbox::require_local_image(engine, BASE_IMAGE).await {
         Ok(()) => Check::ok("base image", BASE_IMAGE),
         Err(_) if on_path("debootstrap") => Check::not_ok(
             Status::Warn,
@@ -369,7 +369,7 @@ async fn probe(
     // this process die while it exists.
     let names = RunNames::generate();
     let command = vec![
-        format!("/{}", images::PROXY_BINARY_IN_IMAGE),
+        format!("/{}", egress_sandbox::PROXY_BINARY_IN_IMAGE),
         "--version".into(),
     ];
     engine

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use egress_sandbox::DockerEngine;
-use egress_sandbox::gc::sweep;
-use egress_sandbox::images::sweep_images;
-use egress_sandbox::labels::HostIdentity;
+use egress_sandbox::HostIdentity;
+use egress_sandbox::sweep;
+use egress_sandbox::sweep_images;
 
 pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
     let crate::cli::GcArgs {} = args;
@@ -55,7 +55,7 @@ pub fn run(args: crate::cli::GcArgs) -> anyhow::Result<ExitCode> {
 
 /// One line that says what `gc` did, whatever it was: removed, skipped (left alone with
 /// the reason above), failed.
-fn summary(report: &egress_sandbox::gc::GcReport, images: usize) -> String {
+fn summary(report: &egress_sandbox::GcReport, images: usize) -> String {
     let failed = report.removed.iter().filter(|o| o.error.is_some()).count();
     let removed = report.removed.len() - failed;
     let skipped = report.skipped.len();

@@ -9,10 +9,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::tool_lines::{self, Stream, Tracked};
 use crate::cli::RunArgs;
-use egress_sandbox::report::{RunReport, summary_line};
-use egress_sandbox::spec::{RunSpec, SpecError};
-use egress_sandbox::watchdog::Watchdog;
+use egress_sandbox::Watchdog;
 use egress_sandbox::{Interruption, OutputSinks, RunError, Sandbox};
+use egress_sandbox::{RunReport, summary_line};
+use egress_sandbox::{RunSpec, SpecError};
 
 /// Set-up failed: bad flags or policy, no Docker, image missing
 /// (`docs/src/reference/exit-codes.md`).

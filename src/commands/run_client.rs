@@ -19,7 +19,7 @@ use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
 use egress_sandbox::Interruption;
-use egress_sandbox::report::RunReport;
+use egress_sandbox::RunReport;
 use egress_serve::client::{Client, ClientError, Event};
 
 use egress_sandbox::RunCredentials;
@@ -261,7 +261,7 @@ fn handle(
             let mut summary = summary;
             if let Some(error) = audit_log.error.as_deref() {
                 report.audit_log_error = Some(error.to_owned().into());
-                summary += &egress_sandbox::report::audit_log_incomplete(error);
+                summary += &egress_sandbox::audit_log_incomplete(error);
             }
             if let Some(path) = report_path
                 && let Err(error) = std::fs::write(path, report.to_json() + "\n")

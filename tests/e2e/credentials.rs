@@ -489,7 +489,7 @@ struct ImageWithoutBundle(String);
 impl ImageWithoutBundle {
     fn make() -> ImageWithoutBundle {
         let name = format!("egress-sandbox-e2e-nobundle-{}", random_hex());
-        let base = egress_sandbox::images::BASE_IMAGE;
+        let base = egress_sandbox::BASE_IMAGE;
         docker_ok(&[
             "run",
             "--name",

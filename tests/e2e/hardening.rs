@@ -161,7 +161,7 @@ fn memory_bomb_exits_137_and_reports_oom() {
 /// one is logged for an OOM kill, none for a process that kills itself with SIGKILL.
 #[test]
 fn an_oom_kill_is_in_the_engines_events_and_a_self_kill_is_not() {
-    let base = egress_sandbox::images::BASE_IMAGE;
+    let base = egress_sandbox::BASE_IMAGE;
     let bomb = "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n";
     let oom = format!("egress-sandbox-e2e-oom-{}", random_hex());
     let killed = format!("egress-sandbox-e2e-selfkill-{}", random_hex());

@@ -32,7 +32,7 @@ pub mod watchdog;
 pub use failure::Failure;
 
 use args::Mode;
-use egress_sandbox::helper::HelperVersion;
+use egress_sandbox::HelperVersion;
 
 /// Exit status of a failed set-up, as the `egress-sandbox` command's (125).
 pub const SETUP_FAILED: u8 = 125;
@@ -40,7 +40,7 @@ pub const SETUP_FAILED: u8 = 125;
 pub const USAGE: u8 = 2;
 
 /// What this binary answers `version` with: its version and the format versions it reads,
-/// which [`egress_sandbox::helper::Helper::at`] compares with its own.
+/// which [`egress_sandbox::Helper::at`] compares with its own.
 pub fn version_line() -> String {
     HelperVersion {
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -54,7 +54,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let mode = match args::parse(args) {
         Ok(mode) => mode,
         Err(error) => {
-            eprintln!("{}: {error}", egress_sandbox::helper::HELPER_NAME);
+            eprintln!("{}: {error}", egress_sandbox::HELPER_NAME);
             return ExitCode::from(USAGE);
         }
     };

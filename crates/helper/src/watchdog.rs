@@ -5,10 +5,10 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use egress_sandbox::docker::DockerEngine;
-use egress_sandbox::gc::{GcReport, sweep_owner};
-use egress_sandbox::labels::{Owner, OwnerLabel};
-use egress_sandbox::watchdog::STAND_DOWN;
+use egress_sandbox::DockerEngine;
+use egress_sandbox::STAND_DOWN;
+use egress_sandbox::{GcReport, sweep_owner};
+use egress_sandbox::{Owner, OwnerLabel};
 
 use crate::Failure;
 

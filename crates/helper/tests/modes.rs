@@ -7,8 +7,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 
 use egress_core::handoff::{HANDOFF_VERSION, Handoff};
-use egress_sandbox::helper::{Helper, HelperVersion};
 use egress_sandbox::launch_signal::{self, LAUNCH_VERSION, LaunchSetup};
+use egress_sandbox::{Helper, HelperVersion};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_egress-sandbox-helper");
 

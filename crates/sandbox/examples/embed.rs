@@ -21,8 +21,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use egress_sandbox::Watchdog;
 use egress_sandbox::events::{AuditRecord, Outcome, Reason};
-use egress_sandbox::watchdog::Watchdog;
 use egress_sandbox::{OutputSinks, RunEvent, RunSpec, RunStatus, Sandbox};
 
 /// Prints a line, then asks for a host outside the allowlist through the proxy

@@ -25,20 +25,20 @@ const STDERR_TAIL: usize = 4096;
 
 /// Why the proxy never said it was ready.
 #[derive(Debug)]
-pub struct NotReady {
+pub(crate) struct NotReady {
     pub detail: String,
 }
 
 /// What the proxy's ready line says that the run needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Ready {
+pub(crate) struct Ready {
     /// The run CA's certificate (PEM), when some host is inspected.
     pub ca: Option<String>,
 }
 
 /// The reader's handles: `ready` resolves once with the ready line (or the proxy's last
 /// words); `records` ends with what the proxy wrote when its output ends.
-pub struct ProxyOutput {
+pub(crate) struct ProxyOutput {
     pub ready: oneshot::Receiver<Result<Ready, NotReady>>,
     pub records: JoinHandle<ProxyRecords>,
 }
@@ -54,7 +54,7 @@ impl Drop for ProxyOutput {
 
 /// What the proxy's audit stream amounted to.
 #[derive(Clone, Debug, Default)]
-pub struct ProxyRecords {
+pub(crate) struct ProxyRecords {
     /// The attempts counted, and the `limit` and `end` records.
     pub tally: AuditTally,
     /// Hex SHA-256 of the `end` line: the report's `audit_head`. `None` when the proxy

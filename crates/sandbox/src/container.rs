@@ -23,7 +23,7 @@ use crate::spec::{RunLimits, RunSpec};
 use crate::wiring::{self, PROXY_DOORS_DIR, SANDBOX_DOORS_DIR, Wiring};
 
 /// The explicit proxy port; what HTTP(S)_PROXY point at.
-pub const PROXY_PORT: u16 = 3128;
+pub(crate) const PROXY_PORT: u16 = 3128;
 /// The transparent doors: TLS by SNI, HTTP by `Host`.
 const TRANSPARENT_PORTS: [u16; 2] = [443, 80];
 const DNS_PORT: u16 = 53;
@@ -50,7 +50,7 @@ pub fn loopback_doors(raw_ports: &[u16]) -> egress_core::doors::DoorAddrs {
 /// explicit proxy's, DNS's, the transparent doors'), at most
 /// [`egress_core::doors::MAX_RAW_DOORS`] of them (the lowest). A port left out
 /// is still reachable through the explicit proxy.
-pub fn raw_door_ports(policy: &egress_core::policy::PolicySet) -> Vec<u16> {
+pub(crate) fn raw_door_ports(policy: &egress_core::policy::PolicySet) -> Vec<u16> {
     let mut ports: Vec<u16> = policy
         .host_ports()
         .into_iter()
@@ -150,7 +150,7 @@ fn nofile(limit: i64) -> Vec<ResourcesUlimits> {
 /// `floor_extra` are addresses that lead back to the engine's host (see
 /// `network::floor_extra`): the proxy refuses them like private ones unless a `cidr` rule
 /// names them.
-pub fn proxy_command(wiring: &Wiring, floor_extra: &[IpAddr]) -> Vec<String> {
+pub(crate) fn proxy_command(wiring: &Wiring, floor_extra: &[IpAddr]) -> Vec<String> {
     let ip = wiring.proxy_ip();
     let mut cmd = match wiring {
         // Allowed names are answered with the sandbox's loopback, where the doors are.
@@ -183,7 +183,7 @@ pub fn proxy_command(wiring: &Wiring, floor_extra: &[IpAddr]) -> Vec<String> {
 }
 
 /// What the run hands its proxy over the proxy container's stdin before it binds.
-pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
+pub(crate) fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
     let credentials = &spec.credentials;
     Handoff {
         policies: spec
@@ -231,7 +231,7 @@ pub fn proxy_handoff(spec: &RunSpec, run_id: &str) -> Handoff {
 /// directory mounted read-write. On a run network: at `.2`; the egress network is connected
 /// right after start, before the sandbox's launcher opens (API 1.41 takes only one network at
 /// create, and a start with one network is the cheaper one).
-pub fn proxy_body(
+pub(crate) fn proxy_body(
     image: &str,
     wiring: &Wiring,
     egress: &str,
@@ -278,7 +278,7 @@ pub fn proxy_body(
 }
 
 /// The sandbox's environment: `--env` and the proxy variables, nothing from the host.
-pub fn sandbox_env(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> Vec<String> {
+pub(crate) fn sandbox_env(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> Vec<String> {
     let proxy = format!("http://{proxy_ip}:{PROXY_PORT}");
     let mut env = Vec::new();
     // Defaults a `--env` of the same name replaces. Python buffers stdout into a pipe, so
@@ -389,14 +389,14 @@ fn sandbox_host_config(spec: &RunSpec, wiring: &Wiring, behind_launcher: bool) -
 }
 
 /// Where the launcher binary appears in the sandbox (read-only bind mount).
-pub const LAUNCHER_PATH: &str = "/.egress-sandbox/launcher";
+pub(crate) const LAUNCHER_PATH: &str = "/.egress-sandbox/launcher";
 
 /// A sandbox started with its command held back: the `sandbox-launcher` goes in front of the
 /// command and waits for the run's go signal on stdin. `binary` is the static egress-sandbox
 /// binary on the engine's host, `image_entrypoint` the image's own entrypoint, which the
 /// command follows.
 #[derive(Clone, Debug)]
-pub struct HeldStart {
+pub(crate) struct HeldStart {
     pub binary: std::path::PathBuf,
     pub image_entrypoint: Vec<String>,
 }
@@ -404,7 +404,7 @@ pub struct HeldStart {
 /// What opens the launcher of a sandbox of `spec`: its command, environment, working
 /// directory and task files all travel in the signal (`launch_signal`), so the container
 /// itself carries nothing of the run but its create-time shape (image, limits, mounts).
-pub fn launch_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> LaunchSetup {
+pub(crate) fn launch_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> LaunchSetup {
     LaunchSetup {
         argv: spec.command.clone(),
         env: sandbox_env(spec, proxy_ip),
@@ -420,7 +420,7 @@ pub fn launch_setup(spec: &RunSpec, proxy_ip: std::net::Ipv4Addr) -> LaunchSetup
 /// nothing else. With a launcher, the command, its environment and working directory come
 /// with the launcher's signal on stdin ([`launch_setup`]; see `commands::sandbox_launcher`); without,
 /// they are in the request.
-pub fn sandbox_body(
+pub(crate) fn sandbox_body(
     spec: &RunSpec,
     image: &str,
     wiring: &Wiring,

@@ -11,7 +11,7 @@
 //! same semantics and the fake tests them.
 //!
 //! Two implementations: [`DockerEngine`](crate::docker::DockerEngine) over the Docker API
-//! (bollard), and `FakeEngine` (the [`testing`](crate::testing) module, in this crate's tests
+//! (bollard), and `FakeEngine` (the `testing` module, in this crate's tests
 //! and with the `fake-engine` feature), which keeps containers and networks in memory. No
 //! Docker client type appears here: a create request is a [`ContainerConfig`] built by the
 //! crate's request builders, the engine's answers are this module's own types.

@@ -1,17 +1,4 @@
-//! [`Sandbox`]: the handle every caller runs sandboxes through — the `run` command, the
-//! `serve` daemon and programs that embed the library.
-//!
-//! A handle is made once: it connects to the engine, resolves the proxy binary it was
-//! given to one file (the proxy image and the sandbox's launcher are made from it: the
-//! static helper, which [`Sandbox::connect_with_helper`] finds and checks, or the
-//! `egress-sandbox` command itself), and identifies this process for the owner label that
-//! `gc` reads. Then it runs any number of [`RunSpec`](crate::RunSpec)s, one after another
-//! or concurrently (it is cheap to clone; clones share one engine connection).
-//!
-//! The library prints nothing: output and audit records go to the
-//! [`OutputSinks`](crate::OutputSinks) of each run, progress of long steps (building the
-//! base image) to the callback given to [`Sandbox::on_progress`], else to `tracing` (info
-//! level).
+//! [`Sandbox`]: the handle every caller runs sandboxes through.
 
 use crate::network::NetworkError;
 use std::collections::HashMap;
@@ -27,7 +14,20 @@ use crate::outcome::RunError;
 /// Where progress of long steps goes (see [`Sandbox::on_progress`]).
 pub type ProgressFn = dyn Fn(&Progress) + Send + Sync;
 
-/// A connected sandbox runner. See the [module docs](self).
+/// The handle every caller runs sandboxes through — the `run` command, the
+/// `serve` daemon and programs that embed the library.
+///
+/// A handle is made once: it connects to the engine, resolves the proxy binary it was
+/// given to one file (the proxy image and the sandbox's launcher are made from it: the
+/// static helper, which [`Sandbox::connect_with_helper`] finds and checks, or the
+/// `egress-sandbox` command itself), and identifies this process for the owner label that
+/// `gc` reads. Then it runs any number of [`RunSpec`](crate::RunSpec)s, one after another
+/// or concurrently (it is cheap to clone; clones share one engine connection).
+///
+/// The library prints nothing: output and audit records go to the
+/// [`OutputSinks`](crate::OutputSinks) of each run, progress of long steps (building the
+/// base image) to the callback given to [`Sandbox::on_progress`], else to `tracing` (info
+/// level).
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -179,10 +179,10 @@ pub struct Helper {
 }
 
 impl Helper {
-    /// Finds the helper (`EGRESS_SANDBOX_HELPER`, beside this program or above it, `PATH`:
-    /// see the [module docs](self)) and checks it. A helper named by the variable is the
-    /// only one tried; otherwise the first file found is, and one of another version is
-    /// refused rather than passed over.
+    /// Finds the helper — `EGRESS_SANDBOX_HELPER`, else beside this program or above it,
+    /// else on `PATH` (`docs/src/guide/library.md`) — and checks it. A helper named by the
+    /// variable is the only one tried; otherwise the first file found is, and one of another
+    /// version is refused rather than passed over.
     pub async fn locate() -> Result<Helper, HelperError> {
         let places = Places {
             named: std::env::var_os(HELPER_ENV).filter(|named| !named.is_empty()),

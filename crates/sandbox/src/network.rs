@@ -30,18 +30,18 @@ const MAX_CREATE_ATTEMPTS: usize = 8;
 
 /// The addresses of a run network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RunSubnet {
+pub(crate) struct RunSubnet {
     pub subnet: Ipv4Net,
 }
 
 impl RunSubnet {
-    pub fn gateway(&self) -> Ipv4Addr {
+    pub(crate) fn gateway(&self) -> Ipv4Addr {
         self.host(1)
     }
-    pub fn proxy(&self) -> Ipv4Addr {
+    pub(crate) fn proxy(&self) -> Ipv4Addr {
         self.host(2)
     }
-    pub fn sandbox(&self) -> Ipv4Addr {
+    pub(crate) fn sandbox(&self) -> Ipv4Addr {
         self.host(3)
     }
     fn host(&self, n: u32) -> Ipv4Addr {
@@ -197,7 +197,7 @@ pub(crate) async fn create_run_network(
 /// The id of the network the proxy reaches the outside through: `requested` (which must
 /// exist) or the shared `egress-sandbox-egress`, created on first use — also when it is
 /// named explicitly.
-pub async fn egress_network(
+pub(crate) async fn egress_network(
     engine: &dyn ContainerEngine,
     requested: Option<&str>,
 ) -> Result<String, NetworkError> {
@@ -261,7 +261,10 @@ pub async fn egress_network(
 
 /// The gateway addresses of network `id`: the host's own side of the bridge, which the
 /// proxy reaches directly (host listeners on 0.0.0.0 answer there).
-pub async fn gateways(engine: &dyn ContainerEngine, id: &str) -> Result<Vec<IpAddr>, NetworkError> {
+pub(crate) async fn gateways(
+    engine: &dyn ContainerEngine,
+    id: &str,
+) -> Result<Vec<IpAddr>, NetworkError> {
     let network = engine
         .inspect_network(id)
         .await
@@ -281,7 +284,7 @@ pub async fn gateways(engine: &dyn ContainerEngine, id: &str) -> Result<Vec<IpAd
 /// interface of this host (a public address of the host reaches its listeners through the
 /// egress bridge). Addresses the floor already refuses (loopback, RFC 1918, link-local …)
 /// are left out: they would only lengthen the proxy's arguments.
-pub fn floor_extra(gateways: &[IpAddr], host_addresses: &[IpAddr]) -> Vec<IpAddr> {
+pub(crate) fn floor_extra(gateways: &[IpAddr], host_addresses: &[IpAddr]) -> Vec<IpAddr> {
     let mut extra: Vec<IpAddr> = gateways
         .iter()
         .chain(host_addresses)
@@ -294,7 +297,7 @@ pub fn floor_extra(gateways: &[IpAddr], host_addresses: &[IpAddr]) -> Vec<IpAddr
 }
 
 /// Every address of every interface of this host, IPv4 and IPv6.
-pub fn host_addresses() -> std::io::Result<Vec<IpAddr>> {
+pub(crate) fn host_addresses() -> std::io::Result<Vec<IpAddr>> {
     Ok(if_addrs::get_if_addrs()?
         .into_iter()
         .map(|interface| interface.ip())

@@ -48,8 +48,15 @@ pub struct RunOptions {
         value_parser = clap::builder::ValueParser::new(PolicyText::from_file_flag)))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyText>,
-    /// Allow HOST[:PORT] (port default 443); repeatable
-    #[cfg_attr(feature = "clap", arg(long, value_name = "HOST[:PORT]"))]
+    /// Allowed destinations, `HOST` or `HOST:PORT` (port default 443); repeatable
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "HOST[:PORT]",
+            help = "Allow HOST[:PORT] (port default 443); repeatable"
+        )
+    )]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
     /// Sandbox image; default: the built-in base image (Debian, python3, node, curl)

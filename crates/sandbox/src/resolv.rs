@@ -27,7 +27,7 @@ use crate::host_dirs;
 use crate::labels::Owner;
 
 /// Where the C library (and every resolver that follows it) reads its name servers.
-pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+pub(crate) const RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// The run's resolv.conf file on the host, removed with its directory when dropped.
 pub(crate) struct ResolvConf {

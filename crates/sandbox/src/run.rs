@@ -55,7 +55,7 @@ use crate::events::{EventSender, RunEvent};
 use crate::handle::Sandbox;
 use crate::launch_signal;
 use crate::outcome::docker_step;
-pub use crate::outcome::{Interruption, PROXY_FAILED_EXIT, RunError, RunOutcome, RunStatus};
+pub(crate) use crate::outcome::{Interruption, PROXY_FAILED_EXIT, RunError, RunOutcome, RunStatus};
 use crate::output::{self, OutputSinks, OutputStats, StreamEnd};
 use crate::runtime::RuntimeKind;
 use crate::slot::{Prepared, Slot, SlotObjects};

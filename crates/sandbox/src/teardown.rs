@@ -79,7 +79,7 @@ impl Drop for ResolveOnDrop {
     }
 }
 
-pub struct Teardown {
+pub(crate) struct Teardown {
     engine: Arc<dyn ContainerEngine>,
     run_id: String,
     objects: Mutex<Objects>,
@@ -89,7 +89,7 @@ pub struct Teardown {
 }
 
 impl Teardown {
-    pub fn new(engine: Arc<dyn ContainerEngine>, run_id: &str) -> Teardown {
+    pub(crate) fn new(engine: Arc<dyn ContainerEngine>, run_id: &str) -> Teardown {
         Teardown {
             engine,
             run_id: run_id.to_string(),
@@ -101,7 +101,7 @@ impl Teardown {
     /// Runs `creation` to completion as a task of its own, even if the caller stops
     /// waiting for it, and returns its result. It is registered as pending before it can
     /// send anything, so removal never starts while it is in flight.
-    pub async fn complete<T>(&self, creation: impl Future<Output = T> + Send + 'static) -> T
+    pub(crate) async fn complete<T>(&self, creation: impl Future<Output = T> + Send + 'static) -> T
     where
         T: Send + 'static,
     {
@@ -121,19 +121,19 @@ impl Teardown {
         result.await.expect("a creation task does not panic")
     }
 
-    pub fn track_container(&self, name: &str) {
+    pub(crate) fn track_container(&self, name: &str) {
         let mut objects = self.objects.lock().expect("teardown lock");
         if !objects.containers.iter().any(|known| known == name) {
             objects.containers.push(name.to_string());
         }
     }
 
-    pub fn track_network(&self, name: &str) {
+    pub(crate) fn track_network(&self, name: &str) {
         self.objects.lock().expect("teardown lock").network = Some(name.to_string());
     }
 
     /// `name` has been removed already; nothing left to do for it.
-    pub fn forget_container(&self, name: &str) {
+    pub(crate) fn forget_container(&self, name: &str) {
         self.objects
             .lock()
             .expect("teardown lock")
@@ -144,7 +144,7 @@ impl Teardown {
     /// Waits for pending creations, then removes everything registered and, with `sweep`,
     /// anything else labelled with this run. Returns what could not be removed, as
     /// messages for the user.
-    pub async fn run(&self, sweep: bool) -> Vec<String> {
+    pub(crate) async fn run(&self, sweep: bool) -> Vec<String> {
         let pending: Vec<_> = std::mem::take(&mut *self.pending.lock().expect("teardown lock"))
             .into_iter()
             .map(|(_, task)| task)

@@ -30,10 +30,10 @@ use crate::labels::Owner;
 use crate::teardown::Teardown;
 
 /// Where the sandbox sees the bundle, whatever its image; the variables name it.
-pub const BUNDLE_PATH: &str = "/etc/egress-sandbox/ca-bundle.crt";
+pub(crate) const BUNDLE_PATH: &str = "/etc/egress-sandbox/ca-bundle.crt";
 /// The image's own bundle (Debian and derivatives, Alpine, Fedora through a link): the
 /// run's bundle is mounted over it too.
-pub const IMAGE_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub(crate) const IMAGE_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// The variables TLS clients read for their trust store: OpenSSL (Python, git's curl),
 /// requests, curl, Node (added to its own roots), git.
 const TRUST_VARIABLES: [&str; 5] = [
@@ -68,14 +68,14 @@ pub enum TrustError {
 }
 
 /// The run's bundle file on the host, removed with its directory when dropped.
-pub struct TrustBundle {
+pub(crate) struct TrustBundle {
     _dir: tempfile::TempDir,
     file: PathBuf,
 }
 
 impl TrustBundle {
     /// An empty bundle file (mode 0644: the sandbox's user reads it through the mount).
-    pub fn create(owner: &Owner) -> Result<TrustBundle, TrustError> {
+    pub(crate) fn create(owner: &Owner) -> Result<TrustBundle, TrustError> {
         use std::os::unix::fs::PermissionsExt;
         let dir = host_dirs::create(owner).map_err(TrustError::Create)?;
         let file = dir.path().join("ca-bundle.crt");
@@ -87,13 +87,13 @@ impl TrustBundle {
 
     /// The bundle file on the host (the tests read it back).
     #[cfg(test)]
-    pub fn host_path(&self) -> &Path {
+    pub(crate) fn host_path(&self) -> &Path {
         &self.file
     }
 
     /// Adds the read-only mounts to the sandbox's create request (the variables are in
     /// its environment already: [`set_variables`]).
-    pub fn add_to(&self, body: &mut ContainerCreateBody) {
+    pub(crate) fn add_to(&self, body: &mut ContainerCreateBody) {
         let host = body.host_config.get_or_insert_with(Default::default);
         let mounts = host.mounts.get_or_insert_with(Vec::new);
         for target in [BUNDLE_PATH, IMAGE_BUNDLE] {
@@ -103,7 +103,7 @@ impl TrustBundle {
 
     /// Writes `image_bundle` and then `run_ca` into the file, in place: the bind mounts
     /// follow the inode.
-    pub fn fill(&self, image_bundle: &[u8], run_ca: Option<&str>) -> Result<(), TrustError> {
+    pub(crate) fn fill(&self, image_bundle: &[u8], run_ca: Option<&str>) -> Result<(), TrustError> {
         std::fs::write(&self.file, combine(image_bundle, run_ca)).map_err(TrustError::Write)
     }
 }
@@ -111,7 +111,7 @@ impl TrustBundle {
 /// Points every trust variable of `env` (`KEY=VALUE` entries) at [`BUNDLE_PATH`], replacing
 /// any the caller gave: the environment of a sandbox whose policy inspects a host, which
 /// always gets the bundle (a remote engine refuses such runs).
-pub fn set_variables(env: &mut Vec<String>) {
+pub(crate) fn set_variables(env: &mut Vec<String>) {
     for variable in TRUST_VARIABLES {
         env.retain(|entry| !entry.starts_with(&format!("{variable}=")));
         env.push(format!("{variable}={BUNDLE_PATH}"));
@@ -134,7 +134,7 @@ fn combine(image_bundle: &[u8], run_ca: Option<&str>) -> Vec<u8> {
 }
 
 /// The name of the run's probe container, next to its sandbox's.
-pub fn probe_name(sandbox: &str) -> String {
+pub(crate) fn probe_name(sandbox: &str) -> String {
     format!("{sandbox}-ca-probe")
 }
 

@@ -24,9 +24,9 @@ use crate::network::RunSubnet;
 
 /// Where the doors directory appears in the proxy container (read-write: the proxy makes
 /// its Unix socket there).
-pub const PROXY_DOORS_DIR: &str = "/doors";
+pub(crate) const PROXY_DOORS_DIR: &str = "/doors";
 /// Where it appears in the sandbox (read-only: the launcher only connects).
-pub const SANDBOX_DOORS_DIR: &str = "/.egress-sandbox/doors";
+pub(crate) const SANDBOX_DOORS_DIR: &str = "/.egress-sandbox/doors";
 
 /// How a run's two containers are wired.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -101,21 +101,21 @@ impl Daemon {
 /// Removes what a crashed daemon (or run) of this host left; a failure is only logged (the
 /// daemon serves without the sweep, `egress-sandbox gc` does it later).
 async fn sweep_leftovers(engine: &dyn ContainerEngine) {
-    let here = match egress_sandbox::labels::HostIdentity::current() {
+    let here = match egress_sandbox::HostIdentity::current() {
         Ok(here) => here,
         Err(error) => {
             tracing::warn!(%error, "cannot sweep leftovers: no host identity");
             return;
         }
     };
-    match egress_sandbox::gc::sweep(engine, &here).await {
+    match egress_sandbox::sweep(engine, &here).await {
         Ok(report) if !report.removed.is_empty() => tracing::info!(
             objects = report.removed.len(),
             "removed leftovers of earlier runs"
         ),
         Ok(_) => {}
         Err(error) => tracing::warn!(
-            error = %egress_sandbox::outcome::with_causes(&error),
+            error = %egress_sandbox::with_causes(&error),
             "cannot sweep leftovers of earlier runs"
         ),
     }

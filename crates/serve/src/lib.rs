@@ -240,14 +240,14 @@ async fn handle(
 /// anything is created: a 400 naming the field it lacks, a 503 when the engine does not
 /// answer.
 async fn check_fit(shared: &Shared, spec: &egress_sandbox::RunSpec) -> Result<(), Response<Body>> {
-    let unfit = match egress_sandbox::fit::check_fit(shared.sandbox.engine(), spec).await {
+    let unfit = match egress_sandbox::check_fit(shared.sandbox.engine(), spec).await {
         Ok(()) => return Ok(()),
         Err(unfit) => unfit,
     };
     let Some(field) = unfit.field() else {
-        return Err(unavailable::engine_down(
-            &egress_sandbox::outcome::with_causes(&unfit),
-        ));
+        return Err(unavailable::engine_down(&egress_sandbox::with_causes(
+            &unfit,
+        )));
     };
     Err(json_response(
         StatusCode::BAD_REQUEST,
@@ -291,7 +291,7 @@ async fn post_run(shared: Arc<Shared>, request: Request<Incoming>) -> Response<B
     }
     if let Some(image) = checked.spec.image().map(str::to_owned) {
         // `run` answers a missing image with 125 before creating anything: so does this.
-        match egress_sandbox::images::require_local_image(shared.sandbox.engine(), &image).await {
+        match egress_sandbox::require_local_image(shared.sandbox.engine(), &image).await {
             Ok(()) => {}
             Err(egress_sandbox::ImageError::Missing { image }) => {
                 return json_response(

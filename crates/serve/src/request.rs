@@ -11,8 +11,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use egress_sandbox::options::RunOptions;
-use egress_sandbox::spec::{RunSpec, SpecError};
 use egress_sandbox::{Field, Names};
+use egress_sandbox::{RunSpec, SpecError};
 
 /// The request body; only `argv` is required.
 #[derive(Clone, Debug, Default, Serialize)]

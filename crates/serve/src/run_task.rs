@@ -18,9 +18,9 @@ use tokio_util::sync::PollSender;
 
 use super::Shared;
 use super::live_runs::LiveRun;
-use egress_sandbox::report::{RunReport, summary_line};
-use egress_sandbox::run::Leftovers;
+use egress_sandbox::Leftovers;
 use egress_sandbox::{Interruption, OutputSinks, RunEvent, RunSpec, RunStatus};
+use egress_sandbox::{RunReport, summary_line};
 
 /// Lines of the event stream the daemon holds for a client that has not read them yet.
 const STREAM_LINES: usize = 64;

@@ -39,8 +39,8 @@ pub fn test_runtime() -> Option<String> {
 
 /// What the runtime of this test process's runs is, from the engine's registration
 /// (`None`: the engine's default, runc here).
-fn test_runtime_kind() -> Option<egress_sandbox::runtime::RuntimeKind> {
-    static KIND: OnceLock<Option<egress_sandbox::runtime::RuntimeKind>> = OnceLock::new();
+fn test_runtime_kind() -> Option<egress_sandbox::RuntimeKind> {
+    static KIND: OnceLock<Option<egress_sandbox::RuntimeKind>> = OnceLock::new();
     *KIND.get_or_init(|| {
         let name = test_runtime()?;
         let (ok, stdout, _) = super::docker::docker(&["info", "--format", "{{json .Runtimes}}"]);
@@ -60,21 +60,21 @@ fn test_runtime_kind() -> Option<egress_sandbox::runtime::RuntimeKind> {
                     .collect()
             })
             .unwrap_or_default();
-        Some(egress_sandbox::runtime::RuntimeKind::classify(path, &args))
+        Some(egress_sandbox::RuntimeKind::classify(path, &args))
     })
 }
 
 /// Whether the runs of this test process have a network of their own (the run-network
 /// wiring: gVisor) rather than none (passed listeners: runc on a local engine).
 pub fn runs_have_a_network() -> bool {
-    use egress_sandbox::runtime::WiringChoice;
+    use egress_sandbox::WiringChoice;
     test_runtime_kind().is_some_and(|kind| kind.wiring(true) == WiringChoice::RunNetwork)
 }
 
 /// Whether the runs of this test process are on a kernel of their own (gVisor): their
 /// processes are not host processes, `/proc` is that kernel's.
 pub fn runs_on_their_own_kernel() -> bool {
-    use egress_sandbox::runtime::RuntimeKind;
+    use egress_sandbox::RuntimeKind;
     test_runtime_kind().is_some_and(|kind| kind != RuntimeKind::HostKernel)
 }
 

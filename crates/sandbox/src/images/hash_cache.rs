@@ -46,7 +46,7 @@ impl FileIdentity {
 
 /// The sha256 (lowercase hex) remembered for the file at `path`, if the file is unchanged
 /// since it was hashed: one `stat` and one small read.
-pub fn cached_sha256(cache_dir: &Path, path: &Path) -> io::Result<Option<String>> {
+pub(super) fn cached_sha256(cache_dir: &Path, path: &Path) -> io::Result<Option<String>> {
     let identity = FileIdentity::of(path)?;
     let entries = read_entries(&cache_dir.join(CACHE_FILE));
     Ok(entries
@@ -56,14 +56,14 @@ pub fn cached_sha256(cache_dir: &Path, path: &Path) -> io::Result<Option<String>
 }
 
 /// The file's bytes as read now and their sha256.
-pub struct HashedFile {
+pub(super) struct HashedFile {
     pub bytes: Vec<u8>,
     pub sha256: String,
 }
 
 /// Reads and hashes the file, and remembers the hash for its identity unless the file
 /// changed while it was read (then the hash is still right for the returned bytes).
-pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile> {
+pub(super) fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile> {
     let identity = FileIdentity::of(path)?;
     let bytes = fs::read(&identity.path)?;
     let sha256 = sha256_hex(&bytes);
@@ -87,7 +87,7 @@ pub fn read_and_remember(cache_dir: &Path, path: &Path) -> io::Result<HashedFile
 
 /// The sha256 of the file at `path` as it is now: the remembered one while the file is
 /// unchanged (a `stat`), else read, hashed and remembered.
-pub fn current_sha256(cache_dir: &Path, path: &Path) -> io::Result<String> {
+pub(super) fn current_sha256(cache_dir: &Path, path: &Path) -> io::Result<String> {
     match cached_sha256(cache_dir, path)? {
         Some(sha256) => Ok(sha256),
         None => Ok(read_and_remember(cache_dir, path)?.sha256),

@@ -30,23 +30,23 @@ const NOGROUP_GROUP: &str = "nogroup:x:65534:\n";
 /// the tree are detached first, and if any survives nothing is deleted (deleting through a
 /// live mount would reach the host's files).
 #[derive(Debug)]
-pub struct RootfsDir {
+pub(super) struct RootfsDir {
     path: PathBuf,
 }
 
 impl RootfsDir {
-    pub fn create(path: PathBuf) -> io::Result<Self> {
+    pub(super) fn create(path: PathBuf) -> io::Result<Self> {
         fs::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
         fs::create_dir(&path)?;
         Ok(Self { path })
     }
 
     /// Takes ownership of a directory left behind by an earlier, killed build.
-    pub fn adopt(path: PathBuf) -> Self {
+    pub(super) fn adopt(path: PathBuf) -> Self {
         Self { path }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 }
@@ -116,7 +116,7 @@ fn unescape_mountinfo(field: &str) -> String {
 /// user `nobody` (65534) and group `nogroup`, `/tmp` and `/var/tmp` with mode 1777, and no
 /// host identity (debootstrap copies the host's /etc/hostname and /etc/resolv.conf; Docker
 /// mounts its own over them at run time).
-pub fn prepare_for_image(root: &Path) -> io::Result<()> {
+pub(super) fn prepare_for_image(root: &Path) -> io::Result<()> {
     for dir in EMPTIED_DIRS {
         empty_dir(&root.join(dir))?;
     }

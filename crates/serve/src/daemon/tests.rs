@@ -166,7 +166,7 @@ async fn an_engine_that_fails_at_start_up_is_a_clear_error_and_leaves_nothing() 
     .await
     .expect_err("the start fails");
     assert!(matches!(error, ServeError::Engine(_)), "{error:?}");
-    let message = egress_sandbox::outcome::with_causes(&error);
+    let message = egress_sandbox::with_causes(&error);
     assert!(
         message.contains("runtimes") && message.contains("injected failure"),
         "the error names the step and the engine's answer: {message}"
