@@ -12,9 +12,16 @@ use crate::proxy::ProxyOptions;
 /// A mode with its arguments.
 #[derive(Debug)]
 pub enum Mode {
+    /// `proxy …`: the run's proxy.
     Proxy(Box<ProxyOptions>),
+    /// `sandbox-launcher …`: the sandbox's entrypoint.
     Launcher(LauncherOptions),
-    Watchdog { owner: String },
+    /// `watchdog --owner STAMP`: removes the owner's runs if it dies without.
+    Watchdog {
+        /// The owner label's value of the process watched over.
+        owner: String,
+    },
+    /// `version`: the handshake line.
     Version,
 }
 

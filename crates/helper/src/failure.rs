@@ -9,6 +9,7 @@ use std::fmt;
 pub struct Failure(String);
 
 impl Failure {
+    /// A failure said in `message`.
     pub fn new(message: impl Into<String>) -> Failure {
         Failure(message.into())
     }

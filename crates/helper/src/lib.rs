@@ -18,6 +18,7 @@
 //! way, so it is a helper too.
 
 #![deny(unsafe_code)]
+#![deny(missing_docs, unreachable_pub)]
 
 use std::ffi::OsString;
 use std::process::ExitCode;
