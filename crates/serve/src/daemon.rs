@@ -25,8 +25,7 @@ use super::metrics::Metrics;
 use super::request::BadRequest;
 use super::socket::{self, BoundSocket};
 use super::{PoolState, ServeError, ServeOptions, Shared, handle, json_response, metrics_response};
-use egress_sandbox::fit::check_runtime;
-use egress_sandbox::{ContainerEngine, Pool, RunSpec, Sandbox};
+use egress_sandbox::{ContainerEngine, Pool, RunSpec, Sandbox, check_runtime};
 
 #[cfg(test)]
 mod tests;

@@ -424,7 +424,7 @@ mod tests {
             source: std::io::Error::other("address in use"),
         };
         assert!(!error.to_string().contains("address in use"), "{error}");
-        let line = egress_sandbox::outcome::with_causes(&error);
+        let line = egress_sandbox::with_causes(&error);
         assert_eq!(line.matches("address in use").count(), 1, "{line}");
         assert_eq!(
             line,
