@@ -239,6 +239,49 @@ fn bad_policies_and_addresses_refuse_to_start() {
     }
 }
 
+/// A port already taken and a handoff that is not JSON: each error line says the step and
+/// then its cause, the cause once.
+#[test]
+fn a_setup_failure_says_its_step_and_its_cause_once() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args(["proxy", "--listen", &addr, "--allow", "a.example"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    // EADDRINUSE, as the kernel says it.
+    let cause = std::io::Error::from_raw_os_error(98).to_string();
+    assert!(
+        stderr.contains(&format!("error: cannot listen on {addr}: {cause}")),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches(&cause).count(), 1, "{stderr}");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-sandbox"))
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{not json\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let step = "the run's configuration on stdin is not valid: ";
+    assert_eq!(stderr.matches(step).count(), 1, "{stderr}");
+    let cause = stderr.split(step).nth(1).unwrap().trim_end();
+    assert!(!cause.is_empty(), "{stderr}");
+    assert_eq!(stderr.matches(cause).count(), 1, "{stderr}");
+}
+
 /// `--floor-extra`: an allowed name pinned into the range is refused as `private_address`
 /// (before any connection is tried; also through the IPv4 address a NAT64 form carries), and
 /// a `cidr` allow rule naming the address lets it through, as for the private ranges.

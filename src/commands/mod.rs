@@ -31,9 +31,8 @@ pub fn run(args: crate::cli::RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints `error` as one line on stderr, `egress-sandbox: error: …` with its causes, and
-/// returns `code`. A cause whose text the message already holds is not repeated (an
-/// `io::Error` from tempfile names its path and is often quoted by the error around it).
-/// Errors quote paths, hosts and policy text: their controls are never printed raw.
+/// returns `code`. Errors quote paths, hosts and policy text: their controls are never
+/// printed raw.
 pub fn report_error(error: &anyhow::Error, code: u8) -> ExitCode {
     tool_lines::print_line(&egress_core::text::visible(&format!(
         "egress-sandbox: error: {}",
@@ -42,20 +41,10 @@ pub fn report_error(error: &anyhow::Error, code: u8) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// `error` and its causes joined with `: `, each said once.
+/// `error` and its causes joined with `: `, each said once: every error says only its own
+/// part and leaves its cause to `source()` ([`egress_core::text::with_causes`]).
 pub fn error_line(error: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
+    egress_core::text::with_causes(error.as_ref())
 }
 
 /// Writes `text` on stdout, for the commands that print a report (`policy`, `audit`).
@@ -91,18 +80,22 @@ pub fn warn_skipped(log: &egress_audit::log::AuditLog) {
 mod tests {
     use super::error_line;
 
+    /// The line walks the causes and says each once; nothing is matched by its text, so
+    /// an error whose message quoted its cause would show here twice.
     #[test]
-    fn a_cause_already_quoted_is_said_once() {
+    fn each_cause_is_said_once() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone (os error 2)");
         #[derive(Debug, thiserror::Error)]
-        #[error("cannot read x: {0}")]
-        struct Quoting(#[source] std::io::Error);
-        let error = anyhow::Error::from(Quoting(io)).context("cannot serve");
+        #[error("cannot read x")]
+        struct Step(#[source] std::io::Error);
+        let error = anyhow::Error::from(Step(io)).context("cannot serve");
         assert_eq!(
             error_line(&error),
             "cannot serve: cannot read x: gone (os error 2)"
         );
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_line(&plain), "outer: inner");
+        let repeated = anyhow::anyhow!("same").context("same");
+        assert_eq!(error_line(&repeated), "same: same");
     }
 }

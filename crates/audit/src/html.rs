@@ -5,13 +5,14 @@
 //! Per run (a file may hold several): totals, a timeline of attempts per second stacked by
 //! decision, and the hosts with their counts and reasons, refusals first. Every text that
 //! came from a log (hosts, run ids, policy names, reasons, file names) is untrusted — the
-//! sandbox chose the hosts — so it goes through [`text`]: control and bidi characters made
-//! visible, then HTML-escaped.
+//! sandbox chose the hosts — so it goes through `shown`: control and bidi characters made
+//! visible; the template (maud) HTML-escapes every text it inserts.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 
 use egress_core::audit::{AuditLine, Outcome, epoch_millis};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::log::AuditLog;
 
@@ -28,22 +29,10 @@ const DECISIONS: [Outcome; 4] = [
     Outcome::Allowed,
 ];
 
-/// Untrusted text → safe HTML text: control and bidi characters as visible escapes, then
-/// `& < > " '` as entities (safe in element content and in quoted attributes).
-pub fn text(raw: &str) -> String {
-    let visible = egress_core::text::visible(raw);
-    let mut out = String::with_capacity(visible.len());
-    for c in visible.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+/// Untrusted text as a person may see it: control and bidi characters as visible escapes.
+/// The template escapes it for HTML (`& < > "`), as it does every text it is given.
+fn shown(raw: &str) -> Cow<'_, str> {
+    egress_core::text::visible(raw)
 }
 
 /// Counts per decision.
@@ -127,38 +116,48 @@ pub fn render(log: &AuditLog, sources: &[String]) -> String {
         total.failed += run.counts.failed;
         dropped += run.end.map_or(0, |(_, d)| d);
     }
-    let mut page = String::with_capacity(16 * 1024);
-    page.push_str(HEAD);
-    page.push_str("<h1>egress-sandbox audit report</h1>\n<p class=\"sources\">From ");
-    for (index, source) in sources.iter().enumerate() {
-        if index > 0 {
-            page.push_str(", ");
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy"
+                    content="default-src 'none'; style-src 'unsafe-inline'";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "egress-sandbox audit report" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { "egress-sandbox audit report" }
+                p.sources {
+                    "From "
+                    @for (index, source) in sources.iter().enumerate() {
+                        @if index > 0 { ", " }
+                        code { (shown(source)) }
+                    }
+                }
+                section.totals {
+                    h2 { "All runs" }
+                    p {
+                        (plural(total.total(), "attempt")) " in " (runs.len()) " run"
+                        @if runs.len() != 1 { "s" } "."
+                    }
+                    (counts_table(&total, dropped))
+                    @if let Some(first) = log.skipped.first() {
+                        p.warn {
+                            (plural(log.skipped.len() as u64, "line"))
+                            " not audit records and not counted (first: "
+                            code { (shown(&first.file.display().to_string())) ":" (first.line) }
+                            ")."
+                        }
+                    }
+                }
+                @for run in &runs { (run_section(run)) }
+            }
         }
-        let _ = write!(page, "<code>{}</code>", text(source));
-    }
-    page.push_str("</p>\n<section class=\"totals\">\n<h2>All runs</h2>\n");
-    let _ = writeln!(
-        page,
-        "<p>{} in {} run{}.</p>",
-        plural(total.total(), "attempt"),
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" }
-    );
-    counts_table(&mut page, &total, dropped);
-    if !log.skipped.is_empty() {
-        let _ = writeln!(
-            page,
-            "<p class=\"warn\">{} not audit records and not counted (first: <code>{}:{}</code>).</p>",
-            plural(log.skipped.len() as u64, "line"),
-            text(&log.skipped[0].file.display().to_string()),
-            log.skipped[0].line
-        );
-    }
-    page.push_str("</section>\n");
-    for run in &runs {
-        run_section(&mut page, run);
-    }
-    page.push_str("</body>\n</html>\n");
+    };
+    let mut page = page.into_string();
+    page.push('\n');
     page
 }
 
@@ -213,73 +212,72 @@ fn plural(n: u64, noun: &str) -> String {
     }
 }
 
-fn counts_table(page: &mut String, counts: &Counts, dropped: u64) {
-    page.push_str("<table class=\"counts\"><tr>");
-    for decision in DECISIONS {
-        let _ = write!(page, "<th class=\"{0}\">{0}</th>", decision.as_str());
+fn counts_table(counts: &Counts, dropped: u64) -> Markup {
+    html! {
+        table.counts {
+            tr {
+                @for decision in DECISIONS { th class=(decision.as_str()) { (decision.as_str()) } }
+                th { "dropped" }
+            }
+            tr {
+                @for decision in DECISIONS { td { (counts.get(decision)) } }
+                td { (dropped) }
+            }
+        }
     }
-    page.push_str("<th>dropped</th></tr>\n<tr>");
-    for decision in DECISIONS {
-        let _ = write!(page, "<td>{}</td>", counts.get(decision));
-    }
-    let _ = writeln!(page, "<td>{dropped}</td></tr></table>");
 }
 
-fn run_section(page: &mut String, run: &RunView) {
-    let id = run
-        .id
-        .as_deref()
-        .map_or_else(|| "(no run id)".to_owned(), text);
-    let _ = writeln!(
-        page,
-        "<section class=\"run\">\n<h2>Run <code>{id}</code></h2>"
-    );
-    if !run.policies.is_empty() {
-        page.push_str("<p>Policy: ");
-        for (index, policy) in run.policies.iter().enumerate() {
-            if index > 0 {
-                page.push_str(", ");
+fn run_section(run: &RunView) -> Markup {
+    let span = run
+        .times
+        .iter()
+        .map(|t| t.0)
+        .min()
+        .zip(run.times.iter().map(|t| t.0).max());
+    html! {
+        section.run {
+            h2 { "Run " code { (run.id.as_deref().map_or("(no run id)".into(), shown)) } }
+            @if !run.policies.is_empty() {
+                p {
+                    "Policy: "
+                    @for (index, policy) in run.policies.iter().enumerate() {
+                        @if index > 0 { ", " }
+                        code { (shown(policy)) }
+                    }
+                }
             }
-            let _ = write!(page, "<code>{}</code>", text(policy));
+            @if let Some((first, last)) = span {
+                p {
+                    (plural(run.counts.total(), "attempt")) " from " (clock(first)) " to "
+                    (clock(last)) " (UTC)."
+                }
+            }
+            (counts_table(&run.counts, run.end.map_or(0, |(_, d)| d)))
+            @if let Some(limit) = run.limit {
+                p.warn {
+                    "The audit limit of " (limit)
+                    " records was reached: later attempts were counted, not written."
+                }
+            }
+            @match run.end {
+                Some((_, dropped)) if dropped > 0 => {
+                    p.warn {
+                        (plural(dropped, "attempt"))
+                        " counted but not written (audit limit or DNS rate)."
+                    }
+                }
+                None if run.id.is_some() => {
+                    p.note {
+                        "No end record: the run was cut short, is still going, or the log is \
+                         incomplete (" code { "audit verify" } " checks)."
+                    }
+                }
+                _ => {}
+            }
+            (timeline(&run.times))
+            (hosts_table(run))
         }
-        page.push_str("</p>\n");
     }
-    if let (Some(first), Some(last)) = (
-        run.times.iter().map(|t| t.0).min(),
-        run.times.iter().map(|t| t.0).max(),
-    ) {
-        let _ = writeln!(
-            page,
-            "<p>{} from {} to {} (UTC).</p>",
-            plural(run.counts.total(), "attempt"),
-            clock(first),
-            clock(last)
-        );
-    }
-    counts_table(page, &run.counts, run.end.map_or(0, |(_, d)| d));
-    if let Some(limit) = run.limit {
-        let _ = writeln!(
-            page,
-            "<p class=\"warn\">The audit limit of {limit} records was reached: later attempts were counted, not written.</p>"
-        );
-    }
-    match run.end {
-        Some((_, dropped)) if dropped > 0 => {
-            let _ = writeln!(
-                page,
-                "<p class=\"warn\">{} counted but not written (audit limit or DNS rate).</p>",
-                plural(dropped, "attempt")
-            );
-        }
-        Some(_) => {}
-        None if run.id.is_some() => page.push_str(
-            "<p class=\"note\">No end record: the run was cut short, is still going, or the log is incomplete (<code>audit verify</code> checks).</p>\n",
-        ),
-        None => {}
-    }
-    timeline(page, &run.times);
-    hosts_table(page, run);
-    page.push_str("</section>\n");
 }
 
 /// `HH:MM:SS.mmm` of an epoch time in milliseconds.
@@ -299,13 +297,12 @@ const LEFT: i64 = 36;
 const TOP: i64 = 8;
 
 /// Attempts per bucket (one second, or wider for long runs), stacked by decision.
-fn timeline(page: &mut String, times: &[(i64, Outcome)]) {
+fn timeline(times: &[(i64, Outcome)]) -> Markup {
     let (Some(first), Some(last)) = (
         times.iter().map(|t| t.0).min(),
         times.iter().map(|t| t.0).max(),
     ) else {
-        page.push_str("<p class=\"note\">No attempts with a readable time.</p>\n");
-        return;
+        return html! { p.note { "No attempts with a readable time." } };
     };
     let start = first.div_euclid(1000);
     let seconds = last.div_euclid(1000) - start + 1;
@@ -322,73 +319,54 @@ fn timeline(page: &mut String, times: &[(i64, Outcome)]) {
     } else {
         format!("{bucket_seconds} seconds")
     };
-    let _ = writeln!(
-        page,
-        "<h3>Attempts per {bucket_words}</h3>\n<svg class=\"timeline\" role=\"img\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\" xmlns=\"http://www.w3.org/2000/svg\">\n<title>Attempts per {bucket_words} by decision</title>",
-        LEFT + BAR_AREA_WIDTH + 8,
-        TOP + BAR_AREA_HEIGHT + 24,
-        LEFT + BAR_AREA_WIDTH + 8,
-        TOP + BAR_AREA_HEIGHT + 24,
-    );
+    let (width, height) = (LEFT + BAR_AREA_WIDTH + 8, TOP + BAR_AREA_HEIGHT + 24);
     let base = TOP + BAR_AREA_HEIGHT;
-    let _ = writeln!(
-        page,
-        "<line x1=\"{LEFT}\" y1=\"{base}\" x2=\"{}\" y2=\"{base}\" class=\"axis\"/><line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{base}\" class=\"axis\"/>",
-        LEFT + BAR_AREA_WIDTH
-    );
-    let _ = writeln!(
-        page,
-        "<text x=\"{}\" y=\"{}\" class=\"label\" text-anchor=\"end\">{peak}</text><text x=\"{}\" y=\"{base}\" class=\"label\" text-anchor=\"end\">0</text>",
-        LEFT - 4,
-        TOP + 10,
-        LEFT - 4
-    );
     let slot = BAR_AREA_WIDTH as f64 / buckets as f64;
     let bar_width = (slot * 0.8).clamp(1.0, 24.0);
+    // Each decision's part of each bucket's bar, stacked from the axis up.
+    let mut bars = Vec::new();
     for (index, stack) in stacks.iter().enumerate() {
-        if stack.total() == 0 {
-            continue;
-        }
         let x = LEFT as f64 + slot * index as f64 + (slot - bar_width) / 2.0;
+        let second = (start + index as i64 * bucket_seconds) * 1000;
         let mut y = base as f64;
         for decision in DECISIONS {
             let count = stack.get(decision);
-            if count == 0 {
-                continue;
+            if count > 0 {
+                let height = BAR_AREA_HEIGHT as f64 * count as f64 / peak as f64;
+                y -= height;
+                bars.push((x, y, height, decision, second, count));
             }
-            let height = BAR_AREA_HEIGHT as f64 * count as f64 / peak as f64;
-            y -= height;
-            let second = (start + index as i64 * bucket_seconds) * 1000;
-            let _ = writeln!(
-                page,
-                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bar_width:.1}\" height=\"{height:.1}\" class=\"{}\"><title>{}: {count} {}</title></rect>",
-                decision.as_str(),
-                clock(second),
-                decision.as_str()
-            );
         }
     }
-    let _ = writeln!(
-        page,
-        "<text x=\"{LEFT}\" y=\"{}\" class=\"label\">{}</text><text x=\"{}\" y=\"{}\" class=\"label\" text-anchor=\"end\">{}</text>\n</svg>",
-        base + 16,
-        clock(start * 1000),
-        LEFT + BAR_AREA_WIDTH,
-        base + 16,
-        clock(last)
-    );
-    page.push_str("<p class=\"legend\">");
-    for decision in DECISIONS {
-        let _ = write!(
-            page,
-            "<span class=\"swatch {0}\"></span>{0} ",
-            decision.as_str()
-        );
+    html! {
+        h3 { "Attempts per " (bucket_words) }
+        svg.timeline role="img" viewBox={ "0 0 " (width) " " (height) } width=(width)
+            height=(height) xmlns="http://www.w3.org/2000/svg" {
+            title { "Attempts per " (bucket_words) " by decision" }
+            line x1=(LEFT) y1=(base) x2=(LEFT + BAR_AREA_WIDTH) y2=(base) class="axis" {}
+            line x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(base) class="axis" {}
+            text x=(LEFT - 4) y=(TOP + 10) class="label" text-anchor="end" { (peak) }
+            text x=(LEFT - 4) y=(base) class="label" text-anchor="end" { "0" }
+            @for (x, y, height, decision, second, count) in bars {
+                rect x=(format!("{x:.1}")) y=(format!("{y:.1}")) width=(format!("{bar_width:.1}"))
+                    height=(format!("{height:.1}")) class=(decision.as_str()) {
+                    title { (clock(second)) ": " (count) " " (decision.as_str()) }
+                }
+            }
+            text x=(LEFT) y=(base + 16) class="label" { (clock(start * 1000)) }
+            text x=(LEFT + BAR_AREA_WIDTH) y=(base + 16) class="label" text-anchor="end" {
+                (clock(last))
+            }
+        }
+        p.legend {
+            @for decision in DECISIONS {
+                span class={ "swatch " (decision.as_str()) } {} (decision.as_str()) " "
+            }
+        }
     }
-    page.push_str("</p>\n");
 }
 
-fn hosts_table(page: &mut String, run: &RunView) {
+fn hosts_table(run: &RunView) -> Markup {
     let mut rows: Vec<(&(String, Option<u16>), &HostRow)> = run.hosts.iter().collect();
     // Refusals first (most refused first), then failures, then the rest by volume.
     rows.sort_by(|a, b| {
@@ -399,60 +377,42 @@ fn hosts_table(page: &mut String, run: &RunView) {
             .then(b.1.counts.total().cmp(&a.1.counts.total()))
             .then(a.0.cmp(b.0))
     });
-    page.push_str(
-        "<h3>Hosts</h3>\n<table class=\"hosts\">\n<tr><th>host</th><th>port</th><th>kind</th>",
-    );
-    for decision in DECISIONS {
-        let _ = write!(page, "<th class=\"{0}\">{0}</th>", decision.as_str());
-    }
-    page.push_str("<th>reasons</th></tr>\n");
-    for ((host, port), row) in rows.iter().take(MAX_HOST_ROWS) {
-        let class = if row.counts.refusals() > 0 {
-            " class=\"refused\""
-        } else {
-            ""
-        };
-        let port = port.map_or_else(|| "-".to_owned(), |p| p.to_string());
-        let kinds: Vec<&str> = row.kinds.iter().copied().collect();
-        let _ = write!(
-            page,
-            "<tr{class}><td class=\"host\">{}</td><td>{port}</td><td>{}</td>",
-            text(host),
-            kinds.join(", ")
-        );
-        for decision in DECISIONS {
-            let count = row.counts.get(decision);
-            if count == 0 {
-                page.push_str("<td></td>");
-            } else {
-                let _ = write!(page, "<td>{count}</td>");
+    html! {
+        h3 { "Hosts" }
+        table.hosts {
+            tr {
+                th { "host" } th { "port" } th { "kind" }
+                @for decision in DECISIONS { th class=(decision.as_str()) { (decision.as_str()) } }
+                th { "reasons" }
+            }
+            @for ((host, port), row) in rows.iter().take(MAX_HOST_ROWS) {
+                tr class=[(row.counts.refusals() > 0).then_some("refused")] {
+                    td.host { (shown(host)) }
+                    td { @match port { Some(port) => (port), None => "-" } }
+                    td { (row.kinds.iter().copied().collect::<Vec<_>>().join(", ")) }
+                    @for decision in DECISIONS {
+                        td { @match row.counts.get(decision) { 0 => {}, count => (count) } }
+                    }
+                    td {
+                        @for (index, (reason, count)) in row.reasons.iter().enumerate() {
+                            @if index > 0 { ", " }
+                            (shown(reason)) " ×" (count)
+                        }
+                    }
+                }
             }
         }
-        let reasons: Vec<String> = row
-            .reasons
-            .iter()
-            .map(|(reason, count)| format!("{} ×{count}", text(reason)))
-            .collect();
-        let _ = writeln!(page, "<td>{}</td></tr>", reasons.join(", "));
-    }
-    page.push_str("</table>\n");
-    if rows.len() > MAX_HOST_ROWS {
-        let _ = writeln!(
-            page,
-            "<p class=\"note\">{} more host:port pairs not shown (none refused more than the last row).</p>",
-            rows.len() - MAX_HOST_ROWS
-        );
+        @if rows.len() > MAX_HOST_ROWS {
+            p.note {
+                (rows.len() - MAX_HOST_ROWS)
+                " more host:port pairs not shown (none refused more than the last row)."
+            }
+        }
     }
 }
 
-const HEAD: &str = r#"<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>egress-sandbox audit report</title>
-<style>
+/// The page's style sheet: inline, as the Content-Security-Policy allows nothing else.
+const STYLE: &str = r#"
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1d1d1f; background: #fff; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
@@ -475,9 +435,6 @@ rect.would_block, .swatch.would_block { fill: #f29900; background: #f29900; }
 rect.failed, .swatch.failed { fill: #9aa0a6; background: #9aa0a6; }
 rect.allowed, .swatch.allowed { fill: #34a853; background: #34a853; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 12px; }
-</style>
-</head>
-<body>
 "#;
 
 #[cfg(test)]
@@ -516,6 +473,36 @@ mod tests {
         assert!(!html.contains('\u{202e}'));
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;\\x1b[31m\\u202ex"));
         assert!(html.contains("r-&lt;b&gt;"));
+    }
+
+    /// Every text a log brings is escaped wherever the page shows it: the template escapes
+    /// what it inserts, so no field can open an element.
+    #[test]
+    fn every_text_from_a_log_is_escaped() {
+        let mut attempt: serde_json::Value = serde_json::from_str(&record(
+            "r<i>1",
+            "h<i>.example",
+            "blocked",
+            "2026-11-29T18:40:43.123Z",
+        ))
+        .unwrap();
+        attempt["policy"] = "p<i>\"q".into();
+        attempt["reason"] = "new<i>reason".into();
+        let lines = [attempt.to_string(), "<i>not a record".to_owned()];
+        let mut log = AuditLog::default();
+        read_into(Path::new("<i>.log"), lines.join("\n").as_bytes(), &mut log).unwrap();
+        let html = render(&log, &["<i>.log".to_owned()]);
+        assert!(!html.contains("<i>"), "{html}");
+        for escaped in [
+            "r&lt;i&gt;1",
+            "h&lt;i&gt;.example",
+            "p&lt;i&gt;&quot;q",
+            "new&lt;i&gt;reason ×1",
+            "<code>&lt;i&gt;.log</code>",
+            "<code>&lt;i&gt;.log:2</code>",
+        ] {
+            assert!(html.contains(escaped), "{escaped} not in {html}");
+        }
     }
 
     #[test]

@@ -132,7 +132,7 @@ impl std::fmt::Debug for Secrets {
 #[non_exhaustive]
 pub enum ReadError {
     /// Reading stdin failed.
-    #[error("cannot read the run's configuration from stdin: {0}")]
+    #[error("cannot read the run's configuration from stdin")]
     Read(#[from] io::Error),
     /// Stdin reached its end before a whole line.
     #[error("stdin closed before the run's configuration arrived")]
@@ -154,7 +154,7 @@ pub enum ReadError {
         expected: u32,
     },
     /// The line is not a handoff this reader understands.
-    #[error("the run's configuration on stdin is not valid: {0}")]
+    #[error("the run's configuration on stdin is not valid")]
     Invalid(#[from] serde_json::Error),
 }
 
@@ -195,6 +195,21 @@ impl Handoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handoff_that_cannot_be_read_or_parsed_says_its_cause_once() {
+        let unreadable = ReadError::from(io::Error::other("broken pipe"));
+        let parser = serde_json::from_str::<Handoff>("{").unwrap_err();
+        let cause = parser.to_string();
+        let invalid = ReadError::from(parser);
+        for (error, cause) in [(&unreadable, "broken pipe"), (&invalid, cause.as_str())] {
+            let shown = error.to_string();
+            assert!(!shown.contains(cause), "{shown}");
+            let line = crate::text::with_causes(error);
+            assert_eq!(line.matches(cause).count(), 1, "{line}");
+            assert_eq!(line, format!("{shown}: {cause}"));
+        }
+    }
 
     #[test]
     fn a_handoff_survives_its_line_whatever_the_file_name() {

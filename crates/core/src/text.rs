@@ -50,6 +50,22 @@ pub(crate) fn push_escape(out: &mut String, c: char) {
     }
 }
 
+/// `error` and each of its causes, joined with `: `: how every front end of egress-sandbox
+/// says an error on one line. Each error of the tool says only its own step and leaves its
+/// cause to [`source`](std::error::Error::source), so walking the chain says every cause
+/// once (as anyhow's `{:#}` does). Not made [`visible`]: the caller does that where the line
+/// meets a person.
+pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +101,21 @@ mod tests {
             let shown = visible(c.encode_utf8(&mut [0; 4])).into_owned();
             assert!(!shown.chars().any(must_escape), "U+{code:04X} shown raw");
         }
+    }
+
+    #[test]
+    fn every_cause_follows_its_error_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read x")]
+        struct Step(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot start")]
+        struct Outer(#[source] Step);
+        let error = Outer(Step(std::io::Error::other("disk full")));
+        assert_eq!(
+            with_causes(&error),
+            "cannot start: cannot read x: disk full"
+        );
+        assert_eq!(with_causes(&std::io::Error::other("alone")), "alone");
     }
 }

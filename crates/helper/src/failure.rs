@@ -14,21 +14,10 @@ impl Failure {
         Failure(message.into())
     }
 
-    /// `error` and its causes.
+    /// `error` and its causes, each said once: every error says only its own part and
+    /// leaves its cause to `source()` ([`egress_core::text::with_causes`]).
     pub fn from_error(error: &(dyn Error + 'static)) -> Failure {
-        let mut message = String::new();
-        let mut next = Some(error);
-        while let Some(cause) = next {
-            let text = cause.to_string();
-            if !message.contains(&text) {
-                if !message.is_empty() {
-                    message.push_str(": ");
-                }
-                message.push_str(&text);
-            }
-            next = cause.source();
-        }
-        Failure(message)
+        Failure(egress_core::text::with_causes(error))
     }
 
     /// `context`, then `error` and its causes.
@@ -65,25 +54,28 @@ mod tests {
     use super::*;
 
     #[derive(Debug)]
-    struct Quoting(std::io::Error);
-    impl fmt::Display for Quoting {
+    struct Step(std::io::Error);
+    impl fmt::Display for Step {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "cannot read x: {}", self.0)
+            f.write_str("cannot read x")
         }
     }
-    impl Error for Quoting {
+    impl Error for Step {
         fn source(&self) -> Option<&(dyn Error + 'static)> {
             Some(&self.0)
         }
     }
 
     #[test]
-    fn a_cause_already_quoted_is_said_once() {
+    fn each_cause_is_said_once() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone (os error 2)");
-        let failure = Failure::in_context("cannot serve", &Quoting(io));
+        let failure = Failure::in_context("cannot serve", &Step(io));
         assert_eq!(
             failure.to_string(),
             "cannot serve: cannot read x: gone (os error 2)"
         );
+        // Nothing is matched by its text: a cause worded like its error is still said.
+        let failure = Failure::in_context("cannot serve", &std::io::Error::other("cannot serve"));
+        assert_eq!(failure.to_string(), "cannot serve: cannot serve");
     }
 }

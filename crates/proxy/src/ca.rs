@@ -34,10 +34,10 @@ const BACKDATE: Duration = Duration::from_secs(60);
 #[non_exhaustive]
 pub enum CaError {
     /// Generating a key or signing a certificate failed.
-    #[error("cannot create the run CA: {0}")]
+    #[error("cannot create the run CA")]
     Generate(#[from] rcgen::Error),
     /// rustls refused the leaf for an inspected host.
-    #[error("cannot build the TLS configuration for {host}: {source}")]
+    #[error("cannot build the TLS configuration for {host}")]
     Tls {
         /// The inspected host the leaf is for.
         host: String,

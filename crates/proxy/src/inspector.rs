@@ -55,7 +55,7 @@ pub enum InspectError {
     #[error(transparent)]
     Ca(#[from] CaError),
     /// An extra upstream CA (`CredentialConfig::upstream_ca`) was refused by rustls.
-    #[error("upstream CA: {0}")]
+    #[error("upstream CA")]
     Upstream(#[from] rustls::Error),
 }
 
@@ -186,5 +186,20 @@ impl Inspector {
             HeaderValue::try_from(credential.header_value(secret.value.expose())).ok()?;
         value.set_sensitive(true);
         Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_upstream_ca_says_its_cause_once() {
+        let error = InspectError::from(rustls::Error::General("bad anchor".into()));
+        assert_eq!(error.to_string(), "upstream CA");
+        assert_eq!(
+            egress_core::text::with_causes(&error),
+            "upstream CA: unexpected error: bad anchor"
+        );
     }
 }

@@ -70,7 +70,7 @@ pub struct PassedListeners {
 #[non_exhaustive]
 pub enum PassError {
     /// Receiving over the Unix socket failed.
-    #[error("cannot read the passed listeners: {0}")]
+    #[error("cannot read the passed listeners")]
     Io(#[from] io::Error),
     /// The message is not one pass of the expected shape (count, roles, truncation).
     #[error("the pass is malformed: {0}")]
@@ -243,7 +243,9 @@ impl PassedListeners {
         };
         let answer = match &received {
             Ok(_) => TAKEN.to_vec(),
-            Err(error) => format!("refused: {error}\n").into_bytes(),
+            Err(error) => {
+                format!("refused: {}\n", egress_core::text::with_causes(error)).into_bytes()
+            }
         };
         // The sender may be gone already; what matters is what was received.
         let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, &answer).await;

@@ -30,7 +30,7 @@ pub enum ProxyError {
     #[error(transparent)]
     Credentials(#[from] InspectError),
     /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
@@ -38,7 +38,7 @@ pub enum ProxyError {
         source: std::io::Error,
     },
     /// The Unix socket that receives the passed listeners could not be bound.
-    #[error("cannot listen on {}: {source}", path.display())]
+    #[error("cannot listen on {}", path.display())]
     BindUnix {
         /// Its path (`ProxyConfig::listeners_from`).
         path: PathBuf,
@@ -462,7 +462,10 @@ async fn serve_passed(
     let listeners = match doors {
         Ok(doors) => doors,
         Err(error) => {
-            tracing::error!(%error, "refused the listeners passed by the sandbox: no door is served");
+            tracing::error!(
+                error = %egress_core::text::with_causes(&error),
+                "refused the listeners passed by the sandbox: no door is served"
+            );
             return;
         }
     };
@@ -593,5 +596,32 @@ async fn refuse_over_limit(
         );
         let write = stream.write_all(response.as_bytes());
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_that_cannot_be_bound_says_its_cause_once() {
+        let bind = ProxyError::Bind {
+            addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+            source: std::io::Error::other("address in use"),
+        };
+        let bind_unix = ProxyError::BindUnix {
+            path: PathBuf::from("/run/doors.sock"),
+            source: std::io::Error::other("address in use"),
+        };
+        for (error, shown) in [
+            (&bind, "cannot listen on 127.0.0.1:9"),
+            (&bind_unix, "cannot listen on /run/doors.sock"),
+        ] {
+            assert_eq!(error.to_string(), shown);
+            assert_eq!(
+                egress_core::text::with_causes(error),
+                format!("{shown}: address in use")
+            );
+        }
     }
 }

@@ -63,7 +63,7 @@ pub struct LaunchSetup {
 #[non_exhaustive]
 pub enum SignalError {
     /// Reading stdin failed.
-    #[error("cannot read the launch signal: {0}")]
+    #[error("cannot read the launch signal")]
     Read(#[from] io::Error),
     /// The text is not a launch signal; says what is wrong.
     #[error("not a launch signal: {0}")]
@@ -134,6 +134,16 @@ pub fn read(input: &mut impl Read) -> Result<Option<LaunchSetup>, SignalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signal_that_cannot_be_read_says_its_cause_once() {
+        let error = SignalError::from(io::Error::other("broken pipe"));
+        assert_eq!(error.to_string(), "cannot read the launch signal");
+        assert_eq!(
+            crate::outcome::with_causes(&error),
+            "cannot read the launch signal: broken pipe"
+        );
+    }
 
     #[test]
     fn a_plain_go_is_one_newline_and_nothing_after_it_is_read() {

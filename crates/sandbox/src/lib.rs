@@ -101,7 +101,7 @@ pub use helper::{HELPER_ENV, HELPER_NAME, Helper, HelperError, HelperVersion};
 
 // What a run is asked to do, checked before anything is created.
 pub use credentials::{CredentialError, RunCredentials};
-pub use fit::{Unfit, check_fit};
+pub use fit::{EngineOffer, Unfit, UnknownRuntime, check_fit, check_runtime};
 pub use options::{Field, Names, RunOptions};
 pub use spec::{
     DEFAULT_AUDIT_LIMIT, DEFAULT_LIMITS, DEFAULT_SUBNET_POOL, MIN_MEMORY, MIN_TMP, Mount,

@@ -260,17 +260,8 @@ impl RunError {
 
 /// `error` and each of its causes, joined with `: `. Every error of a run says only its own
 /// step and leaves its cause to [`source`](std::error::Error::source), so each cause is said
-/// once here, as in anyhow's `{:#}`.
-pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
+/// once here, as in anyhow's `{:#}`. The one such helper of the tool, from `egress-core`.
+pub use egress_core::text::with_causes;
 
 pub(crate) fn docker_step(step: impl Into<String>) -> impl FnOnce(DockerError) -> RunError {
     let step = step.into();

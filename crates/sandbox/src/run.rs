@@ -195,11 +195,11 @@ async fn cold_objects(sandbox: &Sandbox, spec: &RunSpec) -> Result<SlotObjects, 
     // Checked before anything is created: an unknown runtime would fail only at the
     // sandbox's create, after the networks and the proxy exist.
     if let Some(name) = &spec.runtime {
-        let available = engine.runtimes().await?;
-        if !available.contains(name) {
+        let offer = crate::fit::check_runtime(engine, Some(name)).await?;
+        if let Err(unknown) = offer.runtime {
             return Err(RunError::UnknownRuntime {
-                name: egress_core::text::visible(name).into_owned(),
-                available,
+                name: egress_core::text::visible(&unknown.name).into_owned(),
+                available: unknown.available,
             });
         }
     }

@@ -25,7 +25,7 @@ use super::metrics::Metrics;
 use super::request::BadRequest;
 use super::socket::{self, BoundSocket};
 use super::{PoolState, ServeError, ServeOptions, Shared, handle, json_response, metrics_response};
-use egress_sandbox::{ContainerEngine, Pool, RunSpec, Sandbox};
+use egress_sandbox::{ContainerEngine, Pool, RunSpec, Sandbox, check_runtime};
 
 #[cfg(test)]
 mod tests;
@@ -145,17 +145,13 @@ fn slot_template(options: &ServeOptions) -> Result<RunSpec, ServeError> {
 /// cold run checks them, before the socket, so that a daemon whose every run would fail
 /// does not start up healthy.
 async fn check_engine(sandbox: &Sandbox, options: &ServeOptions) -> Result<(), ServeError> {
-    let available = sandbox.engine().runtimes().await?;
+    let offer = check_runtime(sandbox.engine(), options.runtime.as_deref()).await?;
     if let Some(network) = &options.egress_network {
         sandbox.check_egress_network(network).await?;
     }
-    match &options.runtime {
-        Some(name) if !available.contains(name) => Err(ServeError::Runtime(format!(
-            "the engine has no runtime {name:?} (it has: {})",
-            available.join(", ")
-        ))),
-        _ => Ok(()),
-    }
+    offer
+        .runtime
+        .map_err(|unknown| ServeError::Runtime(unknown.to_string()))
 }
 
 /// The slots kept warm: `asked` on a local engine, none on a remote one (the slots'

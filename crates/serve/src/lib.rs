@@ -135,7 +135,7 @@ pub enum ServeError {
     #[error(transparent)]
     Socket(#[from] socket::SocketError),
     /// The `--metrics-listen` address could not be bound.
-    #[error("cannot listen for metrics on {addr}: {source}")]
+    #[error("cannot listen for metrics on {addr}")]
     MetricsListen {
         /// The address asked for.
         addr: SocketAddr,
@@ -416,6 +416,21 @@ fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<B
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metrics_address_that_cannot_be_bound_says_its_cause_once() {
+        let error = ServeError::MetricsListen {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            source: std::io::Error::other("address in use"),
+        };
+        assert!(!error.to_string().contains("address in use"), "{error}");
+        let line = egress_sandbox::with_causes(&error);
+        assert_eq!(line.matches("address in use").count(), 1, "{line}");
+        assert_eq!(
+            line,
+            "cannot listen for metrics on 127.0.0.1:9: address in use"
+        );
+    }
 
     #[test]
     fn a_cancel_names_int_term_or_pipe_and_nothing_else() {

@@ -45,7 +45,7 @@ pub enum SocketError {
     #[error(transparent)]
     Place(#[from] PlaceError),
     /// A file-system step of the binding failed (reading `/etc/group` among them).
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Io {
         /// The step, worded to precede the path (`cannot bind`).
         what: &'static str,
@@ -180,6 +180,17 @@ fn group_id(group: &str) -> Result<u32, SocketError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step's message names the step and its path; the file system's error is its cause,
+    /// said once when the chain is printed.
+    #[test]
+    fn a_failed_step_says_its_cause_once() {
+        let error =
+            io_error("cannot bind", Path::new("/run/x.sock"))(io::Error::other("disk full"));
+        assert_eq!(error.to_string(), "cannot bind /run/x.sock");
+        let line = egress_core::text::with_causes(&error);
+        assert_eq!(line, "cannot bind /run/x.sock: disk full");
+    }
 
     #[tokio::test]
     async fn the_socket_is_private_and_a_live_one_is_not_taken_over() {

@@ -213,3 +213,23 @@ fn validity_at_the_ends_of_time_is_an_error_not_a_panic() {
         Err(CaError::Dates)
     ));
 }
+
+#[test]
+fn a_ca_that_cannot_be_made_says_its_cause_once() {
+    let generate = CaError::from(rcgen::Error::CouldNotParseCertificate);
+    let tls = CaError::Tls {
+        host: "api.example".into(),
+        source: rustls::Error::General("no such suite".into()),
+    };
+    for error in [&generate, &tls] {
+        let cause = std::error::Error::source(error).unwrap().to_string();
+        let shown = error.to_string();
+        assert!(!shown.contains(&cause), "{shown}");
+        let line = egress_core::text::with_causes(error);
+        assert_eq!(line, format!("{shown}: {cause}"));
+    }
+    assert_eq!(
+        tls.to_string(),
+        "cannot build the TLS configuration for api.example"
+    );
+}

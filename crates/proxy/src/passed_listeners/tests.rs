@@ -204,3 +204,13 @@ async fn the_sender_hears_a_refusal() {
         "{said}"
     );
 }
+
+#[test]
+fn a_pass_that_cannot_be_read_says_its_cause_once() {
+    let error = PassError::from(io::Error::other("connection reset"));
+    assert_eq!(error.to_string(), "cannot read the passed listeners");
+    assert_eq!(
+        egress_core::text::with_causes(&error),
+        "cannot read the passed listeners: connection reset"
+    );
+}

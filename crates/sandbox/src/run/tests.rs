@@ -452,3 +452,30 @@ async fn a_create_the_engine_refuses_fails_the_run_naming_the_step() {
     );
     assert_eq!(fake.leftovers(), Vec::<String>::new());
 }
+
+/// A runtime the engine lacks fails the cold run before anything is created, with the
+/// message the daemon and `check_fit` give.
+#[tokio::test]
+async fn a_cold_run_on_a_runtime_the_engine_lacks_fails_before_creating_anything() {
+    let fake = FakeEngine::local();
+    let spec = RunSpec::builder(["true"]).runtime("kata").build().unwrap();
+    let ended = cold(&fake.sandbox().unwrap(), spec, std::future::pending()).await;
+    let error = ended.result.unwrap_err();
+    assert!(
+        matches!(&error, RunError::UnknownRuntime { name, available } if name == "kata" && *available == ["runc"]),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "the engine has no runtime \"kata\" (it has: runc)"
+    );
+    assert!(
+        !fake
+            .calls()
+            .iter()
+            .any(|call| matches!(call.method, Method::CreateContainer | Method::CreateNetwork)),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(fake.leftovers(), Vec::<String>::new());
+}

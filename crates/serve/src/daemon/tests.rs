@@ -182,6 +182,34 @@ async fn an_engine_that_fails_at_start_up_is_a_clear_error_and_leaves_nothing() 
     assert_nothing_left(&engine, &socket);
 }
 
+/// A runtime the engine lacks stops the start, before the socket, in the words a cold run
+/// and a request's fit check use.
+#[tokio::test]
+async fn a_runtime_the_engine_lacks_stops_the_start() {
+    let engine = FakeEngine::local();
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = ServeOptions::new(dir.path().join("api.sock"));
+    options.runtime = Some("kata".into());
+    let socket = options.socket.clone();
+    let error = bounded(
+        "the start",
+        serve(
+            engine.sandbox().unwrap(),
+            options,
+            std::future::pending(),
+            |_| panic!("a daemon whose runtime is missing must not be ready"),
+        ),
+    )
+    .await
+    .expect_err("the start fails");
+    assert!(matches!(error, ServeError::Runtime(_)), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "--runtime: the engine has no runtime \"kata\" (it has: runc)"
+    );
+    assert_nothing_left(&engine, &socket);
+}
+
 #[tokio::test]
 async fn a_stop_during_a_run_ends_it_and_leaves_nothing() {
     let engine = FakeEngine::local();
