@@ -18,6 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::run::{SETUP_FAILED, build_spec, refuse, say};
 use super::tool_lines::{self, Stream};
 use crate::cli::RunArgs;
+use egress_core::text::with_causes;
 use egress_sandbox::Interruption;
 use egress_sandbox::RunReport;
 use egress_serve::client::{Client, ClientError, Event};
@@ -157,7 +158,7 @@ pub fn run(args: RunArgs, socket: PathBuf) -> anyhow::Result<ExitCode> {
                 i32::from(SETUP_FAILED)
             }
             Err(error) => {
-                say(format_args!("egress-sandbox: error: {error}"));
+                say(format_args!("egress-sandbox: error: {}", with_causes(&error)));
                 i32::from(SETUP_FAILED)
             }
         })
@@ -183,7 +184,7 @@ async fn cancel(
     match client.cancel(&id, signal).await {
         Ok(()) => true,
         Err(error) => {
-            tracing::warn!(%error, "cannot cancel the run");
+            tracing::warn!(error = %with_causes(&error), "cannot cancel the run");
             false
         }
     }

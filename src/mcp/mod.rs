@@ -162,7 +162,7 @@ impl McpServer {
                 if let Some(run) = run
                     && let Err(error) = self.client.cancel(&run, Interruption::Interrupt).await
                 {
-                    tracing::debug!(%run, %error, "cancel of a run that has ended");
+                    tracing::debug!(%run, error = %egress_core::text::with_causes(&error), "cancel of a run that has ended");
                 }
                 outcome::failure("egress-sandbox: the call was cancelled; its run was interrupted")
             }

@@ -16,6 +16,7 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
+use egress_core::text::with_causes;
 use egress_serve::client::{ClientError, Event};
 
 /// The result limit when the operator gives no `--output-limit`: about 8,000 tokens of
@@ -238,7 +239,7 @@ pub fn refusal(error: &ClientError) -> CallToolResult {
             }
             failure(format!("egress-sandbox: error: {}", refusal.error))
         }
-        other => failure(format!("egress-sandbox: error: {other}")),
+        other => failure(format!("egress-sandbox: error: {}", with_causes(other))),
     }
 }
 

@@ -40,14 +40,14 @@ pub enum CredentialError {
     )]
     /// An environment variable of the run has a secret's name, whose placeholder it would replace.
     EnvShadowsSecret(String),
-    /// An upstream CA file could not be read.
-    #[error("--upstream-ca {path}: cannot read: {source}")]
+    /// An upstream CA file could not be read. The read's error is part of the message (not
+    /// a `source()`), so every caller shows it, once.
+    #[error("--upstream-ca {path}: cannot read: {cause}")]
     UpstreamCaRead {
         /// The file.
         path: PathBuf,
         /// Why it could not be read.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// An upstream CA file is larger than a CA file can be.
     #[error("--upstream-ca {path}: larger than {MAX_UPSTREAM_CA_BYTES} bytes")]
@@ -57,7 +57,14 @@ pub enum CredentialError {
     },
     /// An upstream CA file holds no usable CA certificate.
     #[error("--upstream-ca {0}")]
-    UpstreamCa(#[from] UpstreamCaError),
+    UpstreamCa(UpstreamCaError),
+}
+
+/// Said in the message, not a `source()`: the message holds it.
+impl From<UpstreamCaError> for CredentialError {
+    fn from(error: UpstreamCaError) -> CredentialError {
+        CredentialError::UpstreamCa(error)
+    }
 }
 
 impl CredentialError {
@@ -91,8 +98,8 @@ impl CredentialError {
                 "env {name} would replace the placeholder of the secret {name}; the sandbox gets \
                  {name} from secrets"
             ),
-            CredentialError::UpstreamCaRead { path, source } => {
-                format!("upstream_ca {}: cannot read: {source}", path.display())
+            CredentialError::UpstreamCaRead { path, cause } => {
+                format!("upstream_ca {}: cannot read: {cause}", path.display())
             }
             CredentialError::UpstreamCaTooLarge { path } => format!(
                 "upstream_ca {}: larger than {MAX_UPSTREAM_CA_BYTES} bytes",
@@ -198,9 +205,9 @@ impl RunCredentials {
 
 /// Reads one `--upstream-ca` file and checks it holds usable PEM certificates.
 fn read_upstream_ca(path: &Path) -> Result<InlineCertificate, CredentialError> {
-    let read_error = |source| CredentialError::UpstreamCaRead {
+    let read_error = |cause| CredentialError::UpstreamCaRead {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     let size = std::fs::metadata(path).map_err(read_error)?.len();
     if size > MAX_UPSTREAM_CA_BYTES {

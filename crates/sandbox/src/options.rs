@@ -276,9 +276,9 @@ impl RunOptions {
         for policy in &mut self.policies {
             if let PolicyText::File(path) = policy {
                 let yaml =
-                    std::fs::read_to_string(&*path).map_err(|source| SpecError::PolicyRead {
+                    std::fs::read_to_string(&*path).map_err(|cause| SpecError::PolicyRead {
                         path: path.clone(),
-                        source,
+                        cause,
                     })?;
                 *policy = PolicyText::Named {
                     file: path.display().to_string(),

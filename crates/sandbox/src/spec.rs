@@ -53,15 +53,16 @@ pub const DEFAULT_AUDIT_LIMIT: u64 = egress_core::audit::DEFAULT_AUDIT_LIMIT;
 #[non_exhaustive]
 pub enum SpecError {
     /// A policy does not parse or check, with every diagnostic found.
-    #[error("{0}")]
+    #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// A policy file could not be read.
-    #[error("cannot read policy {path}: {source}")]
+    /// A policy file could not be read. The read's error is part of the message (not a
+    /// `source()`), so every caller shows it, once.
+    #[error("cannot read policy {path}: {cause}")]
     PolicyRead {
         /// The file asked for.
         path: PathBuf,
         /// The read's error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// One policy is longer than one argument of the proxy process may be.
     #[error(
@@ -761,6 +762,47 @@ fn check_names(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every refusal says each cause once, whether printed alone or with its chain.
+    #[test]
+    fn each_cause_is_said_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.yaml");
+        let bad_ca = dir.path().join("ca.pem");
+        std::fs::write(&bad_ca, "not a certificate").unwrap();
+        let errors = [
+            RunSpec::builder(["true"])
+                .policy_file(&missing)
+                .build()
+                .unwrap_err(),
+            RunSpec::builder(["true"])
+                .upstream_ca(&missing)
+                .build()
+                .unwrap_err(),
+            RunSpec::builder(["true"])
+                .upstream_ca(&bad_ca)
+                .build()
+                .unwrap_err(),
+            RunSpec::builder(["true"])
+                .policy_yaml("p.yaml", "version: 2\n")
+                .build()
+                .unwrap_err(),
+        ];
+        for error in errors {
+            let shown = crate::with_causes(&error);
+            assert_eq!(
+                shown,
+                error.to_string(),
+                "the message holds its cause: {shown}"
+            );
+        }
+        let read = RunSpec::builder(["true"])
+            .policy_file(&missing)
+            .build()
+            .unwrap_err();
+        let shown = crate::with_causes(&read);
+        assert_eq!(shown.matches("No such file").count(), 1, "{shown}");
+    }
 
     #[test]
     fn audit_limit_defaults_and_refuses_zero() {

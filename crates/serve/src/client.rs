@@ -122,7 +122,7 @@ pub struct Refusal {
 #[non_exhaustive]
 pub enum ClientError {
     /// The socket cannot be read or connected to (missing, or nobody listens).
-    #[error("cannot reach the egress-sandbox daemon at {socket}: {source}")]
+    #[error("cannot reach the egress-sandbox daemon at {socket}")]
     Connect {
         /// The daemon's socket.
         socket: PathBuf,
@@ -155,7 +155,7 @@ pub enum ClientError {
         peer: User,
     },
     /// The HTTP exchange with the daemon failed.
-    #[error("the egress-sandbox daemon failed: {0}")]
+    #[error("the egress-sandbox daemon failed")]
     Http(#[from] hyper::Error),
     /// The daemon answered with a status other than 200.
     #[error("the daemon refused the request ({status}): {}", refusal.error)]
@@ -343,5 +343,26 @@ impl Client {
             diagnostics: Vec::new(),
         });
         Err(ClientError::Refused { status, refusal })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket nobody listens on: the message says the step, the chain its cause once.
+    #[tokio::test]
+    async fn an_unreachable_daemon_is_said_with_its_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = Client::new(dir.path().join("nobody.sock"));
+        let error = client.get("/v1/health").await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("cannot reach the egress-sandbox daemon at"),
+            "{message}"
+        );
+        assert!(!message.contains("No such file"), "{message}");
+        let shown = egress_core::text::with_causes(&error);
+        assert_eq!(shown.matches("No such file").count(), 1, "{shown}");
     }
 }

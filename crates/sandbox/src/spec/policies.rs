@@ -22,9 +22,9 @@ pub struct PolicySource {
 
 /// Reads a policy file once; the same text is validated here and parsed by the proxy.
 pub(super) fn read_policy(path: &Path) -> Result<(String, PolicySource), SpecError> {
-    let read_error = |source| SpecError::PolicyRead {
+    let read_error = |cause| SpecError::PolicyRead {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     let shown = path.display().to_string();
     let size = std::fs::metadata(path).map_err(read_error)?.len();
