@@ -231,7 +231,7 @@ pub(crate) struct Attempt {
     pub port: Option<u16>,
     pub decision: Outcome,
     pub reason: Reason,
-    pub rule: Option<String>,
+    pub rule: Option<RuleRef>,
     /// The exact upstream address connected to.
     pub addr: Option<SocketAddr>,
     /// The addresses refused after resolution, when none was left to connect to.
@@ -309,7 +309,7 @@ impl Attempt {
         record.ts = timestamp(self.started_at);
         record.client = self.client.map(|c| c.to_string());
         record.port = self.port;
-        record.rule = self.rule.take();
+        record.rule = self.rule.take().map(|rule| rule.to_string());
         record.addr = self.addr.map(|a| a.ip().to_string());
         record.addrs = self.refused_addrs.iter().map(ToString::to_string).collect();
         record.bytes_up = self.bytes_up;
@@ -341,7 +341,9 @@ impl Attempt {
     ) {
         self.decision = decision;
         self.reason = reason;
-        self.rule = rule.map(ToString::to_string);
+        // Kept as it is, written out once for the record: an attempt is often decided
+        // twice (the name, then its addresses' check).
+        self.rule = rule.cloned();
     }
 
     /// Records a policy decision: allow → allowed/rule, report-mode → would_block.
