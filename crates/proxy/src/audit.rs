@@ -41,6 +41,15 @@ pub enum AuditDestination {
 /// The cheap, clonable handle every door holds. Sending never blocks the request path.
 #[derive(Clone)]
 pub struct AuditSink {
+    /// One shared allocation: every attempt clones the handle, and one reference count
+    /// costs one atomic update where a field per `Arc` cost ten, all of them on cache lines
+    /// every connection of the run touches.
+    inner: Arc<SinkState>,
+}
+
+/// What an [`AuditSink`] shares.
+#[derive(Clone)]
+struct SinkState {
     tx: mpsc::UnboundedSender<WriterMessage>,
     /// The writer thread, woken when someone waits for their record.
     writer: std::thread::Thread,
@@ -94,22 +103,24 @@ impl AuditSink {
             .name("audit-writer".into())
             .spawn(move || writer::run(rx, output, settings))?;
         Ok(AuditSink {
-            tx,
-            writer: thread.thread().clone(),
-            counts: Arc::default(),
-            budget,
-            dropped,
-            write_errors,
-            run: run.map(Arc::from),
-            policy: Arc::from(policy),
-            redactor: Arc::default(),
-            sandbox_hostname: None,
+            inner: Arc::new(SinkState {
+                tx,
+                writer: thread.thread().clone(),
+                counts: Arc::default(),
+                budget,
+                dropped,
+                write_errors,
+                run: run.map(Arc::from),
+                policy: Arc::from(policy),
+                redactor: Arc::default(),
+                sandbox_hostname: None,
+            }),
         })
     }
 
     /// The sink that keeps the run's real secrets out of records' hosts and paths.
     pub(crate) fn with_redactor(mut self, secrets: Arc<SecretForms>) -> Self {
-        self.redactor = secrets;
+        Arc::make_mut(&mut self.inner).redactor = secrets;
         self
     }
 
@@ -117,17 +128,17 @@ impl AuditSink {
     /// each names its run and policy, so each line says where it came from on its own.
     #[must_use]
     pub fn with_sandbox_hostname(mut self, name: Option<&str>) -> AuditSink {
-        self.sandbox_hostname = name.map(Arc::from);
+        Arc::make_mut(&mut self.inner).sandbox_hostname = name.map(Arc::from);
         self
     }
 
     /// Fills in `v`, `run`, `policy` and `sandbox_hostname` and counts the record.
     fn prepare(&self, record: &mut AuditRecord) {
         record.v = AUDIT_VERSION;
-        record.run = self.run.as_deref().map(str::to_owned);
-        record.policy = Some(self.policy.to_string());
-        record.sandbox_hostname = self.sandbox_hostname.as_deref().map(str::to_owned);
-        if let Ok(mut counts) = self.counts.lock() {
+        record.run = self.inner.run.as_deref().map(str::to_owned);
+        record.policy = Some(self.inner.policy.to_string());
+        record.sandbox_hostname = self.inner.sandbox_hostname.as_deref().map(str::to_owned);
+        if let Ok(mut counts) = self.inner.counts.lock() {
             *counts.entry((record.decision, record.reason)).or_default() += 1;
         }
     }
@@ -141,7 +152,7 @@ impl AuditSink {
     fn send_record(&self, mut record: AuditRecord, held: bool) {
         self.prepare(&mut record);
         // The writer only stops when the process ends; a failed send means it is gone.
-        let _ = self.tx.send(WriterMessage::Record {
+        let _ = self.inner.tx.send(WriterMessage::Record {
             record: Box::new(record),
             held,
             done: None,
@@ -179,8 +190,8 @@ impl AuditSink {
     }
 
     async fn wait_for(&self, message: WriterMessage, wait: oneshot::Receiver<()>) {
-        if self.tx.send(message).is_ok() {
-            self.writer.unpark();
+        if self.inner.tx.send(message).is_ok() {
+            self.inner.writer.unpark();
             let _ = wait.await;
         }
     }
@@ -188,18 +199,22 @@ impl AuditSink {
     /// Counts an attempt that gets no record of its own (a DNS query over the rate); the
     /// `end` record reports it in `dropped`.
     pub fn count_dropped(&self) {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.inner.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// How many writes or flushes of the log failed so far. Lines may be missing from it
     /// (the chain then shows where); nonzero means the log is not a complete record.
     pub fn write_errors(&self) -> u64 {
-        self.write_errors.load(Ordering::Relaxed)
+        self.inner.write_errors.load(Ordering::Relaxed)
     }
 
     /// A snapshot of the records sent so far, per (decision, reason).
     pub fn counts(&self) -> AuditCounts {
-        self.counts.lock().map(|c| c.clone()).unwrap_or_default()
+        self.inner
+            .counts
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -216,7 +231,7 @@ pub(crate) struct Attempt {
     pub port: Option<u16>,
     pub decision: Outcome,
     pub reason: Reason,
-    pub rule: Option<String>,
+    pub rule: Option<RuleRef>,
     /// The exact upstream address connected to.
     pub addr: Option<SocketAddr>,
     /// The addresses refused after resolution, when none was left to connect to.
@@ -264,7 +279,7 @@ impl Attempt {
     /// attempt is then refused (`audit_limit`) and must not go ahead.
     pub(crate) fn hold_record(&mut self) -> bool {
         if self.held.is_none() {
-            self.held = self.sink.budget.hold_for_egress();
+            self.held = self.sink.inner.budget.hold_for_egress();
         }
         if self.held.is_none() {
             self.set_outcome(Outcome::Blocked, Reason::AuditLimit, None);
@@ -289,19 +304,19 @@ impl Attempt {
             return None;
         }
         // Whatever a door put in the host, no control character or secret leaves raw.
-        let host = text_for_log(&self.sink.redactor.redact(&self.host));
+        let host = text_for_log(&self.sink.inner.redactor.redact(&self.host));
         let mut record = AuditRecord::new(self.kind, host, self.decision, self.reason);
         record.ts = timestamp(self.started_at);
         record.client = self.client.map(|c| c.to_string());
         record.port = self.port;
-        record.rule = self.rule.take();
+        record.rule = self.rule.take().map(|rule| rule.to_string());
         record.addr = self.addr.map(|a| a.ip().to_string());
         record.addrs = self.refused_addrs.iter().map(ToString::to_string).collect();
         record.bytes_up = self.bytes_up;
         record.bytes_down = self.bytes_down;
         record.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         record.request = self.request.take().map(|mut fields| {
-            fields.path = self.sink.redactor.redact(&fields.path).into_owned();
+            fields.path = self.sink.inner.redactor.redact(&fields.path).into_owned();
             fields
         });
         Some(record)
@@ -309,11 +324,11 @@ impl Attempt {
 
     /// Sets `host` from an untrusted raw value (secrets redacted, escaped and cut).
     pub(crate) fn set_raw_host(&mut self, raw: &[u8]) {
-        self.host = match self.sink.redactor.find(raw) {
+        self.host = match self.sink.inner.redactor.find(raw) {
             None => raw_host_for_log(raw),
             Some(_) => {
                 let text = String::from_utf8_lossy(raw);
-                raw_host_for_log(self.sink.redactor.redact(&text).as_bytes())
+                raw_host_for_log(self.sink.inner.redactor.redact(&text).as_bytes())
             }
         };
     }
@@ -326,7 +341,9 @@ impl Attempt {
     ) {
         self.decision = decision;
         self.reason = reason;
-        self.rule = rule.map(ToString::to_string);
+        // Kept as it is, written out once for the record: an attempt is often decided
+        // twice (the name, then its addresses' check).
+        self.rule = rule.cloned();
     }
 
     /// Records a policy decision: allow → allowed/rule, report-mode → would_block.
@@ -345,7 +362,7 @@ impl Attempt {
     pub(crate) fn forget(&mut self) {
         self.sent = true;
         if let Some(place) = self.held.take() {
-            self.sink.budget.release(place);
+            self.sink.inner.budget.release(place);
         }
     }
 

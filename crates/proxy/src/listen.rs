@@ -46,10 +46,14 @@ pub(crate) async fn accept_until_shutdown(
     stop: &CancellationToken,
     mut serve: impl FnMut(TcpStream, SocketAddr),
 ) {
+    // One wait for the whole loop: a new one per accept would register with the token
+    // (a lock every connection of the proxy shares) and deregister again each time.
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = stop.cancelled() => return,
+            () = &mut stopped => return,
         };
         match accepted {
             Ok((stream, client)) => serve(stream, client),

@@ -15,13 +15,20 @@ use super::{AUDIT_VERSION, AuditRecord, OnAuditLimit, Reason, reserve_for, times
 
 /// Hex SHA-256 of `bytes`: how `prev` and a report's `audit_head` name a line.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut hex, byte| {
-            let _ = write!(hex, "{byte:02x}");
-            hex
-        })
+    let mut hex = String::with_capacity(64);
+    push_hex(&mut hex, &Sha256::digest(bytes));
+    hex
+}
+
+/// `bytes` in lower-case hex, appended to `out`: the audit writer hashes every line, and
+/// `{:02x}` per byte took the formatting machinery 32 times a line.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for &byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
 }
 
 /// The `prev` of a run's first line: the hash of its run id (of "" without one).
@@ -63,12 +70,12 @@ impl Chain {
         if !line.ends_with('{') {
             line.push(',');
         }
-        line.push_str(&format!(
-            "\"seq\":{},\"prev\":\"{}\"}}",
-            self.seq, self.prev
-        ));
+        use std::fmt::Write;
+        // Written in place: no second string for the tail.
+        let _ = write!(line, "\"seq\":{},\"prev\":\"{}\"}}", self.seq, self.prev);
         self.seq += 1;
-        self.prev = sha256_hex(line.as_bytes());
+        self.prev.clear();
+        push_hex(&mut self.prev, &Sha256::digest(line.as_bytes()));
         line
     }
 }

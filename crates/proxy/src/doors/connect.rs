@@ -7,7 +7,9 @@
 //! 200 was already sent by then, so a mismatch turns the tunnel's own record into
 //! `blocked`/`sni_mismatch`.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
@@ -26,11 +28,32 @@ use crate::shared::{ConnectionSlot, Shared};
 use crate::sni::{self, SniError};
 use crate::target::Target;
 
+/// Where an answered CONNECT leaves its tunnel for the client connection's task, which runs
+/// it once hyper has handed the connection over (or, if it never does, sees the upgrade
+/// fail and lets the tunnel's record be written).
+#[derive(Default)]
+pub(crate) struct TunnelSlot(std::sync::Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>);
+
+impl TunnelSlot {
+    fn put(&self, tunnel: impl Future<Output = ()> + Send + 'static) {
+        *self.0.lock().unwrap_or_else(|poison| poison.into_inner()) = Some(Box::pin(tunnel));
+    }
+
+    /// The tunnel left here, if any.
+    pub(crate) fn take(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take()
+    }
+}
+
 pub(crate) async fn handle(
     mut request: Request<Incoming>,
     shared: &Arc<Shared>,
     client: SocketAddr,
     slot: ConnectionSlot,
+    tunnel_slot: &TunnelSlot,
 ) -> Response<ProxyBody> {
     let gate = &shared.gate;
     let mut attempt = Attempt::new(gate.audit(), Kind::Connect, Some(client));
@@ -64,7 +87,17 @@ pub(crate) async fn handle(
         && shared.inspect.is_some()
         && gate.policy().inspection(&target, port).is_some()
     {
-        return open_inspected(request, shared, client, name.clone(), port, attempt, slot).await;
+        return open_inspected(
+            request,
+            shared,
+            client,
+            name.clone(),
+            port,
+            attempt,
+            slot,
+            tunnel_slot,
+        )
+        .await;
     }
     let upstream = match gate.open(&mut attempt, &target, port).await {
         Ok(upstream) => upstream,
@@ -80,7 +113,7 @@ pub(crate) async fn handle(
         check_sni,
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    shared.tasks.spawn(async move {
+    tunnel_slot.put(async move {
         match on_upgrade.await {
             Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
                 Ok(parts) => {
@@ -100,6 +133,7 @@ pub(crate) async fn handle(
 
 /// A CONNECT to an inspected host: the same gate (decide, resolve once, floor, connect),
 /// then the inspect door serves what the client sends inside the tunnel.
+#[allow(clippy::too_many_arguments)] // the door's state, handed on as it is
 async fn open_inspected(
     mut request: Request<Incoming>,
     shared: &Arc<Shared>,
@@ -108,6 +142,7 @@ async fn open_inspected(
     port: u16,
     mut attempt: Attempt,
     slot: ConnectionSlot,
+    tunnel_slot: &TunnelSlot,
 ) -> Response<ProxyBody> {
     let gate = &shared.gate;
     let target = Target::Name(name.clone());
@@ -124,7 +159,7 @@ async fn open_inspected(
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let tunnel_shared = shared.clone();
-    shared.tasks.spawn(async move {
+    tunnel_slot.put(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
                 super::inspect::serve_tunnel(

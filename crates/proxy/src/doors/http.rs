@@ -36,6 +36,9 @@ struct ClientConnection {
     /// The upstream of the previous request, kept for the next request to the same target.
     upstream: tokio::sync::Mutex<Option<UpstreamConnection>>,
     served_any: AtomicBool,
+    /// A CONNECT's tunnel, left here by its answer: run by this connection's own task once
+    /// hyper hands the connection over.
+    tunnel: super::connect::TunnelSlot,
 }
 
 /// An open connection to an upstream, with the target and port it was opened for.
@@ -63,6 +66,7 @@ pub(crate) async fn serve(
         slot,
         upstream: tokio::sync::Mutex::new(None),
         served_any: AtomicBool::new(false),
+        tunnel: super::connect::TunnelSlot::default(),
     });
     let service_connection = connection.clone();
     let service = service_fn(move |request| {
@@ -73,21 +77,32 @@ pub(crate) async fn serve(
         }
     });
     let builder = client_http1(&limits);
-    let served = builder
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades();
-    tokio::pin!(served);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        () = stop.cancelled() => {
-            served.as_mut().graceful_shutdown();
-            tokio::time::timeout(limits.shutdown_grace, served.as_mut())
-                .await
-                .unwrap_or(Ok(()))
+    let result = {
+        let served = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        tokio::pin!(served);
+        tokio::select! {
+            result = served.as_mut() => result,
+            () = stop.cancelled() => {
+                served.as_mut().graceful_shutdown();
+                tokio::time::timeout(limits.shutdown_grace, served.as_mut())
+                    .await
+                    .unwrap_or(Ok(()))
+            }
         }
+        // The connection (and with it hyper's side of an upgrade not made) is gone here.
     };
     if let Err(error) = result {
         connection.record_connection_error(&error);
+    }
+    // A CONNECT answered 200: its tunnel goes on in this task, without a task of its own to
+    // spawn and wake (a fresh tunnel's first bytes wait for neither). The connection's state
+    // goes first, as it went with the connection's task before.
+    let tunnel = connection.tunnel.take();
+    drop(connection);
+    if let Some(tunnel) = tunnel {
+        tunnel.await;
     }
 }
 
@@ -124,6 +139,7 @@ impl ClientConnection {
                         &self.shared,
                         self.client,
                         self.slot.clone(),
+                        &self.tunnel,
                     ))
                     .await
                 }
